@@ -1,0 +1,185 @@
+/**
+ * Server administration, as Redis: CONFIG, TIME, SHUTDOWN, and DEBUG (CLOCK, SLEEP) behind
+ * `enable-debug-command`.
+ */
+import { Config, ConfigError } from '../config.js';
+import { parseMillisToMicros } from '../clock.js';
+import { globMatch } from '../glob.js';
+import { lower, parseRedisDouble, str } from './args.js';
+import { replyHelp } from './connection.js';
+import { noKeys, type CommandContext, type CommandSpec } from './types.js';
+
+function configGet(ctx: CommandContext, argv: Buffer[]): void {
+  const patterns = argv.slice(2).map((a) => lower(a));
+  const pairs = ctx.server.config.matching((name) => patterns.some((p) => globMatch(p, name)));
+  ctx.reply.mapHeader(pairs.length);
+  for (const [name, value] of pairs) {
+    ctx.reply.bulk(name);
+    ctx.reply.text(value);
+  }
+}
+
+/** CONFIG SET name value [name value ...]: all or nothing, as Redis 7. */
+function configSet(ctx: CommandContext, argv: Buffer[]): void {
+  const config = ctx.server.config;
+  if ((argv.length - 2) % 2 !== 0) {
+    ctx.reply.error("ERR wrong number of arguments for 'config|set' command");
+    return;
+  }
+  const pairs: [string, string][] = [];
+  for (let i = 2; i < argv.length; i += 2) {
+    const name = lower(argv[i]);
+    if (!config.has(name)) {
+      ctx.reply.error(`ERR Unknown option or number of arguments for CONFIG SET - '${str(argv[i])}'`);
+      return;
+    }
+    if (pairs.some(([n]) => n === name)) {
+      ctx.reply.error(`ERR CONFIG SET failed (possibly related to argument '${name}') - duplicate parameter`);
+      return;
+    }
+    pairs.push([name, argv[i + 1].toString('utf8')]);
+  }
+  // Validate everything on a scratch copy first, so a bad pair changes nothing.
+  const scratch = new Config();
+  for (const [name, value] of pairs) {
+    try {
+      if (!config.isMutable(name)) throw new ConfigError("can't set immutable config");
+      scratch.set(name, value, true);
+    } catch (e) {
+      ctx.reply.error(`ERR CONFIG SET failed (possibly related to argument '${name}') - ${(e as Error).message}`);
+      return;
+    }
+  }
+  for (const [name, value] of pairs) config.set(name, value, true);
+  ctx.server.applyRuntimeConfig();
+  ctx.reply.ok();
+}
+
+const CONFIG_HELP = [
+  'CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:',
+  'GET <pattern>',
+  '    Return parameters matching the glob-like <pattern> and their values.',
+  'SET <directive> <value>',
+  '    Set the configuration <directive> to <value>.',
+  'RESETSTAT',
+  '    Reset statistics reported by the INFO command.',
+  'HELP',
+  '    Print this help.',
+];
+
+function time(ctx: CommandContext): void {
+  ctx.reply.arrayHeader(2);
+  ctx.reply.bulk(String(Math.floor(ctx.nowUs / 1e6)));
+  ctx.reply.bulk(String(ctx.nowUs % 1e6));
+}
+
+/** SHUTDOWN [NOSAVE|SAVE] [NOW] [FORCE] [ABORT]. Persistence arrives with snapshots; until then NOSAVE and SAVE both just stop. */
+function shutdown(ctx: CommandContext, argv: Buffer[]): void {
+  for (let i = 1; i < argv.length; i++) {
+    const opt = lower(argv[i]);
+    if (opt === 'abort') {
+      ctx.reply.error('ERR No shutdown in progress.');
+      return;
+    }
+    if (!['nosave', 'save', 'now', 'force'].includes(opt)) {
+      ctx.reply.error('ERR syntax error');
+      return;
+    }
+  }
+  ctx.server.shutdown('SHUTDOWN command');
+}
+
+const DEBUG_DISABLED =
+  'ERR DEBUG command not allowed. If the enable-debug-command option is set to "local", you can run it from a local connection, otherwise you need to set this option in the configuration file, and then restart the server.';
+
+const DEBUG_HELP = [
+  'DEBUG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:',
+  'CLOCK SET <unix-ms>',
+  '    Freeze the server clock at <unix-ms> (decimals down to the microsecond; it may go backwards).',
+  'CLOCK ADVANCE <ms>',
+  '    Move the frozen clock forward by <ms> (decimals down to the microsecond).',
+  'CLOCK REAL',
+  '    Return to the real clock.',
+  'SLEEP <seconds>',
+  '    Stop the server for <seconds> (decimals allowed).',
+  'HELP',
+  '    Print this help.',
+];
+
+function debugAllowed(ctx: CommandContext): boolean {
+  const mode = ctx.server.config.get('enable-debug-command');
+  if (mode === 'yes') return true;
+  if (mode === 'local') return /^(127\.|::1:)/.test(ctx.client.addr) || ctx.client.addr.startsWith('::1');
+  return false;
+}
+
+function debug(ctx: CommandContext, argv: Buffer[]): void {
+  const r = ctx.reply;
+  if (!debugAllowed(ctx)) {
+    r.error(DEBUG_DISABLED);
+    return;
+  }
+  const sub = lower(argv[1]);
+  if (sub === 'help') return replyHelp(ctx, DEBUG_HELP);
+  if (sub === 'sleep' && argv.length === 3) {
+    const seconds = parseRedisDouble(argv[2]);
+    if (seconds === null || seconds < 0 || seconds > 3600) {
+      r.error('ERR value is not a valid float');
+      return;
+    }
+    if (seconds > 0) Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, seconds * 1000);
+    r.ok();
+    return;
+  }
+  if (sub === 'clock' && argv.length >= 3) {
+    const action = lower(argv[2]);
+    const clock = ctx.server.clock;
+    if (action === 'real' && argv.length === 3) {
+      clock.useReal();
+      r.ok();
+      return;
+    }
+    if ((action === 'set' || action === 'advance') && argv.length === 4) {
+      const us = parseMillisToMicros(str(argv[3]));
+      if (us === null || us < 0) {
+        r.error(`ERR invalid milliseconds '${str(argv[3])}': expected a non-negative number with at most 3 decimals`);
+        return;
+      }
+      if (action === 'set') clock.freezeAt(us);
+      else clock.advance(us);
+      r.ok();
+      return;
+    }
+  }
+  r.error(`ERR unknown subcommand or wrong number of arguments for '${str(argv[1])}'. Try DEBUG HELP.`);
+}
+
+const sub = (name: string, arity: number, summary: string, run: CommandSpec['run'], args: CommandSpec['args'] = []): CommandSpec => ({
+  name, arity, flags: ['admin', 'noscript', 'loading', 'stale'], ...noKeys(), group: 'server', since: '2.0.0', summary, args, run,
+});
+
+export const adminCommands: CommandSpec[] = [
+  { name: 'config', arity: -2, flags: [], ...noKeys(), group: 'server', since: '2.0.0', summary: 'A container for server configuration commands.', args: [],
+    subcommands: [
+      sub('get', -3, 'Returns the effective values of configuration parameters.', configGet, [{ name: 'parameter', type: 'string', multiple: true }]),
+      sub('set', -4, 'Sets configuration parameters in-flight.', configSet, [{ name: 'data', type: 'block', multiple: true, arguments: [
+        { name: 'parameter', type: 'string' }, { name: 'value', type: 'string' }] }]),
+      sub('resetstat', 2, 'Resets the server\'s statistics.', (ctx) => { ctx.server.stats.reset(); ctx.reply.ok(); }),
+      sub('help', 2, 'Returns helpful text about the different subcommands.', (ctx) => replyHelp(ctx, CONFIG_HELP)),
+    ] },
+  { name: 'time', arity: 1, flags: ['loading', 'stale', 'fast'], ...noKeys(), group: 'server', since: '2.6.0', complexity: 'O(1)',
+    summary: 'Returns the server time.', args: [], run: time },
+  { name: 'shutdown', arity: -1, flags: ['admin', 'noscript', 'loading', 'stale', 'no-multi', 'sentinel', 'allow-busy'], ...noKeys(), group: 'server', since: '1.0.0',
+    complexity: 'O(N) when saving, where N is the total number of keys in all databases when saving data, otherwise O(1)',
+    summary: 'Synchronously saves the database(s) to disk and shuts down the server.',
+    args: [
+      { name: 'save-selector', type: 'oneof', optional: true, arguments: [{ name: 'nosave', type: 'pure-token', token: 'NOSAVE' }, { name: 'save', type: 'pure-token', token: 'SAVE' }] },
+      { name: 'now', type: 'pure-token', token: 'NOW', optional: true },
+      { name: 'force', type: 'pure-token', token: 'FORCE', optional: true },
+      { name: 'abort', type: 'pure-token', token: 'ABORT', optional: true },
+    ],
+    run: shutdown },
+  { name: 'debug', arity: -2, flags: ['admin', 'noscript', 'loading', 'stale'], ...noKeys(), group: 'server', since: '1.0.0',
+    summary: 'Debugging helpers: CLOCK SET/ADVANCE/REAL and SLEEP (needs enable-debug-command).',
+    args: [{ name: 'subcommand', type: 'string' }, { name: 'args', type: 'string', optional: true, multiple: true }], run: debug },
+];

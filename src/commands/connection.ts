@@ -1,0 +1,301 @@
+/**
+ * Connection commands, as Redis 7: PING, ECHO, QUIT, RESET, HELLO, AUTH, SELECT, CLIENT.
+ */
+import { timingSafeEqual, createHash } from 'node:crypto';
+import { REDIS_VERSION } from '../server/server.js';
+import type { Client } from '../server/client.js';
+import { lower, parseRedisInteger, str } from './args.js';
+import { noKeys, type CommandContext, type CommandSpec } from './types.js';
+
+const WRONGPASS = 'WRONGPASS invalid username-password pair or user is disabled.';
+
+/**
+ * Checks a username/password against `requirepass` in constant time (SPEC §6): both sides are
+ * hashed first so neither the length nor the content leaks through timing.
+ */
+function credentialsValid(ctx: CommandContext, user: string, pass: Buffer): boolean {
+  const required = ctx.server.config.get('requirepass');
+  if (user !== 'default') return false;
+  if (required === '') return true; // the default user is "nopass"
+  const a = createHash('sha256').update(pass).digest();
+  const b = createHash('sha256').update(Buffer.from(required, 'utf8')).digest();
+  return timingSafeEqual(a, b);
+}
+
+function authFailed(ctx: CommandContext): void {
+  ctx.server.stats.authFailures++;
+  ctx.reply.error(WRONGPASS);
+}
+
+function ping(ctx: CommandContext, argv: Buffer[]): void {
+  if (argv.length > 2) {
+    ctx.reply.error("ERR wrong number of arguments for 'ping' command");
+  } else if (argv.length === 2) {
+    ctx.reply.bulk(argv[1]);
+  } else {
+    ctx.reply.status('PONG');
+  }
+}
+
+function auth(ctx: CommandContext, argv: Buffer[]): void {
+  if (argv.length > 3) {
+    ctx.reply.error('ERR syntax error');
+    return;
+  }
+  const user = argv.length === 3 ? str(argv[1]) : 'default';
+  const pass = argv[argv.length - 1];
+  if (argv.length === 2 && ctx.server.config.get('requirepass') === '') {
+    ctx.reply.error('ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?');
+    return;
+  }
+  if (!credentialsValid(ctx, user, pass)) {
+    authFailed(ctx);
+    return;
+  }
+  ctx.client.authenticated = true;
+  ctx.reply.ok();
+}
+
+/** HELLO [protover [AUTH username password] [SETNAME clientname]] */
+function hello(ctx: CommandContext, argv: Buffer[]): void {
+  const r = ctx.reply;
+  const client = ctx.client;
+  let proto = client.proto;
+  if (argv.length >= 2) {
+    const ver = parseRedisInteger(argv[1]);
+    if (ver === null) {
+      r.error('ERR Protocol version is not an integer or out of range');
+      return;
+    }
+    if (ver < 2 || ver > 3) {
+      r.error('NOPROTO unsupported protocol version');
+      return;
+    }
+    proto = ver as 2 | 3;
+  }
+  let authUser: string | null = null;
+  let authPass: Buffer | null = null;
+  let setName: string | null = null;
+  for (let i = 2; i < argv.length; i++) {
+    const opt = lower(argv[i]);
+    const left = argv.length - i - 1;
+    if (opt === 'auth' && left >= 2) {
+      authUser = str(argv[i + 1]);
+      authPass = argv[i + 2];
+      i += 2;
+    } else if (opt === 'setname' && left >= 1) {
+      setName = str(argv[i + 1]);
+      if (!validName(setName)) {
+        r.error('ERR Client names cannot contain spaces, newlines or special characters.');
+        return;
+      }
+      i += 1;
+    } else {
+      r.error(`ERR Syntax error in HELLO option '${str(argv[i])}'`);
+      return;
+    }
+  }
+  if (authUser !== null && authPass !== null) {
+    if (!credentialsValid(ctx, authUser, authPass)) {
+      authFailed(ctx);
+      return;
+    }
+    client.authenticated = true;
+  }
+  if (!client.authenticated) {
+    r.error('NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time');
+    return;
+  }
+  if (setName !== null) client.name = setName;
+  client.proto = proto;
+  r.proto = proto;
+  r.mapHeader(7);
+  r.bulk('server');
+  r.bulk('cellgate');
+  r.bulk('version');
+  r.bulk(REDIS_VERSION);
+  r.bulk('proto');
+  r.integer(proto);
+  r.bulk('id');
+  r.integer(client.id);
+  r.bulk('mode');
+  r.bulk('standalone');
+  r.bulk('role');
+  r.bulk('master');
+  r.bulk('modules');
+  r.arrayHeader(0);
+}
+
+function reset(ctx: CommandContext): void {
+  const c = ctx.client;
+  c.proto = 2;
+  ctx.reply.proto = 2;
+  c.name = '';
+  c.noEvict = false;
+  c.authenticated = !ctx.server.authRequired;
+  ctx.reply.status('RESET');
+}
+
+function select(ctx: CommandContext, argv: Buffer[]): void {
+  const db = parseRedisInteger(argv[1]);
+  if (db === null) ctx.reply.error('ERR value is not an integer or out of range');
+  else if (db !== 0) ctx.reply.error('ERR DB index is out of range');
+  else ctx.reply.ok();
+}
+
+/** Client names and library info: printable ASCII without spaces, as Redis requires. */
+function validName(name: string): boolean {
+  for (let i = 0; i < name.length; i++) {
+    const c = name.charCodeAt(i);
+    if (c < 33 || c > 126) return false;
+  }
+  return true;
+}
+
+/** One CLIENT LIST line with Redis 7's fields (memory fields are this server's approximations). */
+export function clientInfoLine(client: Client, nowMs: number): string {
+  const qbuf = client.parser.pendingBytes;
+  const fd = (client.socket as unknown as { _handle?: { fd?: number } })._handle?.fd ?? -1;
+  return [
+    `id=${client.id}`, `addr=${client.addr}`, `laddr=${client.laddr}`, `fd=${fd}`, `name=${client.name}`,
+    `age=${Math.floor((nowMs - client.createdMs) / 1000)}`, `idle=${Math.floor((nowMs - client.lastInteractionMs) / 1000)}`,
+    `flags=${client.noEvict ? 'e' : 'N'}`, 'db=0', 'sub=0', 'psub=0', 'ssub=0', 'multi=-1', `qbuf=${qbuf}`, 'qbuf-free=0',
+    'argv-mem=0', 'multi-mem=0', 'rbs=0', 'rbp=0', 'obl=0', 'oll=0', `omem=${client.socket.writableLength}`,
+    `tot-mem=${qbuf + client.socket.writableLength}`, 'events=r', `cmd=${client.lastCommand}`, 'user=default', 'redir=-1',
+    `resp=${client.proto}`, `lib-name=${client.libName}`, `lib-ver=${client.libVer}`,
+  ].join(' ');
+}
+
+const CLIENT_HELP = [
+  'CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:',
+  'GETNAME',
+  '    Return the name of the current connection.',
+  'ID',
+  '    Return the ID of the current connection.',
+  'INFO',
+  '    Return information about the current client connection.',
+  'LIST [TYPE normal] [ID id [id ...]]',
+  '    Return information about client connections.',
+  'NO-EVICT (ON|OFF)',
+  '    Protect current client connection from eviction.',
+  'SETINFO <LIB-NAME|LIB-VER> <value>',
+  '    Set client library name or version.',
+  'SETNAME <name>',
+  '    Assign the name <name> to the current connection.',
+  'HELP',
+  '    Print this help.',
+];
+
+/** Replies with help lines as Redis does: an array of status strings. */
+export function replyHelp(ctx: CommandContext, lines: string[]): void {
+  ctx.reply.arrayHeader(lines.length);
+  for (const line of lines) ctx.reply.status(line);
+}
+
+function clientList(ctx: CommandContext, argv: Buffer[]): void {
+  let ids: Set<number> | null = null;
+  for (let i = 2; i < argv.length; i++) {
+    const opt = lower(argv[i]);
+    if (opt === 'type' && i + 1 < argv.length) {
+      const t = lower(argv[++i]);
+      if (!['normal', 'master', 'replica', 'pubsub'].includes(t)) {
+        ctx.reply.error(`ERR Unknown client type '${str(argv[i])}'`);
+        return;
+      }
+      if (t !== 'normal') ids = new Set();
+    } else if (opt === 'id' && i + 1 < argv.length) {
+      ids = new Set();
+      for (i++; i < argv.length; i++) {
+        const id = parseRedisInteger(argv[i]);
+        if (id === null || id < 1) {
+          ctx.reply.error('ERR Invalid client ID');
+          return;
+        }
+        ids.add(id);
+      }
+    } else {
+      ctx.reply.error('ERR syntax error');
+      return;
+    }
+  }
+  let out = '';
+  for (const c of ctx.server.clients.values()) {
+    if (ids === null || ids.has(c.id)) out += clientInfoLine(c, Date.now()) + '\n';
+  }
+  ctx.reply.verbatim(out);
+}
+
+function clientSetInfo(ctx: CommandContext, argv: Buffer[]): void {
+  const attr = lower(argv[2]);
+  const value = str(argv[3]);
+  if (attr !== 'lib-name' && attr !== 'lib-ver') {
+    ctx.reply.error(`ERR Unrecognized option '${str(argv[2])}'`);
+    return;
+  }
+  if (value !== '' && !validName(value)) {
+    ctx.reply.error(`ERR ${attr} cannot contain spaces, newlines or special characters.`);
+    return;
+  }
+  if (attr === 'lib-name') ctx.client.libName = value;
+  else ctx.client.libVer = value;
+  ctx.reply.ok();
+}
+
+const sub = (name: string, arity: number, summary: string, run: CommandSpec['run'], args: CommandSpec['args'] = []): CommandSpec => ({
+  name, arity, flags: ['noscript', 'loading', 'stale'], ...noKeys(), group: 'connection', since: '2.4.0', summary, args, run,
+});
+
+export const connectionCommands: CommandSpec[] = [
+  { name: 'ping', arity: -1, flags: ['fast', 'sentinel'], ...noKeys(), group: 'connection', since: '1.0.0', complexity: 'O(1)',
+    summary: 'Returns the server\'s liveliness response.', args: [{ name: 'message', type: 'string', optional: true }], run: ping },
+  { name: 'echo', arity: 2, flags: ['fast'], ...noKeys(), group: 'connection', since: '1.0.0', complexity: 'O(1)',
+    summary: 'Returns the given string.', args: [{ name: 'message', type: 'string' }], run: (ctx, argv) => ctx.reply.bulk(argv[1]) },
+  { name: 'quit', arity: -1, flags: ['no-auth', 'fast', 'allow-busy', 'loading', 'stale'], ...noKeys(), group: 'connection', since: '1.0.0', complexity: 'O(1)',
+    summary: 'Closes the connection.', args: [],
+    run: (ctx) => { ctx.reply.ok(); ctx.client.closing = true; } },
+  { name: 'reset', arity: 1, flags: ['no-auth', 'fast', 'noscript', 'loading', 'stale'], ...noKeys(), group: 'connection', since: '6.2.0', complexity: 'O(1)',
+    summary: 'Resets the connection.', args: [], run: reset },
+  { name: 'hello', arity: -1, flags: ['no-auth', 'fast', 'noscript', 'loading', 'stale', 'sentinel'], ...noKeys(), group: 'connection', since: '6.0.0', complexity: 'O(1)',
+    summary: 'Handshakes with the server.',
+    args: [{ name: 'arguments', type: 'block', optional: true, arguments: [
+      { name: 'protover', type: 'integer' },
+      { name: 'auth', type: 'block', token: 'AUTH', optional: true, arguments: [{ name: 'username', type: 'string' }, { name: 'password', type: 'string' }] },
+      { name: 'clientname', type: 'string', token: 'SETNAME', optional: true },
+    ] }],
+    run: hello },
+  { name: 'auth', arity: -2, flags: ['no-auth', 'fast', 'noscript', 'loading', 'stale', 'sentinel'], ...noKeys(), group: 'connection', since: '1.0.0', complexity: 'O(N) where N is the number of passwords defined for the user',
+    summary: 'Authenticates the connection.', args: [{ name: 'username', type: 'string', optional: true }, { name: 'password', type: 'string' }], run: auth },
+  { name: 'select', arity: 2, flags: ['fast', 'loading', 'stale'], ...noKeys(), group: 'connection', since: '1.0.0', complexity: 'O(1)',
+    summary: 'Changes the selected database (only 0 exists).', args: [{ name: 'index', type: 'integer' }], run: select },
+  { name: 'client', arity: -2, flags: ['sentinel'], ...noKeys(), group: 'connection', since: '2.4.0', summary: 'A container for client connection commands.', args: [],
+    subcommands: [
+      sub('id', 2, 'Returns the unique client ID of the connection.', (ctx) => ctx.reply.integer(ctx.client.id)),
+      sub('getname', 2, 'Returns the name of the connection.', (ctx) => (ctx.client.name === '' ? ctx.reply.nullBulk() : ctx.reply.bulk(ctx.client.name))),
+      sub('setname', 3, 'Sets the connection name.', (ctx, argv) => {
+        const name = str(argv[2]);
+        if (!validName(name) && name !== '') {
+          ctx.reply.error('ERR Client names cannot contain spaces, newlines or special characters.');
+          return;
+        }
+        ctx.client.name = name;
+        ctx.reply.ok();
+      }, [{ name: 'connection-name', type: 'string' }]),
+      sub('setinfo', 4, 'Sets information specific to the client or connection.', clientSetInfo, [{ name: 'attr', type: 'oneof', arguments: [
+        { name: 'libname', type: 'string', token: 'LIB-NAME' }, { name: 'libver', type: 'string', token: 'LIB-VER' }] }]),
+      sub('info', 2, 'Returns information about the connection.', (ctx) => ctx.reply.verbatim(clientInfoLine(ctx.client, Date.now()) + '\n')),
+      sub('list', -2, 'Lists open connections.', clientList, [
+        { name: 'client-type', type: 'string', token: 'TYPE', optional: true },
+        { name: 'client-id', type: 'integer', token: 'ID', optional: true, multiple: true },
+      ]),
+      sub('no-evict', 3, 'Sets the client eviction mode of the connection.', (ctx, argv) => {
+        const v = lower(argv[2]);
+        if (v !== 'on' && v !== 'off') {
+          ctx.reply.error('ERR syntax error');
+          return;
+        }
+        ctx.client.noEvict = v === 'on';
+        ctx.reply.ok();
+      }, [{ name: 'enabled', type: 'oneof', arguments: [{ name: 'on', type: 'pure-token', token: 'ON' }, { name: 'off', type: 'pure-token', token: 'OFF' }] }]),
+      sub('help', 2, 'Returns helpful text about the different subcommands.', (ctx) => replyHelp(ctx, CLIENT_HELP)),
+    ] },
+];

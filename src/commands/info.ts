@@ -1,0 +1,138 @@
+/**
+ * INFO [section ...]: Redis's sections and field names, so dashboards and client ready-checks
+ * (`loading:0`, `redis_version:`) work unchanged, plus a `limiter` section.
+ */
+import os from 'node:os';
+import { KeyType } from '../keyspace/keyspace.js';
+import { REDIS_VERSION, VERSION, type Server } from '../server/server.js';
+import { lower } from './args.js';
+import { noKeys, type CommandContext, type CommandSpec } from './types.js';
+
+type Section = (server: Server, nowUs: number) => [string, string | number][];
+
+function human(bytes: number): string {
+  const units = ['B', 'K', 'M', 'G', 'T'];
+  let v = bytes;
+  let u = 0;
+  while (v >= 1024 && u < units.length - 1) {
+    v /= 1024;
+    u++;
+  }
+  return u === 0 ? `${bytes}B` : `${v.toFixed(2)}${units[u]}`;
+}
+
+const SECTIONS: Record<string, Section> = {
+  server: (s, nowUs) => [
+    ['redis_version', REDIS_VERSION],
+    ['cellgate_version', VERSION],
+    ['redis_mode', 'standalone'],
+    ['os', `${os.type()} ${os.release()} ${os.arch()}`],
+    ['arch_bits', 64],
+    ['process_id', process.pid],
+    ['run_id', s.runId],
+    ['tcp_port', s.port],
+    ['server_time_usec', nowUs],
+    ['uptime_in_seconds', Math.floor((Date.now() - s.startedMs) / 1000)],
+    ['uptime_in_days', Math.floor((Date.now() - s.startedMs) / 86400000)],
+    ['hz', s.config.int('hz')],
+    ['node_version', process.versions.node],
+    ['executable', process.argv[1] ?? ''],
+    ['config_file', s.config.configFile],
+    ['clock_mode', s.clock.frozen ? 'debug' : 'real'],
+  ],
+  clients: (s) => [
+    ['connected_clients', s.clients.size],
+    ['maxclients', s.config.int('maxclients')],
+    ['blocked_clients', 0],
+  ],
+  memory: (s) => {
+    const m = process.memoryUsage();
+    return [
+      ['used_memory', m.heapUsed + m.arrayBuffers],
+      ['used_memory_human', human(m.heapUsed + m.arrayBuffers)],
+      ['used_memory_rss', m.rss],
+      ['used_memory_rss_human', human(m.rss)],
+      ['used_memory_heap_total', m.heapTotal],
+      ['maxmemory', s.config.int('maxmemory')],
+      ['maxmemory_human', human(s.config.int('maxmemory'))],
+      ['maxmemory_policy', s.config.get('maxmemory-policy')],
+      ['mem_allocator', `v8-${process.versions.v8}`],
+    ];
+  },
+  persistence: () => [
+    ['loading', 0],
+    ['async_loading', 0],
+    ['rdb_bgsave_in_progress', 0],
+    ['aof_enabled', 0],
+  ],
+  stats: (s) => [
+    ['total_connections_received', s.stats.totalConnections],
+    ['total_commands_processed', s.stats.totalCommands],
+    ['instantaneous_ops_per_sec', s.stats.instantaneousOps],
+    ['total_net_input_bytes', s.stats.netInputBytes],
+    ['total_net_output_bytes', s.stats.netOutputBytes],
+    ['rejected_connections', s.stats.rejectedConnections],
+    ['expired_keys', s.keyspace.expiredCount],
+    ['evicted_keys', 0],
+    ['keyspace_hits', s.stats.keyspaceHits],
+    ['keyspace_misses', s.stats.keyspaceMisses],
+    ['total_error_replies', s.stats.errorReplies],
+    ['acl_access_denied_auth', s.stats.authFailures],
+  ],
+  replication: () => [
+    ['role', 'master'],
+    ['connected_slaves', 0],
+  ],
+  cpu: () => {
+    const u = process.cpuUsage();
+    return [
+      ['used_cpu_sys', (u.system / 1e6).toFixed(6)],
+      ['used_cpu_user', (u.user / 1e6).toFixed(6)],
+    ];
+  },
+  errorstats: (s) => [...s.stats.errors].map(([code, n]) => [`errorstat_${code}`, `count=${n}`]),
+  commandstats: (s) =>
+    [...s.stats.commands].map(([name, c]) => [
+      `cmdstat_${name}`,
+      `calls=${c.calls},usec=${Math.round(c.usec)},usec_per_call=${c.calls ? (c.usec / c.calls).toFixed(2) : '0.00'},rejected_calls=${c.rejectedCalls},failed_calls=${c.failedCalls}`,
+    ]),
+  limiter: (s) => {
+    const rows: [string, string | number][] = [];
+    rows.push(['keys_gcra', s.keyspace.countOfType(KeyType.Gcra)]);
+    for (const [name, l] of s.stats.limiters) rows.push([`limiter_${name}`, `allowed=${l.allowed},limited=${l.limited}`]);
+    return rows;
+  },
+  keyspace: (s) => (s.keyspace.size > 0 ? [['db0', `keys=${s.keyspace.size},expires=${s.keyspace.size},avg_ttl=0`]] : []),
+};
+
+const TITLES: Record<string, string> = {
+  server: 'Server', clients: 'Clients', memory: 'Memory', persistence: 'Persistence', stats: 'Stats',
+  replication: 'Replication', cpu: 'CPU', errorstats: 'Errorstats', commandstats: 'Commandstats',
+  limiter: 'Limiter', keyspace: 'Keyspace',
+};
+const DEFAULT = ['server', 'clients', 'memory', 'persistence', 'stats', 'replication', 'cpu', 'errorstats', 'limiter', 'keyspace'];
+const ALL = [...DEFAULT.slice(0, -1), 'commandstats', 'keyspace'];
+
+/** Builds the INFO text for the requested sections (Redis's `default`, `all`, `everything` too). */
+export function infoText(server: Server, nowUs: number, requested: string[]): string {
+  let names: string[];
+  if (requested.length === 0 || requested.includes('default')) names = DEFAULT;
+  else if (requested.includes('all') || requested.includes('everything')) names = ALL;
+  else names = ALL.filter((n) => requested.includes(n));
+  const parts: string[] = [];
+  for (const name of names) {
+    const rows = SECTIONS[name](server, nowUs);
+    parts.push(`# ${TITLES[name]}\r\n` + rows.map(([k, v]) => `${k}:${v}\r\n`).join(''));
+  }
+  return parts.join('\r\n');
+}
+
+function info(ctx: CommandContext, argv: Buffer[]): void {
+  const requested = argv.slice(1).map(lower);
+  ctx.reply.verbatim(infoText(ctx.server, ctx.nowUs, requested));
+}
+
+export const infoCommands: CommandSpec[] = [
+  { name: 'info', arity: -1, flags: ['loading', 'stale', 'sentinel'], ...noKeys(), group: 'server', since: '1.0.0', complexity: 'O(1)',
+    summary: 'Returns information and statistics about the server.', args: [{ name: 'section', type: 'string', optional: true, multiple: true }], run: info },
+];

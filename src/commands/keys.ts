@@ -1,0 +1,146 @@
+/**
+ * Generic keyspace commands, as Redis: DEL, UNLINK, EXISTS, TYPE, TTL, PTTL, SCAN, KEYS, DBSIZE,
+ * FLUSHDB, FLUSHALL.
+ */
+import { TYPE_NAMES } from '../keyspace/keyspace.js';
+import { globMatch } from '../glob.js';
+import { lower, parseRedisInteger, str } from './args.js';
+import { firstKeyOnly, noKeys, type CommandContext, type CommandSpec } from './types.js';
+
+function del(ctx: CommandContext, argv: Buffer[]): void {
+  let removed = 0;
+  for (let i = 1; i < argv.length; i++) if (ctx.server.keyspace.delete(str(argv[i]), ctx.nowMs)) removed++;
+  ctx.reply.integer(removed);
+}
+
+function exists(ctx: CommandContext, argv: Buffer[]): void {
+  let found = 0;
+  for (let i = 1; i < argv.length; i++) if (ctx.server.keyspace.lookup(str(argv[i]), ctx.nowMs) !== -1) found++;
+  ctx.reply.integer(found);
+}
+
+function type(ctx: CommandContext, argv: Buffer[]): void {
+  const ks = ctx.server.keyspace;
+  const slot = ks.lookup(str(argv[1]), ctx.nowMs);
+  ctx.reply.status(slot === -1 ? 'none' : TYPE_NAMES[ks.typeOf(slot)]);
+}
+
+/** TTL/PTTL: −2 no key, −1 no expiry; TTL rounds to the nearest second as Redis does. */
+function ttlReply(ctx: CommandContext, argv: Buffer[], inMs: boolean): void {
+  const ks = ctx.server.keyspace;
+  const slot = ks.lookup(str(argv[1]), ctx.nowMs);
+  if (slot === -1) {
+    ctx.server.stats.keyspaceMisses++;
+    ctx.reply.integer(-2);
+    return;
+  }
+  ctx.server.stats.keyspaceHits++;
+  const ms = Math.max(0, ks.expireAtMs(slot) - ctx.nowMs);
+  ctx.reply.integer(inMs ? ms : Math.floor((ms + 500) / 1000));
+}
+
+function scan(ctx: CommandContext, argv: Buffer[]): void {
+  const r = ctx.reply;
+  const cursorText = str(argv[1]);
+  if (!/^\d+$/.test(cursorText) || cursorText.length > 20) {
+    r.error('ERR invalid cursor');
+    return;
+  }
+  let count = 10;
+  let pattern: string | null = null;
+  let typeFilter: string | null = null;
+  for (let i = 2; i < argv.length; i++) {
+    const opt = lower(argv[i]);
+    const more = i + 1 < argv.length;
+    if (opt === 'count' && more) {
+      const n = parseRedisInteger(argv[++i]);
+      if (n === null) {
+        r.error('ERR value is not an integer or out of range');
+        return;
+      }
+      if (n < 1) {
+        r.error('ERR syntax error');
+        return;
+      }
+      count = n;
+    } else if (opt === 'match' && more) {
+      pattern = str(argv[++i]);
+      if (pattern === '*') pattern = null;
+    } else if (opt === 'type' && more) {
+      typeFilter = lower(argv[++i]);
+    } else {
+      r.error('ERR syntax error');
+      return;
+    }
+  }
+  const ks = ctx.server.keyspace;
+  const found: string[] = [];
+  const next = ks.scan(Math.min(Number(cursorText), Number.MAX_SAFE_INTEGER), count, ctx.nowMs, (key, slot) => {
+    if (pattern !== null && !globMatch(pattern, key)) return;
+    if (typeFilter !== null && TYPE_NAMES[ks.typeOf(slot)] !== typeFilter) return;
+    found.push(key);
+  });
+  r.arrayHeader(2);
+  r.bulk(String(next));
+  r.bulkArray(found);
+}
+
+function keys(ctx: CommandContext, argv: Buffer[]): void {
+  const pattern = str(argv[1]);
+  const all = pattern === '*';
+  const found: string[] = [];
+  let cursor = 0;
+  do {
+    cursor = ctx.server.keyspace.scan(cursor, 1 << 20, ctx.nowMs, (key) => {
+      if (all || globMatch(pattern, key)) found.push(key);
+    });
+  } while (cursor !== 0);
+  ctx.reply.bulkArray(found);
+}
+
+function flush(ctx: CommandContext, argv: Buffer[]): void {
+  if (argv.length > 2 || (argv.length === 2 && !['async', 'sync'].includes(lower(argv[1])))) {
+    ctx.reply.error('ERR syntax error');
+    return;
+  }
+  ctx.server.keyspace.clear();
+  ctx.reply.ok();
+}
+
+const keyArg = [{ name: 'key', type: 'key' as const, multiple: true }];
+const flushArgs = [{
+  name: 'flush-type', type: 'oneof' as const, optional: true,
+  arguments: [{ name: 'async', type: 'pure-token' as const, token: 'ASYNC' }, { name: 'sync', type: 'pure-token' as const, token: 'SYNC' }],
+}];
+
+export const keyCommands: CommandSpec[] = [
+  { name: 'del', arity: -2, flags: ['write'], firstKey: 1, lastKey: -1, keyStep: 1, group: 'generic', since: '1.0.0', complexity: 'O(N) where N is the number of keys',
+    summary: 'Deletes one or more keys.', args: keyArg, run: del },
+  { name: 'unlink', arity: -2, flags: ['write', 'fast'], firstKey: 1, lastKey: -1, keyStep: 1, group: 'generic', since: '4.0.0', complexity: 'O(N) where N is the number of keys',
+    summary: 'Deletes one or more keys (limiter state is small, so this is DEL).', args: keyArg, run: del },
+  { name: 'exists', arity: -2, flags: ['readonly', 'fast'], firstKey: 1, lastKey: -1, keyStep: 1, group: 'generic', since: '1.0.0', complexity: 'O(N) where N is the number of keys',
+    summary: 'Determines whether one or more keys exist.', args: keyArg, run: exists },
+  { name: 'type', arity: 2, flags: ['readonly', 'fast'], ...firstKeyOnly(), group: 'generic', since: '1.0.0', complexity: 'O(1)',
+    summary: 'Returns the limiter algorithm of the value stored at a key.', args: [{ name: 'key', type: 'key' }], run: type },
+  { name: 'ttl', arity: 2, flags: ['readonly', 'fast'], ...firstKeyOnly(), group: 'generic', since: '1.0.0', complexity: 'O(1)',
+    summary: 'Returns the expiration time in seconds of a key.', args: [{ name: 'key', type: 'key' }], run: (ctx, argv) => ttlReply(ctx, argv, false) },
+  { name: 'pttl', arity: 2, flags: ['readonly', 'fast'], ...firstKeyOnly(), group: 'generic', since: '2.6.0', complexity: 'O(1)',
+    summary: 'Returns the expiration time in milliseconds of a key.', args: [{ name: 'key', type: 'key' }], run: (ctx, argv) => ttlReply(ctx, argv, true) },
+  { name: 'scan', arity: -2, flags: ['readonly'], ...noKeys(), group: 'generic', since: '2.8.0', complexity: 'O(1) for every call. O(N) for a complete iteration.',
+    summary: 'Iterates over the key names in the database.',
+    args: [
+      { name: 'cursor', type: 'integer' },
+      { name: 'pattern', type: 'pattern', token: 'MATCH', optional: true },
+      { name: 'count', type: 'integer', token: 'COUNT', optional: true },
+      { name: 'type', type: 'string', token: 'TYPE', optional: true },
+    ],
+    run: scan },
+  { name: 'keys', arity: 2, flags: ['readonly'], ...noKeys(), group: 'generic', since: '1.0.0', complexity: 'O(N) with N being the number of keys in the database',
+    summary: 'Returns all key names that match a pattern.', args: [{ name: 'pattern', type: 'pattern' }], run: keys },
+  { name: 'dbsize', arity: 1, flags: ['readonly', 'fast'], ...noKeys(), group: 'server', since: '1.0.0', complexity: 'O(1)',
+    summary: 'Returns the number of keys in the database.', args: [], run: (ctx) => ctx.reply.integer(ctx.server.keyspace.size) },
+  { name: 'flushdb', arity: -1, flags: ['write'], ...noKeys(), group: 'server', since: '1.0.0', complexity: 'O(N) where N is the number of keys in the selected database',
+    summary: 'Removes all keys from the current database.', args: flushArgs, run: flush },
+  { name: 'flushall', arity: -1, flags: ['write'], ...noKeys(), group: 'server', since: '1.0.0', complexity: 'O(N) where N is the total number of keys in all databases',
+    summary: 'Removes all keys from all databases.', args: flushArgs, run: flush },
+];

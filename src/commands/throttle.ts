@@ -1,0 +1,201 @@
+/**
+ * CL.THROTTLE (redis-cell 0.5) and GCRA (Redis 8.8). Both keep one TAT per key and share it:
+ * TYPE answers `gcra` for either. State in the keyspace: A = TAT whole µs, B = TAT extra ns (0..999).
+ */
+import { KeyType } from '../keyspace/keyspace.js';
+import { cellParams, cellThrottle, newCellDecision, MAX_TOLERANCE_US } from '../limiters/cell-throttle.js';
+import { gcraDecide, gcraParams, newGcraDecision } from '../limiters/redis-gcra.js';
+import { lower, parseRedisDouble, parseRedisInteger, parseRustI64, str } from './args.js';
+import { firstKeyOnly, type CommandContext, type CommandSpec } from './types.js';
+
+export const WRONGTYPE = 'WRONGTYPE Operation against a key holding the wrong kind of value';
+
+const cellDecision = newCellDecision();
+const gcraDecision = newGcraDecision();
+
+/** Parses a redis-cell integer argument; writes a clear error naming it when it is not acceptable. */
+function cellInteger(ctx: CommandContext, arg: Buffer, name: string, min: number, rule: string): number | null {
+  const n = parseRustI64(arg);
+  if (n === null) {
+    ctx.reply.error(`ERR invalid ${name} '${str(arg)}': not an integer`);
+    return null;
+  }
+  if (n < min) {
+    ctx.reply.error(`ERR invalid ${name} '${str(arg)}': ${rule}`);
+    return null;
+  }
+  return n;
+}
+
+/** Looks up `key` for a GCRA-family command: slot, -1 when absent, or null after a WRONGTYPE reply. */
+function gcraSlot(ctx: CommandContext, key: string): number | null {
+  const ks = ctx.server.keyspace;
+  const slot = ks.lookup(key, ctx.nowMs);
+  if (slot !== -1 && ks.typeOf(slot) !== KeyType.Gcra) {
+    ctx.reply.error(WRONGTYPE);
+    return null;
+  }
+  return slot;
+}
+
+/** Stores a TAT and expiry, creating the key if needed. */
+function storeTat(ctx: CommandContext, key: string, slot: number, tatUs: number, tatNs: number, expireAtMs: number): void {
+  const ks = ctx.server.keyspace;
+  if (slot === -1) slot = ks.create(key, KeyType.Gcra);
+  ks.setState(slot, tatUs, tatNs);
+  ks.setExpireAtMs(slot, expireAtMs);
+}
+
+function replyFive(ctx: CommandContext, limited: boolean, limit: number, remaining: number, retry: number, reset: number): void {
+  const r = ctx.reply;
+  r.arrayHeader(5);
+  r.integer(limited ? 1 : 0);
+  r.integer(limit);
+  r.integer(remaining);
+  r.integer(retry);
+  r.integer(reset);
+}
+
+function clThrottle(ctx: CommandContext, argv: Buffer[]): void {
+  if (argv.length > 6) {
+    ctx.reply.error("ERR wrong number of arguments for 'cl.throttle' command");
+    return;
+  }
+  let maxBurst: number | null;
+  let count: number | null;
+  let period: number | null;
+  let quantity: number | null = 1;
+  if (argv.length === 4) {
+    // Short form: CL.THROTTLE key capacity rate_per_second.
+    const capacity = cellInteger(ctx, argv[2], 'capacity', 1, 'must be >= 1');
+    if (capacity === null) return;
+    maxBurst = capacity - 1;
+    count = cellInteger(ctx, argv[3], 'rate_per_second', 1, 'must be >= 1');
+    period = 1;
+  } else {
+    maxBurst = cellInteger(ctx, argv[2], 'max_burst', 0, 'must be >= 0');
+    if (maxBurst === null) return;
+    count = cellInteger(ctx, argv[3], 'count_per_period', 1, 'must be >= 1');
+    if (count === null) return;
+    period = cellInteger(ctx, argv[4], 'period', 1, 'must be >= 1 second');
+    if (period === null) return;
+    if (argv.length === 6) quantity = cellInteger(ctx, argv[5], 'quantity', 0, 'must be >= 0');
+  }
+  if (count === null || quantity === null) return;
+  const params = cellParams(maxBurst, count, period);
+  if (params === null) {
+    ctx.reply.error(`ERR invalid max_burst/period: the burst tolerance (period / count_per_period × (max_burst + 1)) exceeds ${MAX_TOLERANCE_US / (365 * 86400 * 1e6)} years`);
+    return;
+  }
+  const key = str(argv[1]);
+  const slot = gcraSlot(ctx, key);
+  if (slot === null) return;
+  const ks = ctx.server.keyspace;
+  const d = cellDecision;
+  cellThrottle(params, quantity, slot !== -1, slot !== -1 ? ks.getA(slot) : 0, slot !== -1 ? ks.getB(slot) : 0, ctx.nowUs, d);
+  if (d.write) storeTat(ctx, key, slot, d.tatUs, d.tatNs, d.expireAtMs);
+  countDecision(ctx, 'cl.throttle', d.limited);
+  replyFive(ctx, d.limited, d.limit, d.remaining, d.retryAfterSec, d.resetAfterSec);
+}
+
+function countDecision(ctx: CommandContext, name: string, limited: boolean): void {
+  const s = ctx.server.stats.limiter(name);
+  if (limited) s.limited++;
+  else s.allowed++;
+}
+
+/** Redis's getRangeLongFromObjectOrReply(c, o, 1, LONG_MAX, ..., NULL). */
+function positiveLong(ctx: CommandContext, arg: Buffer): number | null {
+  const n = parseRedisInteger(arg);
+  if (n === null) {
+    ctx.reply.error('ERR value is not an integer or out of range');
+    return null;
+  }
+  if (n < 1) {
+    ctx.reply.error('ERR value is out of range, value must between 1 and 9223372036854775807');
+    return null;
+  }
+  return n;
+}
+
+function gcra(ctx: CommandContext, argv: Buffer[]): void {
+  const r = ctx.reply;
+  if (argv.length > 7) {
+    r.error("ERR wrong number of arguments for 'gcra' command");
+    return;
+  }
+  const maxBurst = parseRedisInteger(argv[2]);
+  if (maxBurst === null || maxBurst < 0) {
+    r.error('ERR value is out of range, must be positive');
+    return;
+  }
+  const tokensPerPeriod = positiveLong(ctx, argv[3]);
+  if (tokensPerPeriod === null) return;
+  const period = parseRedisDouble(argv[4]);
+  if (period === null) {
+    r.error('ERR value is not a valid float');
+    return;
+  }
+  if (!(period > 0 && period < 1e12)) {
+    r.error('ERR period must be > 0 and < 1e12');
+    return;
+  }
+  let tokens = 1;
+  if (argv.length >= 6) {
+    if (lower(argv[5]) !== 'tokens') {
+      r.error('ERR syntax error');
+      return;
+    }
+    if (argv.length === 6) {
+      r.error('ERR Missing TOKENS value');
+      return;
+    }
+    const t = positiveLong(ctx, argv[6]);
+    if (t === null) return;
+    tokens = t;
+  }
+  const key = str(argv[1]);
+  const slot = gcraSlot(ctx, key);
+  if (slot === null) return;
+  const params = gcraParams(maxBurst, tokensPerPeriod, period, tokens);
+  if (params === 'tokens-overflow' || params === 'burst-overflow') {
+    const what = params === 'tokens-overflow' ? 'TOKENS' : 'max_burst';
+    r.error(`ERR GCRA limiting uses microsecond accuracy. Combination of period, tokens_per_period and ${what} would cause an overflow`);
+    return;
+  }
+  const ks = ctx.server.keyspace;
+  const d = gcraDecision;
+  gcraDecide(params, slot !== -1, slot !== -1 ? ks.getA(slot) : 0, ctx.nowUs, d);
+  if (d.write) storeTat(ctx, key, slot, d.tatUs, 0, d.expireAtMs);
+  countDecision(ctx, 'gcra', d.limited);
+  replyFive(ctx, d.limited, d.limit, d.remaining, d.retryAfterSec, d.resetAfterSec);
+}
+
+export const throttleCommands: CommandSpec[] = [
+  {
+    name: 'cl.throttle', arity: -4, flags: ['write', 'denyoom', 'fast'], ...firstKeyOnly(),
+    group: 'limiter', since: '0.1.0', complexity: 'O(1)',
+    summary: 'Rate-limits a key with GCRA, redis-cell compatible: [limited, limit, remaining, retry_after, reset_after].',
+    args: [
+      { name: 'key', type: 'key' },
+      { name: 'max_burst', type: 'integer' },
+      { name: 'count_per_period', type: 'integer' },
+      { name: 'period', type: 'integer', optional: true },
+      { name: 'quantity', type: 'integer', optional: true },
+    ],
+    run: clThrottle,
+  },
+  {
+    name: 'gcra', arity: -5, flags: ['write', 'denyoom', 'fast'], ...firstKeyOnly(),
+    group: 'string', since: '8.8.0', complexity: 'O(1)',
+    summary: 'Rate limit via GCRA (Redis 8.8 compatible): [limited, limit, remaining, retry_after, reset_after].',
+    args: [
+      { name: 'key', type: 'key' },
+      { name: 'max_burst', type: 'integer' },
+      { name: 'tokens_per_period', type: 'integer' },
+      { name: 'period', type: 'double' },
+      { name: 'count', type: 'integer', token: 'TOKENS', optional: true },
+    ],
+    run: gcra,
+  },
+];

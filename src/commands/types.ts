@@ -1,0 +1,67 @@
+/**
+ * The shape of a command, described once. Arity checks, the auth gate, `COMMAND INFO`,
+ * `COMMAND DOCS`, `COMMAND LIST` and subcommand help are all generated from these descriptions.
+ */
+import type { Client } from '../server/client.js';
+import type { Server } from '../server/server.js';
+import type { ReplyWriter } from '../protocol/reply-writer.js';
+
+/** One argument as `COMMAND DOCS` shows it (Redis's argument schema, trimmed to what we use). */
+export interface ArgDoc {
+  name: string;
+  type: 'key' | 'string' | 'integer' | 'double' | 'pattern' | 'pure-token' | 'oneof' | 'block' | 'unix-time';
+  token?: string;
+  optional?: boolean;
+  multiple?: boolean;
+  arguments?: ArgDoc[];
+}
+
+export type CommandFlag =
+  | 'write' | 'readonly' | 'fast' | 'admin' | 'noscript' | 'loading' | 'stale' | 'no-auth'
+  | 'denyoom' | 'allow-busy' | 'sentinel' | 'no-multi' | 'blocking';
+
+/** What a handler gets: the server, the calling client, the reply writer and the call's time. */
+export interface CommandContext {
+  server: Server;
+  client: Client;
+  reply: ReplyWriter;
+  /** The server clock at the start of this command, in µs (one snapshot per command, as Redis). */
+  nowUs: number;
+  nowMs: number;
+}
+
+/** Runs a command whose arity was checked. `argv[0]` is the command name as sent. */
+export type CommandHandler = (ctx: CommandContext, argv: Buffer[]) => void;
+
+export interface CommandSpec {
+  /** Lowercase name (`cl.throttle`, or `setname` for a subcommand). */
+  name: string;
+  /** Redis arity: N = exactly N arguments including the name; −N = at least N. */
+  arity: number;
+  flags: CommandFlag[];
+  /** Key positions as COMMAND INFO reports them (0, 0, 0 when there are none). */
+  firstKey: number;
+  lastKey: number;
+  keyStep: number;
+  group: string;
+  summary: string;
+  since: string;
+  complexity?: string;
+  args: ArgDoc[];
+  /** A container command (CLIENT, CONFIG, ...) dispatches on argv[1] to these. */
+  subcommands?: CommandSpec[];
+  /** Absent on containers: the subcommand's handler runs. */
+  run?: CommandHandler;
+  /** Set by the table for subcommands: `client|setname`. */
+  fullName?: string;
+}
+
+/** Shorthand for the common case of a command without keys. */
+export function noKeys(): Pick<CommandSpec, 'firstKey' | 'lastKey' | 'keyStep'> {
+  return { firstKey: 0, lastKey: 0, keyStep: 0 };
+}
+
+/** Shorthand for a command whose key is its first argument. */
+export function firstKeyOnly(): Pick<CommandSpec, 'firstKey' | 'lastKey' | 'keyStep'> {
+  return { firstKey: 1, lastKey: 1, keyStep: 1 };
+}

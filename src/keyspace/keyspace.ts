@@ -1,0 +1,190 @@
+/**
+ * The keyspace: every limiter key, its algorithm, its state and its absolute expiry.
+ *
+ * Layout: a `Map<string, slot>` from the key (a binary string, one char per byte) to a slot number,
+ * and one typed-array column per field, indexed by slot. Updating a key writes numbers into typed
+ * arrays and allocates nothing, so a million keys updated continuously create no garbage for the GC
+ * to trace (boxed per-update objects made minor GCs take tens of ms at that size).
+ *
+ * Expiry follows Redis: a key is visible while `nowMs <= expireAtMs` and gone once `nowMs >
+ * expireAtMs` (lazily on access, and by the active cycle, which does bounded work per call). A slot
+ * keeps its number for the key's whole life, which makes SCAN cursors stable.
+ */
+
+/** The algorithm a key holds. The name is what TYPE answers. */
+export enum KeyType {
+  Free = 0,
+  Gcra = 1,
+}
+
+export const TYPE_NAMES: Record<number, string> = {
+  [KeyType.Gcra]: 'gcra',
+};
+
+const INITIAL_SLOTS = 1024;
+
+export class Keyspace {
+  private readonly index = new Map<string, number>();
+  /** slot → key, for SCAN, KEYS and the expiry cycle. */
+  private keys: (string | null)[] = [];
+  private types = new Uint8Array(INITIAL_SLOTS);
+  private expireAt = new Float64Array(INITIAL_SLOTS);
+  /** Two numeric state fields per slot; each algorithm documents what they hold. */
+  private stateA = new Float64Array(INITIAL_SLOTS);
+  private stateB = new Float64Array(INITIAL_SLOTS);
+  private freeSlots: number[] = [];
+  /** Slots ever used: [0, highWater). */
+  private highWater = 0;
+  private sweepCursor = 0;
+
+  /** Live keys per KeyType (INFO limiter). */
+  private typeCounts = new Float64Array(16);
+
+  /** Keys removed because they expired (INFO expired_keys). */
+  expiredCount = 0;
+
+  countOfType(type: KeyType): number {
+    return this.typeCounts[type];
+  }
+
+  get size(): number {
+    return this.index.size;
+  }
+
+  /** The slot of a live key, or -1. An expired key found here is deleted on the spot. */
+  lookup(key: string, nowMs: number): number {
+    const slot = this.index.get(key);
+    if (slot === undefined) return -1;
+    if (nowMs > this.expireAt[slot]) {
+      this.removeSlot(slot);
+      this.expiredCount++;
+      return -1;
+    }
+    return slot;
+  }
+
+  /** Creates a key (it must not exist) and returns its slot; the caller sets state and expiry. */
+  create(key: string, type: KeyType): number {
+    let slot = this.freeSlots.pop();
+    if (slot === undefined) {
+      if (this.highWater === this.types.length) this.grow();
+      slot = this.highWater++;
+    }
+    this.index.set(key, slot);
+    this.keys[slot] = key;
+    this.types[slot] = type;
+    this.typeCounts[type]++;
+    this.expireAt[slot] = 0;
+    this.stateA[slot] = 0;
+    this.stateB[slot] = 0;
+    return slot;
+  }
+
+  /** Deletes a key if present (expired or not: DEL counts only live ones, so check first). */
+  delete(key: string, nowMs: number): boolean {
+    const slot = this.lookup(key, nowMs);
+    if (slot === -1) return false;
+    this.removeSlot(slot);
+    return true;
+  }
+
+  clear(): void {
+    this.index.clear();
+    this.keys = [];
+    this.freeSlots = [];
+    this.highWater = 0;
+    this.sweepCursor = 0;
+    this.typeCounts.fill(0);
+    this.types = new Uint8Array(INITIAL_SLOTS);
+    this.expireAt = new Float64Array(INITIAL_SLOTS);
+    this.stateA = new Float64Array(INITIAL_SLOTS);
+    this.stateB = new Float64Array(INITIAL_SLOTS);
+  }
+
+  typeOf(slot: number): KeyType {
+    return this.types[slot];
+  }
+  expireAtMs(slot: number): number {
+    return this.expireAt[slot];
+  }
+  setExpireAtMs(slot: number, ms: number): void {
+    this.expireAt[slot] = ms;
+  }
+  getA(slot: number): number {
+    return this.stateA[slot];
+  }
+  getB(slot: number): number {
+    return this.stateB[slot];
+  }
+  setState(slot: number, a: number, b: number): void {
+    this.stateA[slot] = a;
+    this.stateB[slot] = b;
+  }
+
+  /**
+   * Visits live keys from slot `cursor` on, calling `visit(key, slot)` for up to `count` slots.
+   * Returns the next cursor (0 when the walk is complete), as SCAN needs.
+   */
+  scan(cursor: number, count: number, nowMs: number, visit: (key: string, slot: number) => void): number {
+    let slot = cursor;
+    let seen = 0;
+    while (slot < this.highWater && seen < count) {
+      const key = this.keys[slot];
+      if (key != null) {
+        seen++;
+        if (nowMs > this.expireAt[slot]) {
+          this.removeSlot(slot);
+          this.expiredCount++;
+        } else {
+          visit(key, slot);
+        }
+      }
+      slot++;
+    }
+    return slot >= this.highWater ? 0 : slot;
+  }
+
+  /**
+   * One step of the active expiry cycle: examines slots round-robin and deletes expired keys,
+   * stopping after `maxSlots` slots or when `deadline()` says time is up (checked every 256 slots),
+   * so a million keys expiring together are reclaimed over many short steps. Returns the number of
+   * keys deleted.
+   */
+  expireStep(nowMs: number, maxSlots: number, timeUp: () => boolean): number {
+    let removed = 0;
+    const limit = Math.min(maxSlots, this.highWater);
+    for (let i = 0; i < limit; i++) {
+      if (this.sweepCursor >= this.highWater) this.sweepCursor = 0;
+      const slot = this.sweepCursor++;
+      if (this.keys[slot] != null && nowMs > this.expireAt[slot]) {
+        this.removeSlot(slot);
+        removed++;
+      }
+      if ((i & 255) === 255 && timeUp()) break;
+    }
+    this.expiredCount += removed;
+    return removed;
+  }
+
+  private removeSlot(slot: number): void {
+    const key = this.keys[slot]!;
+    this.index.delete(key);
+    this.keys[slot] = null;
+    this.typeCounts[this.types[slot]]--;
+    this.types[slot] = KeyType.Free;
+    this.freeSlots.push(slot);
+  }
+
+  private grow(): void {
+    const size = this.types.length * 2;
+    this.types = growTyped(this.types, new Uint8Array(size));
+    this.expireAt = growTyped(this.expireAt, new Float64Array(size));
+    this.stateA = growTyped(this.stateA, new Float64Array(size));
+    this.stateB = growTyped(this.stateB, new Float64Array(size));
+  }
+}
+
+function growTyped<T extends Uint8Array | Float64Array>(from: T, to: T): T {
+  to.set(from);
+  return to;
+}

@@ -1,0 +1,207 @@
+/**
+ * Reply writer: encodes RESP2 or RESP3 replies straight into one growable buffer, so the replies to
+ * every command of one read leave in a single socket write. Strings are "binary strings": each char
+ * is one byte (latin1), which is how keys and arguments travel through the server.
+ *
+ * RESP3-only types degrade as Redis degrades them for RESP2 clients: maps become flat arrays,
+ * doubles and verbatim strings become bulk strings, booleans become integers, null is `$-1`.
+ */
+const INITIAL_BYTES = 64 * 1024;
+const I64_MAX = '9223372036854775807';
+const I64_MIN = '-9223372036854775808';
+
+export type Protocol = 2 | 3;
+
+export class ReplyWriter {
+  private buf = Buffer.allocUnsafe(INITIAL_BYTES);
+  private len = 0;
+  /** The protocol of the client whose replies are being written. */
+  proto: Protocol = 2;
+
+  get length(): number {
+    return this.len;
+  }
+
+  /** Returns the bytes written since the last take (a copy the socket may keep) and empties the writer. */
+  take(): Buffer {
+    const out = Buffer.allocUnsafe(this.len);
+    this.buf.copy(out, 0, 0, this.len);
+    this.len = 0;
+    if (this.buf.length > 4 * INITIAL_BYTES * 16) this.buf = Buffer.allocUnsafe(INITIAL_BYTES);
+    return out;
+  }
+
+  /** The byte at `offset` of what was written (to tell an error reply from others). */
+  peekByte(offset: number): number {
+    return this.buf[offset];
+  }
+
+  /** The code of the error reply written at `offset` (`ERR`, `WRONGTYPE`, ...). */
+  errorCodeAt(offset: number): string {
+    let end = offset + 1;
+    while (end < this.len && this.buf[end] !== 0x20 && this.buf[end] !== 0x0d) end++;
+    return this.buf.toString('latin1', offset + 1, end);
+  }
+
+  private ensure(extra: number): void {
+    const need = this.len + extra;
+    if (need <= this.buf.length) return;
+    let size = this.buf.length * 2;
+    while (size < need) size *= 2;
+    const bigger = Buffer.allocUnsafe(size);
+    this.buf.copy(bigger, 0, 0, this.len);
+    this.buf = bigger;
+  }
+
+  /** Writes ASCII/latin1 text with no framing. */
+  raw(text: string): void {
+    this.ensure(text.length);
+    this.len += this.buf.write(text, this.len, 'latin1');
+  }
+
+  private byte(b: number): void {
+    this.ensure(1);
+    this.buf[this.len++] = b;
+  }
+
+  private crlf(): void {
+    this.ensure(2);
+    this.buf[this.len++] = 13;
+    this.buf[this.len++] = 10;
+  }
+
+  /** Writes a decimal integer (with no framing). Values beyond ±2^63 are clamped as i64 would saturate. */
+  private decimal(n: number): void {
+    if (n >= 9223372036854775807) return this.raw(I64_MAX);
+    if (n <= -9223372036854775808) return this.raw(I64_MIN);
+    if (n >= 0 && n < 10) return this.byte(48 + n);
+    // Integers up to 2^53 print exactly; `Object.is(-0)` prints as 0 like C's long long.
+    this.raw(n === 0 ? '0' : String(n));
+  }
+
+  /** `+text` (text must not contain CR or LF). */
+  status(text: string): void {
+    this.byte(0x2b);
+    this.raw(text);
+    this.crlf();
+  }
+
+  ok(): void {
+    this.raw('+OK\r\n');
+  }
+
+  /**
+   * `-CODE message`: `text` carries its code (`ERR ...`, `WRONGTYPE ...`). Like Redis's
+   * addReplyError, CR and LF become spaces, so a message quoting user input never breaks framing.
+   */
+  error(text: string): void {
+    this.byte(0x2d);
+    this.raw(text.replace(/[\r\n]/g, ' '));
+    this.crlf();
+  }
+
+  integer(n: number): void {
+    this.byte(0x3a);
+    this.decimal(n);
+    this.crlf();
+  }
+
+  /** A bulk string from a binary string (one char = one byte) or raw bytes. */
+  bulk(value: string | Buffer): void {
+    this.byte(0x24);
+    this.decimal(value.length);
+    this.crlf();
+    if (typeof value === 'string') {
+      this.raw(value);
+    } else {
+      this.ensure(value.length);
+      value.copy(this.buf, this.len);
+      this.len += value.length;
+    }
+    this.crlf();
+  }
+
+  /** A bulk string from UTF-8 text (help lines, INFO). */
+  text(value: string): void {
+    this.bulk(Buffer.from(value, 'utf8'));
+  }
+
+  /** RESP3 null `_`, RESP2 null bulk `$-1`. */
+  nullBulk(): void {
+    this.raw(this.proto === 3 ? '_\r\n' : '$-1\r\n');
+  }
+
+  /** RESP3 null `_`, RESP2 null array `*-1`. */
+  nullArray(): void {
+    this.raw(this.proto === 3 ? '_\r\n' : '*-1\r\n');
+  }
+
+  arrayHeader(count: number): void {
+    this.byte(0x2a);
+    this.decimal(count);
+    this.crlf();
+  }
+
+  /** A map of `count` pairs: RESP3 `%`, RESP2 an array of 2×count. */
+  mapHeader(count: number): void {
+    if (this.proto === 3) {
+      this.byte(0x25);
+      this.decimal(count);
+    } else {
+      this.byte(0x2a);
+      this.decimal(count * 2);
+    }
+    this.crlf();
+  }
+
+  /** A set: RESP3 `~`, RESP2 an array. */
+  setHeader(count: number): void {
+    this.byte(this.proto === 3 ? 0x7e : 0x2a);
+    this.decimal(count);
+    this.crlf();
+  }
+
+  /** RESP3 `,1.5`, RESP2 a bulk string, formatted as Redis formats doubles (%.17g-like, shortest). */
+  double(n: number): void {
+    const text = Number.isNaN(n) ? 'nan' : n === Infinity ? 'inf' : n === -Infinity ? '-inf' : String(n);
+    if (this.proto === 3) {
+      this.byte(0x2c);
+      this.raw(text);
+      this.crlf();
+    } else {
+      this.bulk(text);
+    }
+  }
+
+  /** RESP3 `#t`/`#f`, RESP2 `:1`/`:0`. */
+  boolean(b: boolean): void {
+    if (this.proto === 3) this.raw(b ? '#t\r\n' : '#f\r\n');
+    else this.raw(b ? ':1\r\n' : ':0\r\n');
+  }
+
+  /** RESP3 verbatim string `=len\r\ntxt:...`, RESP2 a bulk string. Used by INFO, as Redis does. */
+  verbatim(value: string, format = 'txt'): void {
+    if (this.proto !== 3) return this.text(value);
+    const body = Buffer.from(value, 'utf8');
+    this.byte(0x3d);
+    this.decimal(body.length + 4);
+    this.crlf();
+    this.raw(format + ':');
+    this.ensure(body.length);
+    body.copy(this.buf, this.len);
+    this.len += body.length;
+    this.crlf();
+  }
+
+  /** An array of bulk strings (binary strings). */
+  bulkArray(values: readonly string[]): void {
+    this.arrayHeader(values.length);
+    for (const v of values) this.bulk(v);
+  }
+
+  /** An array of integers. */
+  integerArray(values: ArrayLike<number>): void {
+    this.arrayHeader(values.length);
+    for (let i = 0; i < values.length; i++) this.integer(values[i]);
+  }
+}

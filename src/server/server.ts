@@ -1,0 +1,242 @@
+/**
+ * The server: listening sockets, the client registry, command dispatch (lookup, arity, auth gate,
+ * stats) and the periodic task (active expiry, idle timeouts, metrics), all on one thread, as Redis.
+ */
+import net from 'node:net';
+import { performance } from 'node:perf_hooks';
+import { randomBytes } from 'node:crypto';
+import { Clock } from '../clock.js';
+import type { Config } from '../config.js';
+import type { Logger } from '../log.js';
+import { Keyspace } from '../keyspace/keyspace.js';
+import { ReplyWriter } from '../protocol/reply-writer.js';
+import { lookupCommand, lookupSubcommand } from '../commands/table.js';
+import type { CommandContext } from '../commands/types.js';
+import { lower, str } from '../commands/args.js';
+import { Client } from './client.js';
+import { Stats } from './stats.js';
+
+export const VERSION = '0.1.0';
+/** The Redis version whose protocol and replies cellgate matches (INFO redis_version, HELLO). */
+export const REDIS_VERSION = '7.2.4';
+
+/** Time budget of one active-expiry step, as a share of the periodic task's interval. */
+const EXPIRE_CYCLE_MAX_MS = 2;
+
+export class Server {
+  readonly clock = new Clock();
+  readonly keyspace = new Keyspace();
+  readonly stats = new Stats();
+  readonly writer = new ReplyWriter();
+  readonly clients = new Map<number, Client>();
+  readonly runId = randomBytes(20).toString('hex');
+  readonly startedMs = Date.now();
+  port = 0;
+  private listeners: net.Server[] = [];
+  private nextClientId = 1;
+  private timer: NodeJS.Timeout | null = null;
+  private shuttingDown = false;
+
+  constructor(
+    readonly config: Config,
+    readonly log: Logger,
+  ) {}
+
+  get authRequired(): boolean {
+    return this.config.get('requirepass') !== '';
+  }
+
+  /** Binds every configured address on one port. Rejects with a one-line reason. */
+  async start(): Promise<void> {
+    const addresses = this.config.get('bind').split(/\s+/).filter(Boolean);
+    let port = this.config.int('port');
+    const failures: string[] = [];
+    for (const raw of addresses) {
+      // A leading '-' marks an address that may be unavailable (Redis's syntax); ::1 is always optional.
+      const optional = raw.startsWith('-') || raw === '::1';
+      const address = raw.replace(/^-/, '');
+      try {
+        const listener = await this.listen(address, port);
+        this.listeners.push(listener);
+        port = (listener.address() as net.AddressInfo).port;
+      } catch (e) {
+        const err = e as NodeJS.ErrnoException;
+        const reason = err.code === 'EADDRINUSE' ? 'address already in use' : err.code === 'EACCES' ? 'permission denied' : (err.code ?? err.message);
+        if (optional && err.code !== 'EADDRINUSE') {
+          this.log.warning(`could not bind ${address}:${port}: ${reason}`);
+          continue;
+        }
+        failures.push(`cannot listen on ${address.includes(':') ? `[${address}]` : address}:${port}: ${reason}`);
+      }
+    }
+    if (failures.length > 0 || this.listeners.length === 0) {
+      for (const l of this.listeners) l.close();
+      throw new Error(failures[0] ?? 'no address to listen on');
+    }
+    this.port = port;
+    this.applyRuntimeConfig();
+  }
+
+  /** Applies settings that CONFIG SET can change while running (logging, task frequency). */
+  applyRuntimeConfig(): void {
+    this.log.level = this.config.get('loglevel');
+    this.log.format = this.config.get('log-format') as 'human' | 'json';
+    if (this.timer) clearInterval(this.timer);
+    this.timer = setInterval(() => this.periodic(), Math.max(1, Math.floor(1000 / this.config.int('hz'))));
+  }
+
+  private listen(address: string, port: number): Promise<net.Server> {
+    return new Promise((resolve, reject) => {
+      const listener = net.createServer({ noDelay: true }, (socket) => this.accept(socket));
+      listener.once('error', reject);
+      listener.listen({ host: address, port, ipv6Only: address.includes(':') }, () => {
+        listener.off('error', reject);
+        listener.on('error', (e) => this.log.warning(`listener error: ${e.message}`));
+        resolve(listener);
+      });
+    });
+  }
+
+  private accept(socket: net.Socket): void {
+    if (this.shuttingDown) {
+      socket.destroy();
+      return;
+    }
+    this.stats.totalConnections++;
+    if (this.clients.size >= this.config.int('maxclients')) {
+      this.stats.rejectedConnections++;
+      socket.on('error', () => {});
+      socket.end('-ERR max number of clients reached\r\n');
+      return;
+    }
+    if (this.deniedByProtectedMode(socket)) {
+      this.stats.rejectedConnections++;
+      socket.on('error', () => {});
+      socket.end(PROTECTED_MODE_MESSAGE);
+      return;
+    }
+    const keepalive = this.config.int('tcp-keepalive');
+    if (keepalive > 0) socket.setKeepAlive(true, keepalive * 1000);
+    const client = new Client(this.nextClientId++, socket, this);
+    this.clients.set(client.id, client);
+  }
+
+  /** Protected mode (SPEC §6): no password and listening beyond loopback → only loopback clients. */
+  private deniedByProtectedMode(socket: net.Socket): boolean {
+    if (!this.config.bool('protected-mode') || this.authRequired) return false;
+    return !isLoopback(socket.remoteAddress ?? '');
+  }
+
+  removeClient(client: Client): void {
+    this.clients.delete(client.id);
+  }
+
+  /** Runs one command for `client`; its reply goes to the shared writer. */
+  execute(client: Client, argv: Buffer[]): void {
+    const reply = this.writer;
+    const name = lower(argv[0]);
+    let spec = lookupCommand(name);
+    if (spec === undefined) {
+      this.stats.error('ERR');
+      reply.error(unknownCommandMessage(argv));
+      return;
+    }
+    if (spec.subcommands !== undefined && argv.length >= 2) {
+      const sub = lookupSubcommand(spec, lower(argv[1]));
+      if (sub === undefined) {
+        this.stats.error('ERR');
+        reply.error(`ERR unknown subcommand '${truncate(str(argv[1]), 128)}'. Try ${spec.name.toUpperCase()} HELP.`);
+        return;
+      }
+      spec = sub;
+    }
+    const fullName = spec.fullName ?? spec.name;
+    const stat = this.stats.command(fullName);
+    const argc = argv.length;
+    if ((spec.arity > 0 && argc !== spec.arity) || argc < -spec.arity || spec.run === undefined) {
+      stat.rejectedCalls++;
+      this.stats.error('ERR');
+      reply.error(`ERR wrong number of arguments for '${fullName}' command`);
+      return;
+    }
+    if (!client.authenticated && !spec.flags.includes('no-auth')) {
+      stat.rejectedCalls++;
+      this.stats.error('NOAUTH');
+      reply.error('NOAUTH Authentication required.');
+      return;
+    }
+    const nowUs = this.clock.nowUs();
+    const ctx: CommandContext = { server: this, client, reply, nowUs, nowMs: Math.floor(nowUs / 1000) };
+    const mark = reply.length;
+    client.lastCommand = fullName;
+    const started = performance.now();
+    spec.run(ctx, argv);
+    stat.usec += (performance.now() - started) * 1000;
+    stat.calls++;
+    this.stats.totalCommands++;
+    // A reply that begins with '-' is an error: count it as Redis's failed_calls / errorstats do.
+    if (reply.length > mark && reply.peekByte(mark) === 0x2d) {
+      stat.failedCalls++;
+      this.stats.error(reply.errorCodeAt(mark));
+    }
+  }
+
+  /** The periodic task: active expiry, idle timeouts, metrics (Redis's serverCron). */
+  private periodic(): void {
+    const nowMs = this.clock.nowMs();
+    const deadline = performance.now() + EXPIRE_CYCLE_MAX_MS;
+    this.keyspace.expireStep(nowMs, 1 << 20, () => performance.now() > deadline);
+    this.stats.sampleOps();
+    this.clock.resync();
+    const timeoutSec = this.config.int('timeout');
+    if (timeoutSec > 0) {
+      const cutoff = Date.now() - timeoutSec * 1000;
+      for (const client of this.clients.values()) {
+        if (client.lastInteractionMs < cutoff) {
+          this.log.verbose('closing idle client', { id: client.id, addr: client.addr });
+          client.socket.destroy();
+        }
+      }
+    }
+  }
+
+  /** Stops accepting, closes every client and exits the process with `code`. */
+  shutdown(reason: string, code = 0): void {
+    if (this.shuttingDown) return;
+    this.shuttingDown = true;
+    this.log.notice(`shutting down: ${reason}`);
+    if (this.timer) clearInterval(this.timer);
+    for (const l of this.listeners) l.close();
+    for (const c of this.clients.values()) c.socket.destroy();
+    this.log.notice('cellgate is now ready to exit, bye bye...');
+    process.exit(code);
+  }
+}
+
+export const PROTECTED_MODE_MESSAGE =
+  '-DENIED cellgate is running in protected mode because protected mode is enabled and no password is set for the default user. ' +
+  'In this mode connections are only accepted from the loopback interface. If you want to connect from external computers to ' +
+  'cellgate you may adopt one of the following solutions: 1) Disable protected mode by sending the command ' +
+  "'CONFIG SET protected-mode no' from the loopback interface by connecting to cellgate from the same host the server is running, " +
+  'however MAKE SURE cellgate is not publicly accessible from internet if you do so. 2) Alternatively you can just disable the ' +
+  "protected mode by editing the cellgate configuration file, setting the protected mode option to 'no', and then restarting " +
+  'the server. 3) If you started the server manually just for testing, restart it with the \'--protected-mode no\' option. ' +
+  '4) Set up an authentication password for the default user. NOTE: You only need to do one of the above things in order for ' +
+  'the server to start accepting connections from the outside.\r\n';
+
+function isLoopback(address: string): boolean {
+  return address === '::1' || address.startsWith('127.') || address.startsWith('::ffff:127.');
+}
+
+function truncate(s: string, n: number): string {
+  return s.length > n ? s.slice(0, n) : s;
+}
+
+/** Redis 7's text: `unknown command 'x', with args beginning with: 'a' 'b' ` (args up to 128 chars). */
+function unknownCommandMessage(argv: Buffer[]): string {
+  let args = '';
+  for (let i = 1; i < argv.length && args.length < 128; i++) {
+    args += `'${truncate(str(argv[i]), 128 - args.length)}' `;
+  }
+  return `ERR unknown command '${truncate(str(argv[0]), 128)}', with args beginning with: ${args}`;
+}

@@ -1,0 +1,94 @@
+/**
+ * Counters behind INFO stats, commandstats and limiter, and CONFIG RESETSTAT.
+ */
+
+export interface CommandStat {
+  calls: number;
+  usec: number;
+  rejectedCalls: number;
+  failedCalls: number;
+}
+
+export interface LimiterStat {
+  allowed: number;
+  limited: number;
+}
+
+const OPS_SAMPLES = 16;
+
+export class Stats {
+  totalConnections = 0;
+  rejectedConnections = 0;
+  totalCommands = 0;
+  netInputBytes = 0;
+  netOutputBytes = 0;
+  errorReplies = 0;
+  authFailures = 0;
+  keyspaceHits = 0;
+  keyspaceMisses = 0;
+  readonly commands = new Map<string, CommandStat>();
+  readonly limiters = new Map<string, LimiterStat>();
+  readonly errors = new Map<string, number>();
+
+  private opsSamples = new Float64Array(OPS_SAMPLES);
+  private opsIndex = 0;
+  private lastSampleMs = Date.now();
+  private lastSampleCommands = 0;
+
+  command(name: string): CommandStat {
+    let s = this.commands.get(name);
+    if (s === undefined) {
+      s = { calls: 0, usec: 0, rejectedCalls: 0, failedCalls: 0 };
+      this.commands.set(name, s);
+    }
+    return s;
+  }
+
+  limiter(name: string): LimiterStat {
+    let s = this.limiters.get(name);
+    if (s === undefined) {
+      s = { allowed: 0, limited: 0 };
+      this.limiters.set(name, s);
+    }
+    return s;
+  }
+
+  /** Counts an error reply by its code (INFO errorstats). */
+  error(code: string): void {
+    this.errorReplies++;
+    this.errors.set(code, (this.errors.get(code) ?? 0) + 1);
+  }
+
+  /** Called from the server's periodic task, as Redis's trackInstantaneousMetric. */
+  sampleOps(): void {
+    const now = Date.now();
+    const elapsed = now - this.lastSampleMs;
+    if (elapsed <= 0) return;
+    this.opsSamples[this.opsIndex] = ((this.totalCommands - this.lastSampleCommands) * 1000) / elapsed;
+    this.opsIndex = (this.opsIndex + 1) % OPS_SAMPLES;
+    this.lastSampleMs = now;
+    this.lastSampleCommands = this.totalCommands;
+  }
+
+  get instantaneousOps(): number {
+    let sum = 0;
+    for (const v of this.opsSamples) sum += v;
+    return Math.round(sum / OPS_SAMPLES);
+  }
+
+  reset(): void {
+    this.totalConnections = 0;
+    this.rejectedConnections = 0;
+    this.totalCommands = 0;
+    this.netInputBytes = 0;
+    this.netOutputBytes = 0;
+    this.errorReplies = 0;
+    this.authFailures = 0;
+    this.keyspaceHits = 0;
+    this.keyspaceMisses = 0;
+    this.commands.clear();
+    this.limiters.clear();
+    this.errors.clear();
+    this.lastSampleCommands = 0;
+  }
+}

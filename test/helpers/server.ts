@@ -1,0 +1,84 @@
+/**
+ * Starts a real cellgate process for a test and stops it afterwards. The server listens on a free
+ * port (`--port 0`) and logs JSON; the port is read from its "ready" line.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+export const MAIN = fileURLToPath(new URL('../../dist/main.js', import.meta.url));
+
+export interface RunningServer {
+  port: number;
+  proc: ChildProcess;
+  dir: string;
+  /** Every log line so far. */
+  logs: string[];
+  stop(signal?: NodeJS.Signals): Promise<number | null>;
+}
+
+export interface StartOptions {
+  /** Extra flags, e.g. ['--requirepass', 'x']. */
+  args?: string[];
+  env?: Record<string, string>;
+  /** Enable DEBUG (default true: tests drive the clock). */
+  debug?: boolean;
+  /** Pass a config file path as the first argument. */
+  configFile?: string;
+}
+
+export async function startServer(opts: StartOptions = {}): Promise<RunningServer> {
+  const dir = mkdtempSync(join(tmpdir(), 'cellgate-test-'));
+  const args = [
+    MAIN,
+    ...(opts.configFile ? [opts.configFile] : []),
+    '--port', '0', '--bind', '127.0.0.1', '--log-format', 'json', '--dir', dir,
+    ...(opts.debug === false ? [] : ['--enable-debug-command', 'yes']),
+    ...(opts.args ?? []),
+  ];
+  const proc = spawn(process.execPath, args, { env: { ...process.env, ...opts.env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const logs: string[] = [];
+  let exited: number | null | undefined;
+  const exitPromise = new Promise<number | null>((resolve) => proc.on('exit', (code) => { exited = code; resolve(code); }));
+  const port = await new Promise<number>((resolve, reject) => {
+    let buf = '';
+    const timer = setTimeout(() => reject(new Error(`cellgate did not start: ${logs.join('\n')}`)), 10_000);
+    proc.stdout!.on('data', (chunk: Buffer) => {
+      buf += chunk.toString('utf8');
+      let nl: number;
+      while ((nl = buf.indexOf('\n')) !== -1) {
+        const line = buf.slice(0, nl);
+        buf = buf.slice(nl + 1);
+        logs.push(line);
+        try {
+          const entry = JSON.parse(line) as { msg?: string; port?: number };
+          if (entry.msg?.includes('ready to accept connections') && entry.port) {
+            clearTimeout(timer);
+            resolve(entry.port);
+          }
+        } catch {
+          /* not JSON: keep it in logs */
+        }
+      }
+    });
+    proc.stderr!.on('data', (chunk: Buffer) => logs.push(chunk.toString('utf8')));
+    proc.on('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`cellgate exited with ${code}: ${logs.join('\n')}`));
+    });
+  });
+  return {
+    port,
+    proc,
+    dir,
+    logs,
+    async stop(signal: NodeJS.Signals = 'SIGTERM') {
+      if (exited === undefined) proc.kill(signal);
+      const code = await exitPromise;
+      rmSync(dir, { recursive: true, force: true });
+      return code;
+    },
+  };
+}

@@ -1,0 +1,11 @@
+import { defineConfig } from 'vitest/config';
+
+export default defineConfig({
+  test: {
+    include: ['test/**/*.test.ts'],
+    testTimeout: 60_000,
+    hookTimeout: 30_000,
+    // Two cores: run test files two at a time; each starts its own servers on free ports.
+    maxWorkers: 2,
+  },
+});
