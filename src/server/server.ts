@@ -74,6 +74,7 @@ export class Server {
       throw new Error(failures[0] ?? 'no address to listen on');
     }
     this.port = port;
+    this.config.set('port', String(port)); // with --port 0, CONFIG GET port tells the port chosen
     this.applyRuntimeConfig();
   }
 
