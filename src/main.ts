@@ -51,6 +51,9 @@ async function main(argv: string[]): Promise<void> {
   log.file = config.get('logfile');
 
   const server = new Server(config, log);
+  for (const signal of ['SIGTERM', 'SIGINT'] as const) {
+    process.on(signal, () => server.shutdown(`received ${signal}`));
+  }
   try {
     await server.start();
   } catch (e) {
@@ -62,10 +65,6 @@ async function main(argv: string[]): Promise<void> {
     pid: process.pid,
     bind: config.get('bind'),
   });
-
-  for (const signal of ['SIGTERM', 'SIGINT'] as const) {
-    process.on(signal, () => server.shutdown(`received ${signal}`));
-  }
 }
 
 main(process.argv.slice(2)).catch((e) => {
