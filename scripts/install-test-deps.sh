@@ -1,0 +1,16 @@
+#!/bin/sh
+# Installs the Debian packages the test suite talks to, if they are missing: redis-cli and
+# redis-benchmark (redis-tools) and Debian's Python redis client (python3-redis, for /usr/bin/python3:
+# the tests run that interpreter, not a pyenv one). Needs root (or sudo).
+set -eu
+missing=""
+command -v redis-cli >/dev/null 2>&1 || missing="$missing redis-tools"
+command -v redis-benchmark >/dev/null 2>&1 || case "$missing" in *redis-tools*) ;; *) missing="$missing redis-tools" ;; esac
+PY=/usr/bin/python3; [ -x $PY ] || PY=python3
+$PY -c 'import redis' >/dev/null 2>&1 || missing="$missing python3-redis"
+[ -z "$missing" ] && exit 0
+SUDO=""
+[ "$(id -u)" = 0 ] || SUDO="sudo"
+echo "installing:$missing"
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
