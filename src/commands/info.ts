@@ -102,7 +102,7 @@ const SECTIONS: Record<string, Section> = {
     for (const [name, l] of s.stats.limiters) rows.push([`limiter_${name}`, `allowed=${l.allowed},limited=${l.limited}`]);
     return rows;
   },
-  keyspace: (s) => (s.keyspace.size > 0 ? [['db0', `keys=${s.keyspace.size},expires=${s.keyspace.size},avg_ttl=0`]] : []),
+  keyspace: (s) => (s.keyspace.size > 0 ? [['db0', `keys=${s.keyspace.size},expires=${s.keyspace.size},avg_ttl=${Math.round(s.keyspace.avgTtlMs)}`]] : []),
 };
 
 const TITLES: Record<string, string> = {

@@ -42,6 +42,8 @@ export class Keyspace {
 
   /** Keys removed because they expired (INFO expired_keys). */
   expiredCount = 0;
+  /** Estimated average TTL of live keys in ms (INFO keyspace avg_ttl), from the expiry sweep's samples. */
+  avgTtlMs = 0;
 
   countOfType(type: KeyType): number {
     return this.typeCounts[type];
@@ -95,6 +97,7 @@ export class Keyspace {
     this.highWater = 0;
     this.sweepCursor = 0;
     this.typeCounts.fill(0);
+    this.avgTtlMs = 0;
     this.types = new Uint8Array(INITIAL_SLOTS);
     this.expireAt = new Float64Array(INITIAL_SLOTS);
     this.stateA = new Float64Array(INITIAL_SLOTS);
@@ -152,17 +155,31 @@ export class Keyspace {
    */
   expireStep(nowMs: number, maxSlots: number, timeUp: () => boolean): number {
     let removed = 0;
+    let ttlSum = 0;
+    let ttlCount = 0;
     const limit = Math.min(maxSlots, this.highWater);
     for (let i = 0; i < limit; i++) {
       if (this.sweepCursor >= this.highWater) this.sweepCursor = 0;
       const slot = this.sweepCursor++;
-      if (this.keys[slot] != null && nowMs > this.expireAt[slot]) {
-        this.removeSlot(slot);
-        removed++;
+      if (this.keys[slot] != null) {
+        if (nowMs > this.expireAt[slot]) {
+          this.removeSlot(slot);
+          removed++;
+        } else {
+          ttlSum += this.expireAt[slot] - nowMs;
+          ttlCount++;
+        }
       }
       if ((i & 255) === 255 && timeUp()) break;
     }
     this.expiredCount += removed;
+    if (this.index.size === 0) {
+      this.avgTtlMs = 0;
+    } else if (ttlCount > 0) {
+      // Blend each step's sample into the running estimate, as Redis does with its expiry samples.
+      const sample = ttlSum / ttlCount;
+      this.avgTtlMs = this.avgTtlMs === 0 ? sample : (this.avgTtlMs * 49 + sample) / 50;
+    }
     return removed;
   }
 
