@@ -3,7 +3,7 @@
  * TYPE answers `gcra` for either. State in the keyspace: A = TAT whole µs, B = TAT extra ns (0..999).
  */
 import { KeyType } from '../keyspace/keyspace.js';
-import { cellParams, cellThrottle, newCellDecision, MAX_TOLERANCE_US } from '../limiters/cell-throttle.js';
+import { cellParams, cellThrottle, newCellDecision, MAX_BURST, MAX_PERIOD_SEC, MAX_TOLERANCE_US } from '../limiters/cell-throttle.js';
 import { gcraDecide, gcraParams, newGcraDecision } from '../limiters/redis-gcra.js';
 import { lower, parseRedisDouble, parseRedisInteger, parseRustI64, str } from './args.js';
 import { firstKeyOnly, type CommandContext, type CommandSpec } from './types.js';
@@ -13,15 +13,18 @@ export const WRONGTYPE = 'WRONGTYPE Operation against a key holding the wrong ki
 const cellDecision = newCellDecision();
 const gcraDecision = newGcraDecision();
 
-/** Parses a redis-cell integer argument; writes a clear error naming it when it is not acceptable. */
-function cellInteger(ctx: CommandContext, arg: Buffer, name: string, min: number, rule: string): number | null {
+/**
+ * Parses a redis-cell integer argument; writes a clear error naming it when it is not an integer,
+ * below `min` (`belowRule` says so in words) or above `max` (`aboveRule`).
+ */
+function cellInteger(ctx: CommandContext, arg: Buffer, name: string, min: number, belowRule: string, max = Infinity, aboveRule = ''): number | null {
   const n = parseRustI64(arg);
   if (n === null) {
     ctx.reply.error(`ERR invalid ${name} '${str(arg)}': not an integer`);
     return null;
   }
-  if (n < min) {
-    ctx.reply.error(`ERR invalid ${name} '${str(arg)}': ${rule}`);
+  if (n < min || n > max) {
+    ctx.reply.error(`ERR invalid ${name} '${str(arg)}': ${n < min ? belowRule : aboveRule}`);
     return null;
   }
   return n;
@@ -65,26 +68,38 @@ function clThrottle(ctx: CommandContext, argv: Buffer[]): void {
   let count: number | null;
   let period: number | null;
   let quantity: number | null = 1;
-  if (argv.length === 4) {
+  const shortForm = argv.length === 4;
+  // Names as the caller wrote them: the short form's second number is a rate per second.
+  const countName = shortForm ? 'rate_per_second' : 'count_per_period';
+  // i64 is the widest redis-cell parses; beyond MAX_BURST / MAX_PERIOD_SEC redis-cell wraps (limit,
+  // period in ns) where cellgate refuses, and a count above 2^53 is rounded as redis-cell's f64 does.
+  if (shortForm) {
     // Short form: CL.THROTTLE key capacity rate_per_second.
-    const capacity = cellInteger(ctx, argv[2], 'capacity', 1, 'must be >= 1');
+    const capacity = cellInteger(ctx, argv[2], 'capacity', 1, 'must be >= 1', MAX_BURST + 1, `must be <= ${MAX_BURST + 1}`);
     if (capacity === null) return;
     maxBurst = capacity - 1;
-    count = cellInteger(ctx, argv[3], 'rate_per_second', 1, 'must be >= 1');
+    count = cellInteger(ctx, argv[3], countName, 1, 'must be >= 1');
     period = 1;
   } else {
-    maxBurst = cellInteger(ctx, argv[2], 'max_burst', 0, 'must be >= 0');
+    maxBurst = cellInteger(ctx, argv[2], 'max_burst', 0, 'must be >= 0', MAX_BURST, `must be <= ${MAX_BURST}`);
     if (maxBurst === null) return;
-    count = cellInteger(ctx, argv[3], 'count_per_period', 1, 'must be >= 1');
+    count = cellInteger(ctx, argv[3], countName, 1, 'must be >= 1');
     if (count === null) return;
-    period = cellInteger(ctx, argv[4], 'period', 1, 'must be >= 1 second');
+    period = cellInteger(ctx, argv[4], 'period', 1, 'must be >= 1 second', MAX_PERIOD_SEC, `must be <= ${MAX_PERIOD_SEC} seconds`);
     if (period === null) return;
     if (argv.length === 6) quantity = cellInteger(ctx, argv[5], 'quantity', 0, 'must be >= 0');
   }
   if (count === null || quantity === null) return;
   const params = cellParams(maxBurst, count, period);
-  if (params === null) {
-    ctx.reply.error(`ERR invalid max_burst/period: the burst tolerance (period / count_per_period × (max_burst + 1)) exceeds ${MAX_TOLERANCE_US / (365 * 86400 * 1e6)} years`);
+  if (params === 'zero-interval') {
+    // redis-cell: "Zero rates are not supported" (T = trunc(period·1e9/count) is 0 ns).
+    ctx.reply.error(`ERR invalid ${countName} '${str(argv[3])}': more than 10^9 per second (the emission interval would be 0 ns)`);
+    return;
+  }
+  if (typeof params === 'string') {
+    // 'tolerance-overflow' ('out-of-range' was ruled out above, argument by argument). ASCII only:
+    // error text goes out byte for byte (latin1), and a '×' would not be valid UTF-8.
+    ctx.reply.error(`ERR invalid max_burst/period: the burst tolerance (period / count_per_period * (max_burst + 1)) exceeds ${MAX_TOLERANCE_US / (365 * 86400 * 1e6)} years`);
     return;
   }
   const key = str(argv[1]);

@@ -44,16 +44,39 @@ export function newCellDecision(): CellDecision {
   return { limited: false, limit: 0, remaining: 0, retryAfterSec: -1, resetAfterSec: 0, write: false, tatUs: 0, tatNs: 0, expireAtMs: 0 };
 }
 
-/** The longest tolerance (T·limit) accepted: 100 years, well inside exact double arithmetic. */
+/**
+ * The longest tolerance (T·limit) accepted: 100 years. A limited call computes TATs up to now + 2τ,
+ * which must stay below 2^53 µs (year 2255) for the µs part to be exact: true until about 2055.
+ */
 export const MAX_TOLERANCE_US = 100 * 365 * 86400 * 1e6;
 
+/** The largest max_burst accepted: limit = max_burst + 1 (the reply's second field) must be exact. */
+export const MAX_BURST = Number.MAX_SAFE_INTEGER - 1;
+
 /**
- * Derives T and τ exactly as redis-cell: `(period_ns as f64 / count as f64) as i64`. Returns null
- * when τ would exceed MAX_TOLERANCE_US (redis-cell overflows or panics there).
+ * The longest period accepted, in seconds: redis-cell converts the period to i64 nanoseconds
+ * (`whole_nanoseconds() as i64`), which wraps beyond this and yields a meaningless rate.
  */
-export function cellParams(maxBurst: number, count: number, periodSec: number): CellParams | null {
+export const MAX_PERIOD_SEC = 9223372036;
+
+/**
+ * Why a combination of arguments is refused:
+ * - `out-of-range`: max_burst above MAX_BURST, period above MAX_PERIOD_SEC, count or period below 1;
+ * - `zero-interval`: T = trunc(period·1e9/count) is 0 ns (count above period·1e9), which redis-cell
+ *   refuses with "Zero rates are not supported";
+ * - `tolerance-overflow`: τ above MAX_TOLERANCE_US.
+ */
+export type CellParamsError = 'out-of-range' | 'zero-interval' | 'tolerance-overflow';
+
+/** Derives T and τ exactly as redis-cell: `(period_ns as f64 / count as f64) as i64`. */
+export function cellParams(maxBurst: number, count: number, periodSec: number): CellParams | CellParamsError {
+  if (!(maxBurst >= 0 && maxBurst <= MAX_BURST && count >= 1 && periodSec >= 1 && periodSec <= MAX_PERIOD_SEC)) {
+    return 'out-of-range';
+  }
   const limit = maxBurst + 1;
+  // period·1e9 < 2^63 is rounded to f64 once, as redis-cell's `i64 as f64`; so is a count above 2^53.
   const intervalNsTotal = Math.trunc((periodSec * 1e9) / count);
+  if (intervalNsTotal === 0) return 'zero-interval';
   let intervalUs: number;
   let intervalNs: number;
   if (intervalNsTotal < Number.MAX_SAFE_INTEGER) {
@@ -65,10 +88,10 @@ export function cellParams(maxBurst: number, count: number, periodSec: number): 
     intervalUs = Number(big / 1000n);
     intervalNs = Number(big % 1000n);
   }
-  const subTotal = intervalNs * limit;
-  const toleranceUs = intervalUs * limit + Math.floor(subTotal / 1000);
-  if (!(toleranceUs <= MAX_TOLERANCE_US)) return null;
-  return { limit, intervalUs, intervalNs, toleranceUs, toleranceNs: subTotal % 1000 };
+  // If intervalUs·limit is past 2^53 it is inexact, but then also far past the bound.
+  const [toleranceUs, toleranceNs] = mul(intervalUs, intervalNs, limit);
+  if (!(toleranceUs <= MAX_TOLERANCE_US)) return 'tolerance-overflow';
+  return { limit, intervalUs, intervalNs, toleranceUs, toleranceNs };
 }
 
 /** Whole seconds the way redis-cell reports a duration: truncated, +1 if a whole ms is left over. */
@@ -109,17 +132,15 @@ export function cellThrottle(
   // ttl is the duration reported as reset_after; it starts as tat − now for refused calls.
   let ttlUs: number;
   let ttlNs: number;
-  const tIsZero = p.intervalUs === 0 && p.intervalNs === 0;
 
-  if (quantity > p.limit && !tIsZero) {
-    // increment T·q exceeds τ: it can never be allowed (and T·q could overflow i64 in redis-cell).
+  if (quantity > p.limit) {
+    // increment T·q exceeds τ (T ≥ 1 ns): it can never be allowed (and T·q could overflow i64 in
+    // redis-cell).
     out.limited = true;
     [ttlUs, ttlNs] = sub(tatUs, tatNs, nowUs, 0);
   } else {
-    // increment = T·quantity
-    const incSub = p.intervalNs * quantity;
-    const incUs = p.intervalUs * quantity + Math.floor(incSub / 1000);
-    const incNs = incSub % 1000;
+    // increment = T·quantity; quantity ≤ limit, so T·quantity ≤ τ and its µs part is exact.
+    const [incUs, incNs] = mul(p.intervalUs, p.intervalNs, quantity);
     // new_tat = max(now, tat) + increment
     const tatAhead = tatUs > nowUs || (tatUs === nowUs && tatNs > 0);
     const [newUs, newNs] = tatAhead ? add(tatUs, tatNs, incUs, incNs) : add(nowUs, 0, incUs, incNs);
@@ -158,6 +179,17 @@ export function cellThrottle(
     out.remaining = 0;
   }
   out.resetAfterSec = cellSeconds(ttlUs, ttlNs);
+}
+
+/**
+ * (us, ns) × n for an integer n ≥ 0, exactly: ns·n alone can pass 2^53 (T with an odd ns part and
+ * a limit in the quadrillions) and would be rounded, so n is split into thousands and units.
+ */
+function mul(us: number, ns: number, n: number): [number, number] {
+  const thousands = Math.floor(n / 1000);
+  const units = n - thousands * 1000;
+  const unitsNs = ns * units; // < 10^6
+  return [us * n + ns * thousands + Math.floor(unitsNs / 1000), unitsNs % 1000];
 }
 
 /** (aUs, aNs) + (bUs, bNs), normalised so the ns part is in 0..999. */
