@@ -16,12 +16,17 @@ export function lower(arg: Buffer): string {
 const I64_MAX = 9223372036854775807n;
 const I64_MIN = -9223372036854775808n;
 
-/** Digits-only check and i64 range check; `text` has had its sign handled by the caller. */
+/** Digits-only check and i64 range check; `digits` has had its sign removed by the caller. */
 function toI64(negative: boolean, digits: string): number | null {
-  if (digits.length === 0 || digits.length > 19 + 1) return null;
+  if (digits.length === 0) return null;
   for (let i = 0; i < digits.length; i++) {
     const c = digits.charCodeAt(i);
     if (c < 48 || c > 57) return null;
+  }
+  if (digits.length > 19) {
+    // Only leading zeros can make a valid i64 this long (Rust accepts them; Redis never gets here).
+    digits = digits.replace(/^0+(?=\d)/, '');
+    if (digits.length > 19) return null;
   }
   if (digits.length < 16) {
     const n = Number(digits);
@@ -55,18 +60,32 @@ export function parseRustI64(arg: Buffer): number | null {
 
 const DECIMAL_FLOAT = /^[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?$/;
 const INFINITY = /^[+-]?inf(?:inity)?$/i;
-const HEX_INT = /^([+-]?)0[xX]([0-9a-fA-F]+)$/;
+const HEX_FLOAT = /^([+-]?)0[xX]([0-9a-fA-F]*)(?:\.([0-9a-fA-F]*))?(?:[pP]([+-]?\d+))?$/;
 
 /**
  * Redis's `getDoubleFromObject` (strtod over the whole string): decimal or exponent notation,
- * "inf"/"infinity", hex integers; no leading space, no trailing garbage, never NaN.
+ * "inf"/"infinity", C99 hex floats (`0x1p-1`); no leading space, no trailing garbage, never NaN.
+ * Like Redis, a finite number that overflows to ±inf or underflows to 0 (strtod's ERANGE) is refused.
  */
 export function parseRedisDouble(arg: Buffer): number | null {
   const text = str(arg);
   if (text.length === 0 || text.length > 5000) return null;
-  if (DECIMAL_FLOAT.test(text)) return Number(text);
-  if (INFINITY.test(text)) return text.startsWith('-') ? -Infinity : Infinity;
-  const hex = HEX_INT.exec(text);
-  if (hex !== null) return (hex[1] === '-' ? -1 : 1) * parseInt(hex[2], 16);
-  return null;
+  let value: number;
+  let mantissaNonZero: boolean;
+  if (DECIMAL_FLOAT.test(text)) {
+    value = Number(text);
+    mantissaNonZero = /[1-9]/.test(text.split(/[eE]/)[0]);
+  } else if (INFINITY.test(text)) {
+    return text.startsWith('-') ? -Infinity : Infinity;
+  } else {
+    const hex = HEX_FLOAT.exec(text);
+    if (hex === null || (hex[2] === '' && (hex[3] ?? '') === '')) return null;
+    const digits = hex[2] + (hex[3] ?? '');
+    mantissaNonZero = /[1-9a-fA-F]/.test(digits);
+    value = parseInt(digits, 16) * 2 ** (Number(hex[4] ?? 0) - 4 * (hex[3] ?? '').length);
+    if (hex[1] === '-') value = -value;
+  }
+  if (!Number.isFinite(value)) return null;
+  if (value === 0 && mantissaNonZero) return null;
+  return value;
 }
