@@ -68,6 +68,14 @@ export const MAX_PERIOD_SEC = 9223372036;
  */
 export type CellParamsError = 'out-of-range' | 'zero-interval' | 'tolerance-overflow';
 
+/**
+ * Results of the (µs, ns) helpers below: [µs, ns]. They return through this scratch array instead
+ * of a tuple because a decision on the hot path should allocate nothing, and V8 neither elides the
+ * tuples nor keeps doubles unboxed in module variables (both measured: ~130 and ~400 bytes of
+ * garbage per call); a Float64Array holds raw doubles.
+ */
+const result = new Float64Array(2);
+
 /** Derives T and τ exactly as redis-cell: `(period_ns as f64 / count as f64) as i64`. */
 export function cellParams(maxBurst: number, count: number, periodSec: number): CellParams | CellParamsError {
   if (!(maxBurst >= 0 && maxBurst <= MAX_BURST && count >= 1 && periodSec >= 1 && periodSec <= MAX_PERIOD_SEC)) {
@@ -89,7 +97,9 @@ export function cellParams(maxBurst: number, count: number, periodSec: number): 
     intervalNs = Number(big % 1000n);
   }
   // If intervalUs·limit is past 2^53 it is inexact, but then also far past the bound.
-  const [toleranceUs, toleranceNs] = mul(intervalUs, intervalNs, limit);
+  mul(intervalUs, intervalNs, limit);
+  const toleranceUs = result[0];
+  const toleranceNs = result[1];
   if (!(toleranceUs <= MAX_TOLERANCE_US)) return 'tolerance-overflow';
   return { limit, intervalUs, intervalNs, toleranceUs, toleranceNs };
 }
@@ -137,27 +147,44 @@ export function cellThrottle(
     // increment T·q exceeds τ (T ≥ 1 ns): it can never be allowed (and T·q could overflow i64 in
     // redis-cell).
     out.limited = true;
-    [ttlUs, ttlNs] = sub(tatUs, tatNs, nowUs, 0);
+    sub(tatUs, tatNs, nowUs, 0);
+    ttlUs = result[0];
+    ttlNs = result[1];
   } else {
     // increment = T·quantity; quantity ≤ limit, so T·quantity ≤ τ and its µs part is exact.
-    const [incUs, incNs] = mul(p.intervalUs, p.intervalNs, quantity);
+    mul(p.intervalUs, p.intervalNs, quantity);
+    const incUs = result[0];
+    const incNs = result[1];
     // new_tat = max(now, tat) + increment
     const tatAhead = tatUs > nowUs || (tatUs === nowUs && tatNs > 0);
-    const [newUs, newNs] = tatAhead ? add(tatUs, tatNs, incUs, incNs) : add(nowUs, 0, incUs, incNs);
+    if (tatAhead) add(tatUs, tatNs, incUs, incNs);
+    else add(nowUs, 0, incUs, incNs);
+    const newUs = result[0];
+    const newNs = result[1];
     // diff = now − (new_tat − τ)
-    const [allowUs, allowNs] = sub(newUs, newNs, p.toleranceUs, p.toleranceNs);
-    const [diffUs, diffNs] = sub(nowUs, 0, allowUs, allowNs);
+    sub(newUs, newNs, p.toleranceUs, p.toleranceNs);
+    const allowUs = result[0];
+    const allowNs = result[1];
+    sub(nowUs, 0, allowUs, allowNs);
+    const diffUs = result[0];
+    const diffNs = result[1];
     if (diffUs < 0) {
       out.limited = true;
       const incWithinTolerance = incUs < p.toleranceUs || (incUs === p.toleranceUs && incNs <= p.toleranceNs);
       if (incWithinTolerance) {
-        const [waitUs, waitNs] = sub(0, 0, diffUs, diffNs);
+        sub(0, 0, diffUs, diffNs);
+        const waitUs = result[0];
+        const waitNs = result[1];
         out.retryAfterSec = cellSeconds(waitUs, waitNs);
       }
-      [ttlUs, ttlNs] = sub(tatUs, tatNs, nowUs, 0);
+      sub(tatUs, tatNs, nowUs, 0);
+      ttlUs = result[0];
+      ttlNs = result[1];
     } else {
       out.limited = false;
-      [ttlUs, ttlNs] = sub(newUs, newNs, nowUs, 0);
+      sub(newUs, newNs, nowUs, 0);
+      ttlUs = result[0];
+      ttlNs = result[1];
       out.write = true;
       out.tatUs = newUs;
       out.tatNs = newNs;
@@ -167,8 +194,12 @@ export function cellThrottle(
   }
 
   // remaining = trunc(µs(τ − ttl) / µs(T)) when τ − ttl > −T, computed in f64 as redis-cell does.
-  const [nextUs, nextNs] = sub(p.toleranceUs, p.toleranceNs, ttlUs, ttlNs);
-  const [probeUs, probeNs] = add(nextUs, nextNs, p.intervalUs, p.intervalNs);
+  sub(p.toleranceUs, p.toleranceNs, ttlUs, ttlNs);
+  const nextUs = result[0];
+  const nextNs = result[1];
+  add(nextUs, nextNs, p.intervalUs, p.intervalNs);
+  const probeUs = result[0];
+  const probeNs = result[1];
   const nextAboveMinusT = probeUs > 0 || (probeUs === 0 && probeNs > 0);
   if (nextAboveMinusT) {
     const intervalWholeUs = p.intervalUs;
@@ -185,21 +216,26 @@ export function cellThrottle(
  * (us, ns) × n for an integer n ≥ 0, exactly: ns·n alone can pass 2^53 (T with an odd ns part and
  * a limit in the quadrillions) and would be rounded, so n is split into thousands and units.
  */
-function mul(us: number, ns: number, n: number): [number, number] {
+function mul(us: number, ns: number, n: number): void {
   const thousands = Math.floor(n / 1000);
   const units = n - thousands * 1000;
   const unitsNs = ns * units; // < 10^6
-  return [us * n + ns * thousands + Math.floor(unitsNs / 1000), unitsNs % 1000];
+  result[0] = us * n + ns * thousands + Math.floor(unitsNs / 1000);
+  result[1] = unitsNs % 1000;
 }
 
 /** (aUs, aNs) + (bUs, bNs), normalised so the ns part is in 0..999. */
-function add(aUs: number, aNs: number, bUs: number, bNs: number): [number, number] {
+function add(aUs: number, aNs: number, bUs: number, bNs: number): void {
   const ns = aNs + bNs;
-  return ns >= 1000 ? [aUs + bUs + 1, ns - 1000] : [aUs + bUs, ns];
+  const carry = ns >= 1000 ? 1 : 0;
+  result[0] = aUs + bUs + carry;
+  result[1] = ns - carry * 1000;
 }
 
 /** (aUs, aNs) − (bUs, bNs), normalised so the ns part is in 0..999. */
-function sub(aUs: number, aNs: number, bUs: number, bNs: number): [number, number] {
+function sub(aUs: number, aNs: number, bUs: number, bNs: number): void {
   const ns = aNs - bNs;
-  return ns < 0 ? [aUs - bUs - 1, ns + 1000] : [aUs - bUs, ns];
+  const borrow = ns < 0 ? 1 : 0;
+  result[0] = aUs - bUs - borrow;
+  result[1] = ns + borrow * 1000;
 }
