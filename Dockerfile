@@ -1,0 +1,46 @@
+# cellgate as a container image (SPEC §7): multi-stage build, non-root, VOLUME /data, PING health check,
+# node as PID 1 so SIGTERM reaches the server (exec-form ENTRYPOINT, no shell in between).
+#
+#   docker build -t cellgate .
+#   docker run -d -p 6379:6379 -e CELLGATE_REQUIREPASS=s3cret -v cellgate-data:/data cellgate
+#   docker run ... cellgate --maxmemory 100mb        # arguments are cellgate flags
+#
+# Configuration precedence is config file < flags < CELLGATE_* variables, and this image sets
+# CELLGATE_BIND, CELLGATE_PROTECTED_MODE and CELLGATE_DIR: change those three with `-e`, not with flags
+# or a config file (which they would override).
+
+# ---- build: compile TypeScript with the dev dependencies -------------------------------------------
+FROM node:20-bookworm-slim AS build
+WORKDIR /src
+COPY package.json package-lock.json ./
+# --ignore-scripts: `prepare` (tsc) needs the sources, which come in the next layer; keeping them apart
+# lets Docker reuse the node_modules layer when only src/ changes.
+RUN npm ci --ignore-scripts --no-audit --no-fund
+COPY tsconfig.json ./
+COPY src ./src
+RUN npm run build
+
+# ---- runtime: node, dist/ and package.json; cellgate has no runtime dependencies --------------------
+FROM node:20-bookworm-slim
+# Listen on every interface so other containers can connect (IPv6 too where the network has it: the
+# leading '-' makes that address optional), but stay protected: clients from outside the container
+# get -DENIED until CELLGATE_REQUIREPASS is set or CELLGATE_PROTECTED_MODE=no is given explicitly.
+ENV NODE_ENV=production \
+    CELLGATE_BIND="0.0.0.0 -::" \
+    CELLGATE_PROTECTED_MODE=yes \
+    CELLGATE_DIR=/data
+WORKDIR /app
+COPY --from=build /src/package.json ./
+COPY --from=build /src/dist ./dist
+COPY docker/healthcheck.mjs ./healthcheck.mjs
+RUN mkdir -p /data && chown node:node /data
+USER node
+WORKDIR /data
+VOLUME /data
+EXPOSE 6379
+# PING over RESP from inside the container (loopback, so protected mode does not apply); AUTHs with
+# CELLGATE_REQUIREPASS when it is set.
+HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 CMD ["node", "/app/healthcheck.mjs"]
+STOPSIGNAL SIGTERM
+ENTRYPOINT ["node", "/app/dist/main.js"]
+CMD []
