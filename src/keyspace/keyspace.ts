@@ -29,9 +29,14 @@ export class Keyspace {
   private keys: (string | null)[] = [];
   private types = new Uint8Array(INITIAL_SLOTS);
   private expireAt = new Float64Array(INITIAL_SLOTS);
-  /** Two numeric state fields per slot; each algorithm documents what they hold. */
+  /**
+   * Three numeric state fields per slot (A, B, C); each algorithm documents what they hold.
+   * Variable-size state (a sliding log's timestamps) goes in `blobs`, which only such keys pay for.
+   */
   private stateA = new Float64Array(INITIAL_SLOTS);
   private stateB = new Float64Array(INITIAL_SLOTS);
+  private stateC = new Float64Array(INITIAL_SLOTS);
+  private readonly blobs = new Map<number, Float64Array>();
   private freeSlots: number[] = [];
   /** Slots ever used: [0, highWater). */
   private highWater = 0;
@@ -79,6 +84,7 @@ export class Keyspace {
     this.expireAt[slot] = 0;
     this.stateA[slot] = 0;
     this.stateB[slot] = 0;
+    this.stateC[slot] = 0;
     return slot;
   }
 
@@ -102,6 +108,8 @@ export class Keyspace {
     this.expireAt = new Float64Array(INITIAL_SLOTS);
     this.stateA = new Float64Array(INITIAL_SLOTS);
     this.stateB = new Float64Array(INITIAL_SLOTS);
+    this.stateC = new Float64Array(INITIAL_SLOTS);
+    this.blobs.clear();
   }
 
   typeOf(slot: number): KeyType {
@@ -119,9 +127,29 @@ export class Keyspace {
   getB(slot: number): number {
     return this.stateB[slot];
   }
-  setState(slot: number, a: number, b: number): void {
+  getC(slot: number): number {
+    return this.stateC[slot];
+  }
+  setState(slot: number, a: number, b: number, c = 0): void {
     this.stateA[slot] = a;
     this.stateB[slot] = b;
+    this.stateC[slot] = c;
+  }
+  /** The variable-size state of a slot, or undefined. */
+  getBlob(slot: number): Float64Array | undefined {
+    return this.blobs.get(slot);
+  }
+  setBlob(slot: number, blob: Float64Array | undefined): void {
+    if (blob === undefined) this.blobs.delete(slot);
+    else this.blobs.set(slot, blob);
+  }
+
+  /** Calls `visit(key, slot)` for every live key (for snapshots and INFO); skips expired ones. */
+  forEachLive(nowMs: number, visit: (key: string, slot: number) => void): void {
+    for (let slot = 0; slot < this.highWater; slot++) {
+      const key = this.keys[slot];
+      if (key != null && nowMs <= this.expireAt[slot]) visit(key, slot);
+    }
   }
 
   /**
@@ -189,6 +217,7 @@ export class Keyspace {
     this.keys[slot] = null;
     this.typeCounts[this.types[slot]]--;
     this.types[slot] = KeyType.Free;
+    if (this.blobs.size > 0) this.blobs.delete(slot);
     this.freeSlots.push(slot);
   }
 
@@ -198,6 +227,7 @@ export class Keyspace {
     this.expireAt = growTyped(this.expireAt, new Float64Array(size));
     this.stateA = growTyped(this.stateA, new Float64Array(size));
     this.stateB = growTyped(this.stateB, new Float64Array(size));
+    this.stateC = growTyped(this.stateC, new Float64Array(size));
   }
 }
 
