@@ -22,6 +22,7 @@ const INT_MAX = 2147483647;
 
 const CR = 13;
 const LF = 10;
+const NUL = 0;
 const EMPTY = Buffer.alloc(0);
 
 /** A protocol error: the connection answers `-ERR Protocol error: <message>` and closes. */
@@ -100,7 +101,7 @@ export class RequestParser {
 
   /** Reads `*<count>\r\n`. Returns true when the header was consumed. */
   private parseMultibulkHeader(authenticated: boolean): true | null | ProtocolError {
-    const cr = this.buf.indexOf(CR, this.pos);
+    const cr = lineEnd(this.buf, this.pos, CR);
     if (cr === -1) {
       if (this.buf.length - this.pos > INLINE_MAX_BYTES) return new ProtocolError('too big mbulk count string');
       return null;
@@ -119,7 +120,7 @@ export class RequestParser {
   private parseBulks(authenticated: boolean): true | null | ProtocolError {
     while (this.argsLeft > 0) {
       if (this.bulkLen === -1) {
-        const cr = this.buf.indexOf(CR, this.pos);
+        const cr = lineEnd(this.buf, this.pos, CR);
         if (cr === -1) {
           if (this.buf.length - this.pos > INLINE_MAX_BYTES) return new ProtocolError('too big bulk count string');
           return null;
@@ -166,7 +167,7 @@ export class RequestParser {
 
   /** Reads one inline line. Returns its arguments (possibly none), null if incomplete, or an error. */
   private parseInline(): Buffer[] | null | ProtocolError {
-    const lf = this.buf.indexOf(LF, this.pos);
+    const lf = lineEnd(this.buf, this.pos, LF);
     if (lf === -1) {
       if (this.buf.length - this.pos > INLINE_MAX_BYTES) return new ProtocolError('too big inline request');
       return null;
@@ -182,12 +183,31 @@ export class RequestParser {
 }
 
 /**
+ * Where the line starting at `from` ends (the index of `byte`), or -1 if it is not there yet. Redis
+ * looks for line ends with strchr, which stops at a NUL: a NUL before the line end hides it, so the
+ * request stays incomplete until the size limit ends it ("too big ..."), instead of being split at
+ * the NUL and running whatever follows. Garbage with a NUL is a desync, not a command
+ * (tests/unit/protocol.tcl, "Protocol desync regression test"). Only the line itself is scanned for
+ * the NUL, so binary payloads further on cost nothing.
+ */
+function lineEnd(buf: Buffer, from: number, byte: number): number {
+  const end = buf.indexOf(byte, from);
+  if (end === -1) return -1;
+  return buf.subarray(from, end).indexOf(NUL) === -1 ? end : -1;
+}
+
+/** The digits of the largest magnitudes a signed 64-bit integer holds, positive and negative. */
+const I64_MAX_DIGITS = '9223372036854775807';
+const I64_MIN_DIGITS = '9223372036854775808';
+
+/**
  * Parses the digits of a `*` or `$` header between `start` and `end` with Redis's `string2ll`
- * rules: optional '-', no '+', no leading zeros, no spaces. Returns null if it is not a number.
+ * rules: optional '-', no '+', no leading zeros, no spaces, and within the signed 64-bit range
+ * (`*-9223372036854775809` is not a number, so it is an invalid length rather than "nothing").
+ * Returns null if it is not a number.
  */
 function parseLength(buf: Buffer, start: number, end: number): number | null {
-  const len = end - start;
-  if (len <= 0 || len > 20) return null;
+  if (end <= start) return null;
   let i = start;
   let negative = false;
   if (buf[i] === 0x2d /* '-' */) {
@@ -195,15 +215,20 @@ function parseLength(buf: Buffer, start: number, end: number): number | null {
     i++;
     if (i === end) return null;
   }
-  if (len === 1 && buf[start] === 0x30) return 0;
+  if (end - start === 1 && buf[start] === 0x30) return 0;
+  const digits = end - i;
+  if (digits > I64_MAX_DIGITS.length) return null;
   const first = buf[i];
   if (first < 0x31 || first > 0x39) return null;
   let value = 0;
-  for (; i < end; i++) {
-    const d = buf[i] - 0x30;
+  for (let j = i; j < end; j++) {
+    const d = buf[j] - 0x30;
     if (d < 0 || d > 9) return null;
     value = value * 10 + d;
   }
-  // Past 2^53 the exact value no longer matters: every caller rejects it as too large.
+  // At 19 digits the float is no longer exact: compare the digits themselves against the limit.
+  if (digits === I64_MAX_DIGITS.length && buf.toString('latin1', i, end) > (negative ? I64_MIN_DIGITS : I64_MAX_DIGITS)) return null;
+  // Past 2^53 the exact value no longer matters: every caller rejects it as too large (or, when
+  // negative, treats it as "no arguments" as Redis does for any count <= 0).
   return negative ? -value : value;
 }

@@ -67,7 +67,7 @@ export class Client {
     }
     this.flush();
     if (this.closing) {
-      this.socket.end();
+      this.endAfterReplies();
       return;
     }
     if (this.parser.pendingBytes > this.server.config.int('client-query-buffer-limit')) {
@@ -90,7 +90,17 @@ export class Client {
   /** Closes the connection after what was already written (QUIT, kills, shutdown). */
   close(): void {
     this.closing = true;
-    this.socket.end();
+    this.endAfterReplies();
+  }
+
+  /**
+   * Sends what is queued, then releases the socket, as Redis frees a CLOSE_AFTER_REPLY client.
+   * A half-close (`end()` alone) is not enough: a peer that never closes its side (or keeps
+   * writing after a protocol error) would hold the connection, its fd and a maxclients slot
+   * forever, and its further writes would be silently swallowed instead of failing.
+   */
+  private endAfterReplies(): void {
+    this.socket.destroySoon();
   }
 }
 
