@@ -169,7 +169,7 @@ export const adminCommands: CommandSpec[] = [
     ] },
   { name: 'time', arity: 1, flags: ['loading', 'stale', 'fast'], ...noKeys(), group: 'server', since: '2.6.0', complexity: 'O(1)',
     summary: 'Returns the server time.', args: [], run: time },
-  { name: 'shutdown', arity: -1, flags: ['admin', 'noscript', 'loading', 'stale', 'no-multi', 'sentinel', 'allow-busy'], ...noKeys(), group: 'server', since: '1.0.0',
+  { name: 'shutdown', arity: -1, flags: ['admin', 'noscript', 'loading', 'stale', 'no-multi', 'allow-busy'], ...noKeys(), group: 'server', since: '1.0.0',
     complexity: 'O(N) when saving, where N is the total number of keys in all databases when saving data, otherwise O(1)',
     summary: 'Synchronously saves the database(s) to disk and shuts down the server.',
     args: [

@@ -246,7 +246,7 @@ const sub = (name: string, arity: number, summary: string, run: CommandSpec['run
 });
 
 export const connectionCommands: CommandSpec[] = [
-  { name: 'ping', arity: -1, flags: ['fast', 'sentinel'], ...noKeys(), group: 'connection', since: '1.0.0', complexity: 'O(1)',
+  { name: 'ping', arity: -1, flags: ['fast'], ...noKeys(), group: 'connection', since: '1.0.0', complexity: 'O(1)',
     summary: 'Returns the server\'s liveliness response.', args: [{ name: 'message', type: 'string', optional: true }], run: ping },
   { name: 'echo', arity: 2, flags: ['fast'], ...noKeys(), group: 'connection', since: '1.0.0', complexity: 'O(1)',
     summary: 'Returns the given string.', args: [{ name: 'message', type: 'string' }], run: (ctx, argv) => ctx.reply.bulk(argv[1]) },
@@ -255,7 +255,7 @@ export const connectionCommands: CommandSpec[] = [
     run: (ctx) => { ctx.reply.ok(); ctx.client.closing = true; } },
   { name: 'reset', arity: 1, flags: ['no-auth', 'fast', 'noscript', 'loading', 'stale'], ...noKeys(), group: 'connection', since: '6.2.0', complexity: 'O(1)',
     summary: 'Resets the connection.', args: [], run: reset },
-  { name: 'hello', arity: -1, flags: ['no-auth', 'fast', 'noscript', 'loading', 'stale', 'sentinel'], ...noKeys(), group: 'connection', since: '6.0.0', complexity: 'O(1)',
+  { name: 'hello', arity: -1, flags: ['no-auth', 'fast', 'noscript', 'loading', 'stale'], ...noKeys(), group: 'connection', since: '6.0.0', complexity: 'O(1)',
     summary: 'Handshakes with the server.',
     args: [{ name: 'arguments', type: 'block', optional: true, arguments: [
       { name: 'protover', type: 'integer' },
@@ -263,11 +263,11 @@ export const connectionCommands: CommandSpec[] = [
       { name: 'clientname', type: 'string', token: 'SETNAME', optional: true },
     ] }],
     run: hello },
-  { name: 'auth', arity: -2, flags: ['no-auth', 'fast', 'noscript', 'loading', 'stale', 'sentinel'], ...noKeys(), group: 'connection', since: '1.0.0', complexity: 'O(N) where N is the number of passwords defined for the user',
+  { name: 'auth', arity: -2, flags: ['no-auth', 'fast', 'noscript', 'loading', 'stale'], ...noKeys(), group: 'connection', since: '1.0.0', complexity: 'O(N) where N is the number of passwords defined for the user',
     summary: 'Authenticates the connection.', args: [{ name: 'username', type: 'string', optional: true }, { name: 'password', type: 'string' }], run: auth },
   { name: 'select', arity: 2, flags: ['fast', 'loading', 'stale'], ...noKeys(), group: 'connection', since: '1.0.0', complexity: 'O(1)',
     summary: 'Changes the selected database (only 0 exists).', args: [{ name: 'index', type: 'integer' }], run: select },
-  { name: 'client', arity: -2, flags: ['sentinel'], ...noKeys(), group: 'connection', since: '2.4.0', summary: 'A container for client connection commands.', args: [],
+  { name: 'client', arity: -2, flags: [], ...noKeys(), group: 'connection', since: '2.4.0', summary: 'A container for client connection commands.', args: [],
     subcommands: [
       sub('id', 2, 'Returns the unique client ID of the connection.', (ctx) => ctx.reply.integer(ctx.client.id)),
       sub('getname', 2, 'Returns the name of the connection.', (ctx) => (ctx.client.name === '' ? ctx.reply.nullBulk() : ctx.reply.bulk(ctx.client.name))),

@@ -12,7 +12,8 @@ import type { ReplyWriter } from '../protocol/reply-writer.js';
 /** ACL categories derived from flags and group, as Redis derives most of them. */
 function aclCategories(spec: CommandSpec): string[] {
   const cats: string[] = [];
-  cats.push(spec.flags.includes('write') ? '@write' : '@read');
+  if (spec.flags.includes('write')) cats.push('@write');
+  if (spec.flags.includes('readonly')) cats.push('@read');
   if (spec.flags.includes('fast')) cats.push('@fast');
   else cats.push('@slow');
   if (spec.flags.includes('admin')) cats.push('@admin', '@dangerous');
@@ -34,12 +35,16 @@ function writeInfo(r: ReplyWriter, spec: CommandSpec): void {
   r.setHeader(cats.length);
   for (const c of cats) r.status(c);
   r.setHeader(0); // tips
+  // Redis 7.0 replies key specs and subcommands as sets (RESP3 `~`).
   if (spec.firstKey > 0) {
-    r.arrayHeader(1);
-    r.mapHeader(4);
-    r.bulk('flags');
+    const write = spec.flags.includes('write');
     r.setHeader(1);
-    r.status(spec.flags.includes('write') ? 'RW' : 'RO');
+    r.mapHeader(3);
+    r.bulk('flags');
+    r.setHeader(write ? 3 : 2);
+    r.status(write ? 'RW' : 'RO');
+    r.status('access');
+    if (write) r.status('update');
     r.bulk('begin_search');
     r.mapHeader(2);
     r.bulk('type');
@@ -60,13 +65,11 @@ function writeInfo(r: ReplyWriter, spec: CommandSpec): void {
     r.integer(spec.keyStep);
     r.bulk('limit');
     r.integer(0);
-    r.bulk('notes');
-    r.bulk('');
   } else {
-    r.arrayHeader(0);
+    r.setHeader(0);
   }
   const subs = spec.subcommands ?? [];
-  r.arrayHeader(subs.length);
+  r.setHeader(subs.length);
   for (const s of subs) writeInfo(r, s);
 }
 

@@ -229,7 +229,10 @@ function isLoopback(address: string): boolean {
   return address === '::1' || address.startsWith('127.') || address.startsWith('::ffff:127.');
 }
 
+/** Like C's `%.<n>s`: at most n chars, and nothing from a NUL byte on. */
 function truncate(s: string, n: number): string {
+  const nul = s.indexOf('\0');
+  if (nul !== -1 && nul < n) n = nul;
   return s.length > n ? s.slice(0, n) : s;
 }
 

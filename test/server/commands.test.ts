@@ -2,12 +2,29 @@
  * Server and keyspace commands over TCP with a real client (ioredis), as Redis answers them.
  */
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import Redis from 'ioredis';
+import { Redis } from 'ioredis';
+import net from 'node:net';
 import { startServer, type RunningServer } from '../helpers/server.js';
 
 let server: RunningServer;
 let redis: Redis;
 const T0 = 1_800_000_000_000; // a fixed instant for the debug clock (ms)
+
+/** Sends raw bytes and collects the reply until it ends with `until`. */
+function rawExchange(request: string, until: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const socket = net.connect(server.port, '127.0.0.1', () => socket.write(Buffer.from(request, 'latin1')));
+    let got = '';
+    socket.on('data', (d) => {
+      got += d.toString('latin1');
+      if (got.endsWith(until)) {
+        socket.destroy();
+        resolve(got);
+      }
+    });
+    socket.on('error', reject);
+  });
+}
 
 async function errorOf(p: Promise<unknown>): Promise<string> {
   try {
@@ -251,6 +268,17 @@ describe('server commands', () => {
     expect(docs[0]).toBe('gcra');
     expect(docs[1]).toContain('summary');
     expect(((await redis.call('COMMAND', 'LIST', 'FILTERBY', 'PATTERN', 'cl*')) as string[]).sort()).toEqual(['cl.throttle', 'client', 'client|id', 'client|getname', 'client|setname', 'client|setinfo', 'client|info', 'client|list', 'client|no-evict', 'client|help'].sort());
+  });
+
+  it('COMMAND INFO has Redis 7.0\'s wire shape (RESP3 sets for flags, categories, tips, key specs, subcommands)', async () => {
+    const bytes = await rawExchange('HELLO 3\r\nCOMMAND INFO ping\r\n', '~0\r\n~0\r\n');
+    expect(bytes.slice(bytes.indexOf('*1\r\n*10\r\n'))).toBe(
+      '*1\r\n*10\r\n$4\r\nping\r\n:-1\r\n~1\r\n+fast\r\n:0\r\n:0\r\n:0\r\n~2\r\n+@fast\r\n+@connection\r\n~0\r\n~0\r\n~0\r\n');
+  });
+
+  it('error texts stop at a NUL byte, as Redis\'s %s formatting does', async () => {
+    const bytes = await rawExchange('*2\r\n$3\r\na\x00b\r\n$3\r\nc\x00d\r\n', '\r\n');
+    expect(bytes).toBe("-ERR unknown command 'a', with args beginning with: 'c' \r\n");
   });
 
   it('every command checks its arity from the table', async () => {
