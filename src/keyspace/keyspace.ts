@@ -45,6 +45,14 @@ export class Keyspace {
   /** Live keys per KeyType (INFO limiter). */
   private typeCounts = new Float64Array(16);
 
+  /**
+   * Writes since start (Redis's `server.dirty`): bumped by every state write (setState, setBlob), every
+   * delete and by FLUSH (one per key removed). The save policy (`save <seconds> <changes>`) and INFO's
+   * rdb_changes_since_last_save compare it with its value at the last successful snapshot. Counting
+   * here, on the keyspace's write paths, means every command that writes is counted without knowing it.
+   */
+  dirty = 0;
+
   /** Keys removed because they expired (INFO expired_keys). */
   expiredCount = 0;
   /** Estimated average TTL of live keys in ms (INFO keyspace avg_ttl), from the expiry sweep's samples. */
@@ -93,10 +101,12 @@ export class Keyspace {
     const slot = this.lookup(key, nowMs);
     if (slot === -1) return false;
     this.removeSlot(slot);
+    this.dirty++;
     return true;
   }
 
   clear(): void {
+    this.dirty += this.index.size;
     this.index.clear();
     this.keys = [];
     this.freeSlots = [];
@@ -131,6 +141,7 @@ export class Keyspace {
     return this.stateC[slot];
   }
   setState(slot: number, a: number, b: number, c = 0): void {
+    this.dirty++;
     this.stateA[slot] = a;
     this.stateB[slot] = b;
     this.stateC[slot] = c;
@@ -140,6 +151,7 @@ export class Keyspace {
     return this.blobs.get(slot);
   }
   setBlob(slot: number, blob: Float64Array | undefined): void {
+    this.dirty++;
     if (blob === undefined) this.blobs.delete(slot);
     else this.blobs.set(slot, blob);
   }
