@@ -39,6 +39,7 @@ const DEFS: ConfigDef[] = [
   { name: 'dir', kind: { type: 'string' }, default: './data', mutable: false, help: 'snapshot directory' },
   { name: 'dbfilename', kind: { type: 'string' }, default: 'cellgate.snap', mutable: true, help: 'snapshot file name' },
   { name: 'save', kind: { type: 'save' }, default: '3600 1 300 100 60 10000', mutable: true, help: 'snapshot after <seconds> if <changes>' },
+  { name: 'stop-writes-on-bgsave-error', kind: { type: 'bool' }, default: 'yes', mutable: true, help: 'refuse writes (MISCONF) while the last background save failed' },
   { name: 'appendonly', kind: { type: 'enum', values: ['no'] }, default: 'no', mutable: false, help: 'always no: cellgate persists by snapshot' },
   { name: 'databases', kind: { type: 'int', min: 1, max: 1 }, default: '1', mutable: false, help: 'one database, 0' },
   { name: 'hz', kind: { type: 'int', min: 1, max: 500 }, default: '10', mutable: true, help: 'background task frequency' },

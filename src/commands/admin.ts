@@ -5,6 +5,7 @@
 import { Config, ConfigError } from '../config.js';
 import { parseMillisToMicros } from '../clock.js';
 import { globMatch } from '../glob.js';
+import type { SaveMode } from '../persistence/snapshotter.js';
 import { lower, parseRedisDouble, str } from './args.js';
 import { replyHelp } from './connection.js';
 import { noKeys, type CommandContext, type CommandSpec } from './types.js';
@@ -73,20 +74,34 @@ function time(ctx: CommandContext): void {
   ctx.reply.bulk(String(ctx.nowUs % 1e6));
 }
 
-/** SHUTDOWN [NOSAVE|SAVE] [NOW] [FORCE] [ABORT]. Persistence arrives with snapshots; until then NOSAVE and SAVE both just stop. */
+/**
+ * SHUTDOWN [NOSAVE|SAVE] [NOW] [FORCE] [ABORT], as Redis: saves the final snapshot (plain SHUTDOWN
+ * only when save points are configured, SAVE always, NOSAVE never) and exits. If that save fails the
+ * server keeps running and replies with an error, unless FORCE. NOW changes nothing (no replicas to wait
+ * for); ABORT has no shutdown to abort.
+ */
 function shutdown(ctx: CommandContext, argv: Buffer[]): void {
+  let save: SaveMode = 'default';
+  let force = false;
+  let abort = false;
   for (let i = 1; i < argv.length; i++) {
     const opt = lower(argv[i]);
-    if (opt === 'abort') {
-      ctx.reply.error('ERR No shutdown in progress.');
-      return;
-    }
-    if (!['nosave', 'save', 'now', 'force'].includes(opt)) {
+    if (opt === 'nosave' && save === 'default') save = 'nosave';
+    else if (opt === 'save' && save === 'default') save = 'save';
+    else if (opt === 'force') force = true;
+    else if (opt === 'abort') abort = true;
+    else if (opt !== 'now') {
       ctx.reply.error('ERR syntax error');
       return;
     }
   }
-  ctx.server.shutdown('SHUTDOWN command');
+  if (abort) {
+    ctx.reply.error(argv.length === 2 ? 'ERR No shutdown in progress.' : 'ERR syntax error');
+    return;
+  }
+  if (!ctx.server.shutdown('SHUTDOWN command', { save, refuseIfSaveFails: !force })) {
+    ctx.reply.error('ERR Errors trying to SHUTDOWN. Check logs.');
+  }
 }
 
 const DEBUG_DISABLED =

@@ -59,12 +59,7 @@ const SECTIONS: Record<string, Section> = {
       ['mem_allocator', `v8-${process.versions.v8}`],
     ];
   },
-  persistence: () => [
-    ['loading', 0],
-    ['async_loading', 0],
-    ['rdb_bgsave_in_progress', 0],
-    ['aof_enabled', 0],
-  ],
+  persistence: (s) => s.snapshots.infoRows(),
   stats: (s) => [
     ['total_connections_received', s.stats.totalConnections],
     ['total_commands_processed', s.stats.totalCommands],

@@ -7,6 +7,7 @@ import { connectionCommands } from './connection.js';
 import { infoCommands } from './info.js';
 import { introspectionCommands } from './introspection.js';
 import { keyCommands } from './keys.js';
+import { persistenceCommands } from './persistence.js';
 import { throttleCommands } from './throttle.js';
 import type { CommandSpec } from './types.js';
 
@@ -16,6 +17,7 @@ const COMMANDS: CommandSpec[] = [
   ...throttleCommands,
   ...infoCommands,
   ...adminCommands,
+  ...persistenceCommands,
   ...introspectionCommands,
 ];
 

@@ -13,6 +13,7 @@ import { ReplyWriter } from '../protocol/reply-writer.js';
 import { lookupCommand, lookupSubcommand } from '../commands/table.js';
 import type { CommandContext } from '../commands/types.js';
 import { lower, str } from '../commands/args.js';
+import { MISCONF_MESSAGE, Snapshotter, type SaveMode } from '../persistence/snapshotter.js';
 import { Client } from './client.js';
 import { Stats } from './stats.js';
 
@@ -26,6 +27,8 @@ const EXPIRE_CYCLE_MAX_MS = 2;
 export class Server {
   readonly clock = new Clock();
   readonly keyspace = new Keyspace();
+  /** Snapshots: load, SAVE/BGSAVE, the save policy, MISCONF (src/persistence). */
+  readonly snapshots: Snapshotter = new Snapshotter(this);
   readonly stats = new Stats();
   readonly writer = new ReplyWriter();
   readonly clients = new Map<number, Client>();
@@ -82,6 +85,7 @@ export class Server {
   applyRuntimeConfig(): void {
     this.log.level = this.config.get('loglevel');
     this.log.format = this.config.get('log-format') as 'human' | 'json';
+    this.snapshots.refreshDenyWrites();
     if (this.timer) clearInterval(this.timer);
     this.timer = setInterval(() => this.periodic(), Math.max(1, Math.floor(1000 / this.config.int('hz'))));
   }
@@ -166,6 +170,14 @@ export class Server {
       reply.error('NOAUTH Authentication required.');
       return;
     }
+    // stop-writes-on-bgsave-error: after a failed background save, writes are refused until a save
+    // succeeds (Redis's MISCONF). `denyWrites` is false in normal operation, so this costs one test.
+    if (this.snapshots.denyWrites && spec.flags.includes('write')) {
+      stat.rejectedCalls++;
+      this.stats.error('MISCONF');
+      reply.error(MISCONF_MESSAGE);
+      return;
+    }
     const nowUs = this.clock.nowUs();
     const ctx: CommandContext = { server: this, client, reply, nowUs, nowMs: Math.floor(nowUs / 1000) };
     const mark = reply.length;
@@ -188,6 +200,7 @@ export class Server {
     const deadline = performance.now() + EXPIRE_CYCLE_MAX_MS;
     this.keyspace.expireStep(nowMs, 1 << 20, () => performance.now() > deadline);
     this.stats.sampleOps();
+    this.snapshots.cron(nowMs);
     this.clock.resync();
     const timeoutSec = this.config.int('timeout');
     if (timeoutSec > 0) {
@@ -201,11 +214,24 @@ export class Server {
     }
   }
 
-  /** Stops accepting, closes every client and exits the process with `code`. */
-  shutdown(reason: string, code = 0): void {
-    if (this.shuttingDown) return;
-    this.shuttingDown = true;
+  /**
+   * Saves the final snapshot (per `save`: SIGTERM/SIGINT and plain SHUTDOWN use `default`, which saves
+   * when save points are configured), stops accepting, closes every client and exits: code 0, or 1
+   * if the final save failed. With `refuseIfSaveFails` (SHUTDOWN without FORCE, as Redis) a failed
+   * save cancels the shutdown instead and this returns false; a signal never cancels it (the old
+   * snapshot stays, the failure is logged).
+   */
+  shutdown(reason: string, opts: { save?: SaveMode; refuseIfSaveFails?: boolean } = {}): boolean {
+    if (this.shuttingDown) return true;
     this.log.notice(`shutting down: ${reason}`);
+    const saved = this.snapshots.saveForShutdown(opts.save ?? 'default');
+    if (!saved && opts.refuseIfSaveFails) {
+      this.log.warning('Errors trying to shut down the server. Check the logs for more information.');
+      return false;
+    }
+    if (!saved) this.log.warning('The final snapshot failed: exiting anyway (the previous snapshot is left as it was)');
+    const code = saved ? 0 : 1;
+    this.shuttingDown = true;
     if (this.timer) clearInterval(this.timer);
     for (const l of this.listeners) l.close();
     for (const c of this.clients.values()) c.socket.destroy();

@@ -1,0 +1,252 @@
+/**
+ * Persistence as Redis does it with RDB, for cellgate's snapshots: loading at start, SAVE, BGSAVE,
+ * the `save <seconds> <changes>` policy, the snapshot at shutdown, INFO's persistence fields and
+ * `stop-writes-on-bgsave-error` (MISCONF).
+ *
+ * Time: LASTSAVE, rdb_last_save_time and the save policy follow the server clock (as limiter
+ * decisions do), so `DEBUG CLOCK ADVANCE` drives the policy deterministically in tests. In real mode
+ * the server clock is the wall clock made monotonic, so this matches Redis's elapsed seconds.
+ */
+import { performance } from 'node:perf_hooks';
+import type { Server } from '../server/server.js';
+import { readSnapshotFile, type SnapshotSummary } from './reader.js';
+import { BackgroundSave, snapshotPath, writeSnapshotSync, type SaveResult } from './writer.js';
+
+/** After a failed background save, the policy waits this long before trying again (Redis's CONFIG_BGSAVE_RETRY_DELAY). */
+const BGSAVE_RETRY_DELAY_MS = 5000;
+
+export const MISCONF_MESSAGE =
+  "MISCONF Redis is configured to save RDB snapshots, but it's currently unable to persist to disk. Commands that may modify the data set are disabled, because this instance is configured to report errors during writes if RDB snapshotting fails (stop-writes-on-bgsave-error option). Please check the Redis logs for details about the RDB error.";
+
+export interface LoadResult {
+  file: string;
+  loaded: number;
+  expired: number;
+  ms: number;
+  summary: SnapshotSummary;
+}
+
+export type SaveMode = 'default' | 'save' | 'nosave';
+
+export class Snapshotter {
+  /** Server-clock ms of the last successful save (or of the start, as Redis). */
+  lastSaveMs: number;
+  /** keyspace.dirty when the last successful save began. */
+  private dirtyAtLastSave = 0;
+  private lastBgsaveOk = true;
+  private lastBgsaveTryMs = 0;
+  private lastBgsaveSeconds = -1;
+  private lastError = '';
+  private saves = 0;
+  private lastSave: SaveResult | null = null;
+  private lastLoad: LoadResult | null = null;
+  private background: BackgroundSave | null = null;
+  private backgroundScheduled = false;
+  /**
+   * True while write commands must be refused with MISCONF: the last background save failed, save
+   * points are configured and `stop-writes-on-bgsave-error` is yes. A plain field, so the dispatch
+   * hot path pays one boolean test.
+   */
+  denyWrites = false;
+
+  constructor(private readonly server: Server) {
+    this.lastSaveMs = server.clock.nowMs();
+  }
+
+  get file(): string {
+    return snapshotPath(this.server.config.get('dir'), this.server.config.get('dbfilename'));
+  }
+
+  get bgsaveInProgress(): boolean {
+    return this.background !== null;
+  }
+
+  get changesSinceLastSave(): number {
+    return this.server.keyspace.dirty - this.dirtyAtLastSave;
+  }
+
+  /** `save` as (seconds, changes) pairs; empty when automatic saving is off. */
+  savePoints(): [number, number][] {
+    const parts = this.server.config.get('save').split(' ').filter(Boolean).map(Number);
+    const points: [number, number][] = [];
+    for (let i = 0; i + 1 < parts.length; i += 2) points.push([parts[i], parts[i + 1]]);
+    return points;
+  }
+
+  refreshDenyWrites(): void {
+    this.denyWrites = !this.lastBgsaveOk && this.server.config.bool('stop-writes-on-bgsave-error') && this.savePoints().length > 0;
+  }
+
+  /**
+   * Loads the snapshot into the (empty) keyspace, dropping keys that expired meanwhile. Returns null
+   * when there is no snapshot file. Throws SnapshotError (corrupt, truncated, foreign, wrong version)
+   * or the read error; the file is only ever read.
+   */
+  load(): LoadResult | null {
+    const file = this.file;
+    const ks = this.server.keyspace;
+    const nowMs = this.server.clock.nowMs();
+    const started = performance.now();
+    let loaded = 0;
+    let expired = 0;
+    let summary: SnapshotSummary;
+    try {
+      summary = readSnapshotFile(file, (key, type, expireAtMs, a, b, c, blob) => {
+        if (nowMs > expireAtMs) {
+          expired++;
+          return;
+        }
+        if (ks.lookup(key, nowMs) !== -1) return 'duplicate key';
+        const slot = ks.create(key, type);
+        ks.setState(slot, a, b, c);
+        ks.setExpireAtMs(slot, expireAtMs);
+        if (blob !== undefined) ks.setBlob(slot, blob);
+        loaded++;
+      });
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code === 'ENOENT') return null;
+      throw e;
+    }
+    this.dirtyAtLastSave = ks.dirty;
+    this.lastSaveMs = nowMs;
+    this.lastLoad = { file, loaded, expired, ms: performance.now() - started, summary };
+    return this.lastLoad;
+  }
+
+  /** SAVE: a blocking save. Throws on failure (logged; the old snapshot stays). */
+  save(): SaveResult {
+    const { server } = this;
+    const dirtyAtStart = server.keyspace.dirty;
+    try {
+      const result = writeSnapshotSync(server.keyspace, server.clock.nowMs(), server.config.get('dir'), server.config.get('dbfilename'));
+      this.succeeded(result, dirtyAtStart);
+      server.log.notice(`DB saved on disk: ${result.keys} keys, ${result.bytes} bytes in ${result.ms.toFixed(1)} ms`, {
+        file: result.file, keys: result.keys, bytes: result.bytes, ms: Math.round(result.ms),
+      });
+      return result;
+    } catch (e) {
+      this.lastError = describe(e);
+      server.log.warning(`Failed saving the DB: ${this.lastError}`, { file: this.file });
+      throw e;
+    }
+  }
+
+  /** BGSAVE: starts a background save. Returns false if one is already running. */
+  bgsave(): boolean {
+    if (this.background !== null) return false;
+    const { server } = this;
+    const dirtyAtStart = server.keyspace.dirty;
+    const job = new BackgroundSave(server.keyspace, () => server.clock.nowMs(), server.config.get('dir'), server.config.get('dbfilename'));
+    this.background = job;
+    this.backgroundScheduled = false;
+    this.lastBgsaveTryMs = server.clock.nowMs();
+    server.log.notice('Background saving started', { file: this.file });
+    job.run().then(
+      (result) => {
+        if (this.background !== job) return;
+        this.background = null;
+        this.lastBgsaveOk = true;
+        this.lastBgsaveSeconds = Math.round(result.ms / 1000);
+        this.succeeded(result, dirtyAtStart);
+        server.log.notice(`Background saving terminated with success: ${result.keys} keys, ${result.bytes} bytes in ${result.ms.toFixed(1)} ms`, {
+          file: result.file, keys: result.keys, bytes: result.bytes, ms: Math.round(result.ms),
+        });
+      },
+      (e: unknown) => {
+        if (this.background !== job) return;
+        this.background = null;
+        this.lastBgsaveOk = false;
+        this.lastError = describe(e);
+        this.lastBgsaveSeconds = Math.round((performance.now() - job.startedPerfMs) / 1000);
+        this.refreshDenyWrites();
+        server.log.warning(`Background saving error: ${this.lastError}`, { file: this.file });
+      },
+    );
+    return true;
+  }
+
+  /** BGSAVE SCHEDULE while a save runs: start another once it ends. */
+  schedule(): void {
+    this.backgroundScheduled = true;
+  }
+
+  /** The periodic part (Redis's serverCron): scheduled BGSAVE and the `save` policy. */
+  cron(nowMs: number): void {
+    if (this.background !== null) return;
+    if (this.backgroundScheduled) {
+      this.bgsave();
+      return;
+    }
+    const changes = this.changesSinceLastSave;
+    if (changes === 0) return;
+    for (const [seconds, needed] of this.savePoints()) {
+      // As Redis: enough changes, strictly more than `seconds` elapsed, and after a failure wait
+      // BGSAVE_RETRY_DELAY_MS between attempts.
+      if (changes >= needed && nowMs - this.lastSaveMs > seconds * 1000 && (this.lastBgsaveOk || nowMs - this.lastBgsaveTryMs > BGSAVE_RETRY_DELAY_MS)) {
+        this.server.log.notice(`${needed} changes in ${seconds} seconds. Saving...`);
+        this.bgsave();
+        return;
+      }
+    }
+  }
+
+  /**
+   * The snapshot at shutdown. `default` saves when save points are configured (as Redis: `save ""`
+   * turns persistence off), `save` always, `nosave` never. A running background save is abandoned
+   * first (its temp file is left for the blocking save to replace). Returns false if the save failed.
+   */
+  saveForShutdown(mode: SaveMode): boolean {
+    if (this.background !== null) {
+      this.server.log.warning('There is a background save in progress: stopping it to save synchronously');
+      this.background.abort();
+      this.background = null;
+    }
+    if (mode === 'nosave' || (mode === 'default' && this.savePoints().length === 0)) return true;
+    this.server.log.notice('Saving the final snapshot before exiting.');
+    try {
+      this.save();
+      return true;
+    } catch {
+      return false;
+    }
+  }
+
+  private succeeded(result: SaveResult, dirtyAtStart: number): void {
+    this.dirtyAtLastSave = dirtyAtStart;
+    this.lastSaveMs = this.server.clock.nowMs();
+    this.lastSave = result;
+    this.lastBgsaveOk = true;
+    this.lastError = '';
+    this.saves++;
+    this.refreshDenyWrites();
+  }
+
+  /** INFO persistence, with Redis's field names where Redis has the field. */
+  infoRows(): [string, string | number][] {
+    const bg = this.background;
+    return [
+      ['loading', 0],
+      ['async_loading', 0],
+      ['rdb_changes_since_last_save', this.changesSinceLastSave],
+      ['rdb_bgsave_in_progress', bg !== null ? 1 : 0],
+      ['rdb_last_save_time', Math.floor(this.lastSaveMs / 1000)],
+      ['rdb_last_bgsave_status', this.lastBgsaveOk ? 'ok' : 'err'],
+      ['rdb_last_bgsave_time_sec', this.lastBgsaveSeconds],
+      ['rdb_current_bgsave_time_sec', bg !== null ? Math.round((performance.now() - bg.startedPerfMs) / 1000) : -1],
+      ['rdb_saves', this.saves],
+      ['rdb_last_save_keys', this.lastSave?.keys ?? 0],
+      ['rdb_last_save_bytes', this.lastSave?.bytes ?? 0],
+      ['rdb_last_save_duration_ms', this.lastSave !== null ? Math.round(this.lastSave.ms) : -1],
+      ['rdb_last_error', this.lastError],
+      ['rdb_last_load_keys_expired', this.lastLoad?.expired ?? 0],
+      ['rdb_last_load_keys_loaded', this.lastLoad?.loaded ?? 0],
+      ['rdb_last_load_duration_ms', this.lastLoad !== null ? Math.round(this.lastLoad.ms) : 0],
+      ['aof_enabled', 0],
+    ];
+  }
+}
+
+function describe(e: unknown): string {
+  const err = e as NodeJS.ErrnoException;
+  return err.code !== undefined ? `${err.code}: ${err.message}` : String(err.message ?? e);
+}

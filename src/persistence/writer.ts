@@ -1,0 +1,195 @@
+/**
+ * Writes snapshots so that a crash at any moment leaves the previous file or the new one, never a
+ * broken one: the bytes go to `dir/temp-<pid>.snap`, which is fsynced, renamed over
+ * `dir/dbfilename`, and then the directory is fsynced so the rename itself is durable.
+ *
+ * Two writers share that discipline:
+ * - `writeSnapshotSync` (SAVE, SHUTDOWN, SIGTERM) serializes every key in one go, blocking.
+ * - `BackgroundSave` (BGSAVE, the save policy) serializes the keyspace in slices of at most
+ *   SLICE_BUDGET_MS between event-loop turns and writes asynchronously, so clients keep being served.
+ *   Each key is written as it is at the moment its slot is visited (see docs/snapshot-format.md,
+ *   "Consistency of a background save").
+ */
+import fs from 'node:fs';
+import fsp from 'node:fs/promises';
+import { join } from 'node:path';
+import { performance } from 'node:perf_hooks';
+import { setImmediate as nextTurn } from 'node:timers/promises';
+import type { Keyspace } from '../keyspace/keyspace.js';
+import { crc32, encodeHeader, EntryEncoder } from './format.js';
+
+/** CPU time one background slice may take before it yields to clients. */
+export const SLICE_BUDGET_MS = 0.25;
+/** Bytes a background save accumulates before handing them to the disk. */
+const BACKGROUND_WRITE_BYTES = 512 * 1024;
+/** Keys serialized between two looks at the slice's clock. */
+const KEYS_PER_CHECK = 64;
+
+export interface SaveResult {
+  keys: number;
+  bytes: number;
+  ms: number;
+  file: string;
+}
+
+export function snapshotPath(dir: string, dbfilename: string): string {
+  return join(dir, dbfilename);
+}
+
+export function tempPath(dir: string): string {
+  return join(dir, `temp-${process.pid}.snap`);
+}
+
+/** Serializes every live key at `nowMs` and installs the file, blocking. Throws on failure (the old snapshot stays). */
+export function writeSnapshotSync(keyspace: Keyspace, nowMs: number, dir: string, dbfilename: string): SaveResult {
+  const started = performance.now();
+  const temp = tempPath(dir);
+  const file = snapshotPath(dir, dbfilename);
+  // A fresh inode: an aborted background save may still hold the old temp file open.
+  fs.rmSync(temp, { force: true });
+  const fd = fs.openSync(temp, 'w', 0o644);
+  let bytes = 0;
+  try {
+    const header = encodeHeader(nowMs);
+    let crc = crc32(header);
+    writeAllSync(fd, header);
+    bytes += header.length;
+    const enc = new EntryEncoder();
+    let keys = 0;
+    keyspace.forEachLive(nowMs, (key, slot) => {
+      enc.add(key, keyspace.typeOf(slot), keyspace.expireAtMs(slot), keyspace.getA(slot), keyspace.getB(slot), keyspace.getC(slot), keyspace.getBlob(slot));
+      keys++;
+      if (enc.length >= BACKGROUND_WRITE_BYTES) {
+        const chunk = enc.take();
+        crc = crc32(chunk, crc);
+        writeAllSync(fd, chunk);
+        bytes += chunk.length;
+      }
+    });
+    enc.addFooter(keys, crc);
+    const last = enc.take();
+    writeAllSync(fd, last);
+    bytes += last.length;
+    fs.fsyncSync(fd);
+    fs.closeSync(fd);
+    fs.renameSync(temp, file);
+    fsyncDirSync(dir);
+    return { keys, bytes, ms: performance.now() - started, file };
+  } catch (e) {
+    try {
+      fs.closeSync(fd);
+    } catch {
+      /* already closed */
+    }
+    fs.rmSync(temp, { force: true });
+    throw e;
+  }
+}
+
+function writeAllSync(fd: number, chunk: Buffer): void {
+  for (let off = 0; off < chunk.length; ) off += fs.writeSync(fd, chunk, off, chunk.length - off);
+}
+
+function fsyncDirSync(dir: string): void {
+  const fd = fs.openSync(dir, 'r');
+  try {
+    fs.fsyncSync(fd);
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
+/**
+ * One background save. `run()` resolves when the new snapshot is installed and rejects (leaving the
+ * old snapshot and no temp file) on any error or after `abort()`.
+ */
+export class BackgroundSave {
+  private aborted = false;
+  readonly startedPerfMs = performance.now();
+
+  constructor(
+    private readonly keyspace: Keyspace,
+    private readonly nowMs: () => number,
+    private readonly dir: string,
+    private readonly dbfilename: string,
+  ) {}
+
+  /** Stops the save at its next step; it then removes its temp file. */
+  abort(): void {
+    this.aborted = true;
+  }
+
+  async run(): Promise<SaveResult> {
+    const temp = tempPath(this.dir);
+    const file = snapshotPath(this.dir, this.dbfilename);
+    await fsp.rm(temp, { force: true });
+    const fh = await fsp.open(temp, 'w', 0o644);
+    let closed = false;
+    try {
+      const ks = this.keyspace;
+      const header = encodeHeader(this.nowMs());
+      let crc = crc32(header);
+      let bytes = header.length;
+      let pending: Promise<unknown> = writeAll(fh, header);
+      const enc = new EntryEncoder(BACKGROUND_WRITE_BYTES + 64 * 1024);
+      let keys = 0;
+      let sinceCheck = 0;
+      let deadline = 0;
+      let sliceFull = false;
+      const visit = (key: string, slot: number): void => {
+        enc.add(key, ks.typeOf(slot), ks.expireAtMs(slot), ks.getA(slot), ks.getB(slot), ks.getC(slot), ks.getBlob(slot));
+        keys++;
+        if (++sinceCheck >= KEYS_PER_CHECK) {
+          sinceCheck = 0;
+          if (performance.now() > deadline || enc.length >= BACKGROUND_WRITE_BYTES) sliceFull = true;
+        }
+      };
+      let cursor = 0;
+      do {
+        // One slice: keys are visited in slot order, each read whole between two event-loop turns.
+        deadline = performance.now() + SLICE_BUDGET_MS;
+        sliceFull = false;
+        const nowMs = this.nowMs();
+        do cursor = ks.scan(cursor, KEYS_PER_CHECK, nowMs, visit);
+        while (cursor !== 0 && !sliceFull);
+        if (enc.length >= BACKGROUND_WRITE_BYTES) {
+          const chunk = enc.take();
+          crc = crc32(chunk, crc);
+          bytes += chunk.length;
+          await pending;
+          pending = writeAll(fh, chunk);
+        }
+        await nextTurn();
+        if (this.aborted) throw new Error('background save aborted');
+      } while (cursor !== 0);
+      enc.addFooter(keys, crc);
+      const last = enc.take();
+      bytes += last.length;
+      await pending;
+      await writeAll(fh, last);
+      await fh.sync();
+      closed = true;
+      await fh.close();
+      if (this.aborted) throw new Error('background save aborted');
+      await fsp.rename(temp, file);
+      const dirHandle = await fsp.open(this.dir, 'r');
+      try {
+        await dirHandle.sync();
+      } finally {
+        await dirHandle.close();
+      }
+      return { keys, bytes, ms: performance.now() - this.startedPerfMs, file };
+    } catch (e) {
+      if (!closed) await fh.close().catch(() => {});
+      await fsp.rm(temp, { force: true }).catch(() => {});
+      throw e;
+    }
+  }
+}
+
+async function writeAll(fh: fsp.FileHandle, chunk: Buffer): Promise<void> {
+  for (let off = 0; off < chunk.length; ) {
+    const { bytesWritten } = await fh.write(chunk, off, chunk.length - off);
+    off += bytesWritten;
+  }
+}
