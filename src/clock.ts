@@ -17,8 +17,16 @@ export class Clock {
   private frozenUs: number | null = null;
 
   nowUs(): number {
+    return this.nowUsAt(performance.now());
+  }
+
+  /**
+   * The time at the monotonic instant `perfMs` (a `performance.now()` value the caller already
+   * read: the server reads it once per command for both the command's time and its duration).
+   */
+  nowUsAt(perfMs: number): number {
     if (this.frozenUs !== null) return this.frozenUs;
-    let us = Math.floor(this.anchorWallUs + (performance.now() - this.anchorPerfMs) * 1000);
+    let us = Math.floor(this.anchorWallUs + (perfMs - this.anchorPerfMs) * 1000);
     if (us < this.lastRealUs) us = this.lastRealUs;
     this.lastRealUs = us;
     return us;

@@ -38,24 +38,48 @@ function toI64(negative: boolean, digits: string): number | null {
 }
 
 /**
+ * Digits of `arg` from `start` as a non-negative number, straight from the bytes (no string is
+ * made: this runs several times per limiter call). Returns -1 if a byte is not a digit, and -2 if
+ * there are more than 15 digits (the caller then takes the exact, slower path).
+ */
+function smallDigits(arg: Buffer, start: number): number {
+  const n = arg.length;
+  if (n - start > 15) return -2;
+  let value = 0;
+  for (let i = start; i < n; i++) {
+    const d = arg[i] - 48;
+    if (d < 0 || d > 9) return -1;
+    value = value * 10 + d;
+  }
+  return value;
+}
+
+/**
  * Redis's `string2ll`: optional '-', then digits with no leading zero (except "0" itself),
  * no '+', no spaces, within i64. Used wherever Redis says "value is not an integer or out of range".
  */
 export function parseRedisInteger(arg: Buffer): number | null {
-  const text = str(arg);
-  if (text === '0') return 0;
-  const negative = text.charCodeAt(0) === 45;
-  const digits = negative ? text.slice(1) : text;
-  if (digits.length === 0 || digits.charCodeAt(0) === 48) return null;
-  return toI64(negative, digits);
+  const n = arg.length;
+  if (n === 1 && arg[0] === 48) return 0;
+  const negative = n > 0 && arg[0] === 45;
+  const start = negative ? 1 : 0;
+  if (start >= n || arg[start] === 48) return null;
+  const fast = smallDigits(arg, start);
+  if (fast >= 0) return negative ? -fast : fast;
+  if (fast === -1) return null;
+  return toI64(negative, str(arg).slice(start));
 }
 
 /** Rust's `i64::from_str`, which redis-cell uses: optional '+' or '-', digits (leading zeros allowed). */
 export function parseRustI64(arg: Buffer): number | null {
-  const text = str(arg);
-  const c0 = text.charCodeAt(0);
-  const signed = c0 === 43 || c0 === 45;
-  return toI64(c0 === 45, signed ? text.slice(1) : text);
+  const n = arg.length;
+  const c0 = n > 0 ? arg[0] : 0;
+  const start = c0 === 43 || c0 === 45 ? 1 : 0;
+  if (start >= n) return null;
+  const fast = smallDigits(arg, start);
+  if (fast >= 0) return c0 === 45 ? -fast : fast;
+  if (fast === -1) return null;
+  return toI64(c0 === 45, str(arg).slice(start));
 }
 
 const DECIMAL_FLOAT = /^[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?$/;

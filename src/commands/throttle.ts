@@ -11,6 +11,30 @@ import { firstKeyOnly, type CommandContext, type CommandSpec } from './types.js'
 export const WRONGTYPE = 'WRONGTYPE Operation against a key holding the wrong kind of value';
 
 const cellDecision = newCellDecision();
+
+// Range rules, made once (they are passed on every call).
+const BURST_RULE = `must be <= ${MAX_BURST}`;
+const CAPACITY_RULE = `must be <= ${MAX_BURST + 1}`;
+const PERIOD_RULE = `must be <= ${MAX_PERIOD_SEC} seconds`;
+
+/**
+ * The parameters derived last, and for which arguments: callers mostly repeat the same limits, and
+ * deriving them costs a division and an object.
+ */
+let memoBurst = -1;
+let memoCount = -1;
+let memoPeriod = -1;
+let memoParams: ReturnType<typeof cellParams> = 'out-of-range';
+
+function memoCellParams(maxBurst: number, count: number, period: number): ReturnType<typeof cellParams> {
+  if (maxBurst !== memoBurst || count !== memoCount || period !== memoPeriod) {
+    memoParams = cellParams(maxBurst, count, period);
+    memoBurst = maxBurst;
+    memoCount = count;
+    memoPeriod = period;
+  }
+  return memoParams;
+}
 const gcraDecision = newGcraDecision();
 
 /**
@@ -75,22 +99,22 @@ function clThrottle(ctx: CommandContext, argv: Buffer[]): void {
   // period in ns) where cellgate refuses, and a count above 2^53 is rounded as redis-cell's f64 does.
   if (shortForm) {
     // Short form: CL.THROTTLE key capacity rate_per_second.
-    const capacity = cellInteger(ctx, argv[2], 'capacity', 1, 'must be >= 1', MAX_BURST + 1, `must be <= ${MAX_BURST + 1}`);
+    const capacity = cellInteger(ctx, argv[2], 'capacity', 1, 'must be >= 1', MAX_BURST + 1, CAPACITY_RULE);
     if (capacity === null) return;
     maxBurst = capacity - 1;
     count = cellInteger(ctx, argv[3], countName, 1, 'must be >= 1');
     period = 1;
   } else {
-    maxBurst = cellInteger(ctx, argv[2], 'max_burst', 0, 'must be >= 0', MAX_BURST, `must be <= ${MAX_BURST}`);
+    maxBurst = cellInteger(ctx, argv[2], 'max_burst', 0, 'must be >= 0', MAX_BURST, BURST_RULE);
     if (maxBurst === null) return;
     count = cellInteger(ctx, argv[3], countName, 1, 'must be >= 1');
     if (count === null) return;
-    period = cellInteger(ctx, argv[4], 'period', 1, 'must be >= 1 second', MAX_PERIOD_SEC, `must be <= ${MAX_PERIOD_SEC} seconds`);
+    period = cellInteger(ctx, argv[4], 'period', 1, 'must be >= 1 second', MAX_PERIOD_SEC, PERIOD_RULE);
     if (period === null) return;
     if (argv.length === 6) quantity = cellInteger(ctx, argv[5], 'quantity', 0, 'must be >= 0');
   }
   if (count === null || quantity === null) return;
-  const params = cellParams(maxBurst, count, period);
+  const params = memoCellParams(maxBurst, count, period);
   if (params === 'zero-interval') {
     // redis-cell: "Zero rates are not supported" (T = trunc(period·1e9/count) is 0 ns).
     ctx.reply.error(`ERR invalid ${countName} '${str(argv[3])}': more than 10^9 per second (the emission interval would be 0 ns)`);

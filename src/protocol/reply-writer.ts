@@ -72,10 +72,28 @@ export class ReplyWriter {
 
   /** Writes a decimal integer (with no framing). Values beyond ±2^63 are clamped as i64 would saturate. */
   private decimal(n: number): void {
+    if (n >= 0 && n < 1e15 && Number.isInteger(n)) {
+      // The common case, written digit by digit: no string is made for it.
+      this.ensure(16);
+      if (n < 10) {
+        this.buf[this.len++] = 48 + n;
+        return;
+      }
+      let digits = 1;
+      for (let p = 10; p <= n; p *= 10) digits++;
+      let end = this.len + digits;
+      this.len = end;
+      while (n >= 10) {
+        const q = Math.floor(n / 10);
+        this.buf[--end] = 48 + (n - q * 10);
+        n = q;
+      }
+      this.buf[--end] = 48 + n;
+      return;
+    }
     if (n >= 9223372036854775807) return this.raw(I64_MAX);
     if (n <= -9223372036854775808) return this.raw(I64_MIN);
-    if (n >= 0 && n < 10) return this.byte(48 + n);
-    // Integers up to 2^53 print exactly; `Object.is(-0)` prints as 0 like C's long long.
+    // Integers up to 2^53 print exactly; −0 prints as 0, like C's long long.
     this.raw(n === 0 ? '0' : String(n));
   }
 

@@ -191,9 +191,15 @@ export class RequestParser {
  * the NUL, so binary payloads further on cost nothing.
  */
 function lineEnd(buf: Buffer, from: number, byte: number): number {
-  const end = buf.indexOf(byte, from);
-  if (end === -1) return -1;
-  return buf.subarray(from, end).indexOf(NUL) === -1 ? end : -1;
+  // A plain loop: header lines are a few bytes long, and a native indexOf per line costs more
+  // than scanning them here.
+  const n = buf.length;
+  for (let i = from; i < n; i++) {
+    const c = buf[i];
+    if (c === byte) return i;
+    if (c === NUL) return -1;
+  }
+  return -1;
 }
 
 /** The digits of the largest magnitudes a signed 64-bit integer holds, positive and negative. */

@@ -50,6 +50,7 @@ export class Client {
     this.lastInteractionMs = Date.now();
     this.server.stats.netInputBytes += chunk.length;
     this.parser.feed(chunk);
+    this.server.beginBatch();
     const writer = this.server.writer;
     writer.proto = this.proto;
     for (;;) {
