@@ -11,7 +11,7 @@ import type { Logger } from '../log.js';
 import { Keyspace } from '../keyspace/keyspace.js';
 import { ReplyWriter } from '../protocol/reply-writer.js';
 import { lookupCommand, lookupSubcommand } from '../commands/table.js';
-import type { CommandContext } from '../commands/types.js';
+import type { CommandContext, CommandSpec } from '../commands/types.js';
 import { lower, str } from '../commands/args.js';
 import { MISCONF_MESSAGE, Snapshotter, type SaveMode } from '../persistence/snapshotter.js';
 import { Client } from './client.js';
@@ -37,6 +37,9 @@ export class Server {
   port = 0;
   private listeners: net.Server[] = [];
   private nextClientId = 1;
+  private lastName: Buffer = Buffer.alloc(0);
+  private lastSpec: CommandSpec | undefined;
+  private perfMark = performance.now();
   private timer: NodeJS.Timeout | null = null;
   private shuttingDown = false;
 
@@ -136,11 +139,40 @@ export class Server {
     this.clients.delete(client.id);
   }
 
+  /**
+   * Marks the start of a batch of commands (one read from one client). Each command's duration for
+   * commandstats runs from the end of the previous one, so one clock read per command serves both
+   * its time snapshot and its duration.
+   */
+  beginBatch(): void {
+    this.perfMark = performance.now();
+  }
+
+  /** The command for a name, remembering the last one: a pipeline mostly repeats one command. */
+  private findCommand(nameArg: Buffer): CommandSpec | undefined {
+    const last = this.lastName;
+    if (nameArg.length === last.length) {
+      let same = true;
+      for (let i = 0; i < last.length; i++) {
+        if (nameArg[i] !== last[i]) {
+          same = false;
+          break;
+        }
+      }
+      if (same) return this.lastSpec;
+    }
+    const spec = lookupCommand(lower(nameArg));
+    if (spec !== undefined) {
+      this.lastName = Buffer.from(nameArg);
+      this.lastSpec = spec;
+    }
+    return spec;
+  }
+
   /** Runs one command for `client`; its reply goes to the shared writer. */
   execute(client: Client, argv: Buffer[]): void {
     const reply = this.writer;
-    const name = lower(argv[0]);
-    let spec = lookupCommand(name);
+    let spec = this.findCommand(argv[0]);
     if (spec === undefined) {
       this.stats.error('ERR');
       reply.error(unknownCommandMessage(argv));
@@ -178,13 +210,15 @@ export class Server {
       reply.error(MISCONF_MESSAGE);
       return;
     }
-    const nowUs = this.clock.nowUs();
+    const started = this.perfMark;
+    const nowUs = this.clock.nowUsAt(started);
     const ctx: CommandContext = { server: this, client, reply, nowUs, nowMs: Math.floor(nowUs / 1000) };
     const mark = reply.length;
     client.lastCommand = fullName;
-    const started = performance.now();
     spec.run(ctx, argv);
-    stat.usec += (performance.now() - started) * 1000;
+    const ended = performance.now();
+    stat.usec += (ended - started) * 1000;
+    this.perfMark = ended;
     stat.calls++;
     this.stats.totalCommands++;
     // A reply that begins with '-' is an error: count it as Redis's failed_calls / errorstats do.
