@@ -3,7 +3,7 @@
  * (`loading:0`, `redis_version:`) work unchanged, plus a `limiter` section.
  */
 import os from 'node:os';
-import { KeyType } from '../keyspace/keyspace.js';
+import { TYPE_NAMES } from '../keyspace/keyspace.js';
 import { REDIS_VERSION, VERSION, type Server } from '../server/server.js';
 import { lower } from './args.js';
 import { noKeys, type CommandContext, type CommandSpec } from './types.js';
@@ -93,7 +93,7 @@ const SECTIONS: Record<string, Section> = {
     ]),
   limiter: (s) => {
     const rows: [string, string | number][] = [];
-    rows.push(['keys_gcra', s.keyspace.countOfType(KeyType.Gcra)]);
+    for (const [type, name] of Object.entries(TYPE_NAMES)) rows.push([`keys_${name}`, s.keyspace.countOfType(Number(type))]);
     for (const [name, l] of s.stats.limiters) rows.push([`limiter_${name}`, `allowed=${l.allowed},limited=${l.limited}`]);
     return rows;
   },

@@ -7,6 +7,7 @@ import { connectionCommands } from './connection.js';
 import { infoCommands } from './info.js';
 import { introspectionCommands } from './introspection.js';
 import { keyCommands } from './keys.js';
+import { rateLimitCommands } from './ratelimit.js';
 import { persistenceCommands } from './persistence.js';
 import { throttleCommands } from './throttle.js';
 import type { CommandSpec } from './types.js';
@@ -15,6 +16,7 @@ const COMMANDS: CommandSpec[] = [
   ...connectionCommands,
   ...keyCommands,
   ...throttleCommands,
+  ...rateLimitCommands,
   ...infoCommands,
   ...adminCommands,
   ...persistenceCommands,

@@ -15,10 +15,20 @@
 export enum KeyType {
   Free = 0,
   Gcra = 1,
+  TokenBucket = 2,
+  LeakyBucket = 3,
+  FixedWindow = 4,
+  SlidingLog = 5,
+  SlidingWindow = 6,
 }
 
 export const TYPE_NAMES: Record<number, string> = {
   [KeyType.Gcra]: 'gcra',
+  [KeyType.TokenBucket]: 'tokenbucket',
+  [KeyType.LeakyBucket]: 'leakybucket',
+  [KeyType.FixedWindow]: 'fixedwindow',
+  [KeyType.SlidingLog]: 'slidinglog',
+  [KeyType.SlidingWindow]: 'slidingwindow',
 };
 
 const INITIAL_SLOTS = 1024;

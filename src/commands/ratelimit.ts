@@ -1,0 +1,386 @@
+/**
+ * The `RL.*` family (SPEC §2.3): one command per algorithm, `RL.<ALGO> key limit period_ms
+ * [BURST n] [COST n]`, and `RL.ALL`, several limits checked and spent all-or-nothing.
+ *
+ * Each call parses every argument first (an error leaves every key untouched), looks its key up
+ * (WRONGTYPE for a key of another algorithm), asks the pure limiter in src/limiters/ for a decision,
+ * stores the new state only when the limiter says so (an allowed call with COST ≥ 1), and replies
+ * `limited, limit, remaining, retry_after_ms, reset_after_ms, delay_ms`: six integers in RESP2, a map
+ * with those keys in RESP3.
+ *
+ * RL.ALL replies an array: the overall limited flag (0/1), then one such 6-field reply per limit, in
+ * the order given, each as if that limit alone had been asked. A trailing `COST n` applies to every
+ * limit. Nothing is spent anywhere unless every limit allows.
+ *
+ * State per key type (columns A/B/C of the keyspace, plus a blob for the sliding log) is documented
+ * in each limiter module.
+ */
+import { KeyType, type Keyspace } from '../keyspace/keyspace.js';
+import type { CellParams } from '../limiters/cell-throttle.js';
+import { fixedWindowDecide } from '../limiters/fixed-window.js';
+import { gcraMsDecide, gcraMsParams, newGcraMsParams } from '../limiters/gcra-ms.js';
+import { leakyBucketDecide } from '../limiters/leaky-bucket.js';
+import { MAX_SCALED, newRateDecision, type RateDecision } from '../limiters/rate-decision.js';
+import { slidingLogDecide, slidingLogRecord } from '../limiters/sliding-log.js';
+import { slidingWindowDecide } from '../limiters/sliding-window.js';
+import { tokenBucketDecide } from '../limiters/token-bucket.js';
+import { lower, parseRedisInteger, str } from './args.js';
+import { WRONGTYPE } from './throttle.js';
+import { firstKeyOnly, type ArgDoc, type CommandContext, type CommandSpec } from './types.js';
+
+/** The longest period accepted: 10^12 ms, about 31.7 years. */
+export const MAX_PERIOD_MS = 1e12;
+/** The largest sliding log limit: the log keeps up to `limit` 16-byte entries per key. */
+export const MAX_SLIDING_LOG_LIMIT = 1_000_000;
+
+interface Algorithm {
+  /** The name after `RL.` (and RL.ALL's ALGO), uppercase. */
+  name: string;
+  type: KeyType;
+  acceptsBurst: boolean;
+}
+
+const ALGORITHMS: Algorithm[] = [
+  { name: 'TOKENBUCKET', type: KeyType.TokenBucket, acceptsBurst: true },
+  { name: 'LEAKYBUCKET', type: KeyType.LeakyBucket, acceptsBurst: true },
+  { name: 'FIXEDWINDOW', type: KeyType.FixedWindow, acceptsBurst: false },
+  { name: 'SLIDINGLOG', type: KeyType.SlidingLog, acceptsBurst: false },
+  { name: 'SLIDINGWINDOW', type: KeyType.SlidingWindow, acceptsBurst: false },
+  { name: 'GCRA', type: KeyType.Gcra, acceptsBurst: true },
+];
+const BY_NAME = new Map(ALGORITHMS.map((a) => [a.name.toLowerCase(), a]));
+
+/** One limit of a call, parsed. Reused between calls. */
+interface Limit {
+  algo: Algorithm;
+  key: string;
+  limit: number;
+  periodMs: number;
+  burst: number;
+  gcra: CellParams;
+  /** The key's slot, or −1 when absent. */
+  slot: number;
+  decision: RateDecision;
+}
+
+function newLimit(): Limit {
+  return { algo: ALGORITHMS[0], key: '', limit: 0, periodMs: 0, burst: 0, gcra: newGcraMsParams(), slot: -1, decision: newRateDecision() };
+}
+
+/** Limits of the current call: index 0 serves the single-algorithm commands. */
+const limits: Limit[] = [newLimit()];
+
+/** Where an argument error happened: '' for single commands, ` in limit 2` for RL.ALL. */
+function invalid(ctx: CommandContext, name: string, arg: Buffer, where: string, rule: string): void {
+  ctx.reply.error(`ERR invalid ${name} '${str(arg)}'${where}: ${rule}`);
+}
+
+/** An integer argument in [min, max], or null after an error reply naming it. */
+function integerArg(ctx: CommandContext, arg: Buffer, name: string, where: string, min: number, max: number): number | null {
+  const n = parseRedisInteger(arg);
+  if (n === null) {
+    invalid(ctx, name, arg, where, 'not an integer');
+    return null;
+  }
+  if (n < min) {
+    invalid(ctx, name, arg, where, `must be >= ${min}`);
+    return null;
+  }
+  if (n > max) {
+    invalid(ctx, name, arg, where, `must be <= ${max}`);
+    return null;
+  }
+  return n;
+}
+
+/** The COST a single-algorithm command asked for (set by parseLimit). */
+let parsedCost = 1;
+
+/**
+ * Parses `limit period_ms [BURST n] [COST n]` at argv[i..] into `l`; returns the index after them,
+ * or −1 after an error reply. For RL.ALL (`costAllowed` false) it stops at the first argument that
+ * is not `BURST`: the next limit's key, or the trailing COST.
+ */
+function parseLimit(ctx: CommandContext, argv: Buffer[], i: number, l: Limit, where: string, costAllowed: boolean): number {
+  const algo = l.algo;
+  const limit = integerArg(ctx, argv[i], 'limit', where, 1, algo.type === KeyType.SlidingLog ? MAX_SLIDING_LOG_LIMIT : MAX_SCALED);
+  if (limit === null) return -1;
+  const periodMs = integerArg(ctx, argv[i + 1], 'period_ms', where, 1, MAX_PERIOD_MS);
+  if (periodMs === null) return -1;
+  let burst = limit;
+  let burstArg: Buffer | null = null;
+  i += 2;
+  while (i < argv.length) {
+    const option = lower(argv[i]);
+    if (option === 'burst') {
+      if (!algo.acceptsBurst || i + 1 >= argv.length) {
+        ctx.reply.error('ERR syntax error');
+        return -1;
+      }
+      const b = integerArg(ctx, argv[i + 1], 'BURST', where, 1, MAX_SCALED);
+      if (b === null) return -1;
+      burst = b;
+      burstArg = argv[i + 1];
+      i += 2;
+    } else if (option === 'cost' && costAllowed) {
+      if (i + 1 >= argv.length) {
+        ctx.reply.error('ERR syntax error');
+        return -1;
+      }
+      const c = integerArg(ctx, argv[i + 1], 'COST', where, 0, Number.MAX_SAFE_INTEGER);
+      if (c === null) return -1;
+      parsedCost = c;
+      i += 2;
+    } else if (costAllowed) {
+      ctx.reply.error('ERR syntax error');
+      return -1;
+    } else {
+      break; // RL.ALL: the next limit, or the trailing COST
+    }
+  }
+  // Products the integer arithmetic needs below 2^52 (see src/limiters/rate-decision.ts).
+  if (algo.type === KeyType.TokenBucket || algo.type === KeyType.LeakyBucket) {
+    if (burst * periodMs > MAX_SCALED) {
+      invalid(ctx, burstArg === null ? 'limit' : 'BURST', burstArg ?? argv[i - 2], where, `BURST x period_ms must be <= ${MAX_SCALED} (BURST defaults to limit)`);
+      return -1;
+    }
+  } else if (algo.type === KeyType.Gcra) {
+    const error = gcraMsParams(limit, periodMs, burst, l.gcra);
+    if (error === 'zero-interval') {
+      ctx.reply.error(`ERR invalid limit${where}: more than 10^9 per second (the emission interval would be 0 ns)`);
+      return -1;
+    }
+    if (error !== null) {
+      ctx.reply.error(`ERR invalid BURST/period_ms${where}: the burst tolerance (period_ms / limit * BURST) exceeds 100 years`);
+      return -1;
+    }
+  } else if (limit * periodMs > MAX_SCALED) {
+    ctx.reply.error(`ERR invalid limit/period_ms${where}: limit x period_ms must be <= ${MAX_SCALED}`);
+    return -1;
+  }
+  l.limit = limit;
+  l.periodMs = periodMs;
+  l.burst = burst;
+  return i;
+}
+
+/** Finds the key's slot; false after a WRONGTYPE reply. */
+function lookupLimit(ctx: CommandContext, l: Limit): boolean {
+  const ks = ctx.server.keyspace;
+  const slot = ks.lookup(l.key, ctx.nowMs);
+  if (slot !== -1 && ks.typeOf(slot) !== l.algo.type) {
+    ctx.reply.error(WRONGTYPE);
+    return false;
+  }
+  l.slot = slot;
+  return true;
+}
+
+/** Asks the limiter; writes nothing. */
+function decide(ks: Keyspace, l: Limit, cost: number, nowMs: number, nowUs: number): void {
+  const slot = l.slot;
+  const has = slot !== -1;
+  const a = has ? ks.getA(slot) : 0;
+  const b = has ? ks.getB(slot) : 0;
+  const d = l.decision;
+  switch (l.algo.type) {
+    case KeyType.TokenBucket:
+      tokenBucketDecide(l.limit, l.periodMs, l.burst, cost, has, a, b, nowMs, d);
+      break;
+    case KeyType.LeakyBucket:
+      leakyBucketDecide(l.limit, l.periodMs, l.burst, cost, has, a, b, nowMs, d);
+      break;
+    case KeyType.FixedWindow:
+      fixedWindowDecide(l.limit, l.periodMs, cost, has, a, b, nowMs, d);
+      break;
+    case KeyType.SlidingWindow:
+      slidingWindowDecide(l.limit, l.periodMs, cost, has, a, b, has ? ks.getC(slot) : 0, nowMs, d);
+      break;
+    case KeyType.SlidingLog:
+      slidingLogDecide(l.limit, l.periodMs, cost, has, a, b, has ? ks.getC(slot) : 0, has ? ks.getBlob(slot) : undefined, nowMs, d);
+      break;
+    default:
+      gcraMsDecide(l.gcra, cost, has, a, b, nowUs, d);
+  }
+}
+
+/** Stores what `decide` allowed (call only when `decision.write`). */
+function commit(ks: Keyspace, l: Limit, cost: number, nowMs: number): void {
+  const d = l.decision;
+  let slot = l.slot;
+  const has = slot !== -1;
+  if (l.algo.type === KeyType.SlidingLog) {
+    const log = slidingLogRecord(l.limit, l.periodMs, cost, has, has ? ks.getA(slot) : 0, has ? ks.getB(slot) : 0,
+      has ? ks.getC(slot) : 0, has ? ks.getBlob(slot) : undefined, nowMs, d);
+    if (!has) slot = ks.create(l.key, l.algo.type);
+    ks.setBlob(slot, log);
+  } else if (!has) {
+    slot = ks.create(l.key, l.algo.type);
+  }
+  ks.setState(slot, d.a, d.b, d.c);
+  ks.setExpireAtMs(slot, d.expireAtMs);
+  l.slot = slot;
+}
+
+function replySix(ctx: CommandContext, d: RateDecision): void {
+  const r = ctx.reply;
+  if (r.proto === 3) {
+    r.mapHeader(6);
+    r.bulk('limited');
+    r.integer(d.limited ? 1 : 0);
+    r.bulk('limit');
+    r.integer(d.limit);
+    r.bulk('remaining');
+    r.integer(d.remaining);
+    r.bulk('retry_after_ms');
+    r.integer(d.retryAfterMs);
+    r.bulk('reset_after_ms');
+    r.integer(d.resetAfterMs);
+    r.bulk('delay_ms');
+    r.integer(d.delayMs);
+  } else {
+    r.arrayHeader(6);
+    r.integer(d.limited ? 1 : 0);
+    r.integer(d.limit);
+    r.integer(d.remaining);
+    r.integer(d.retryAfterMs);
+    r.integer(d.resetAfterMs);
+    r.integer(d.delayMs);
+  }
+}
+
+function countDecision(ctx: CommandContext, name: string, limited: boolean): void {
+  const s = ctx.server.stats.limiter(name);
+  if (limited) s.limited++;
+  else s.allowed++;
+}
+
+/** The handler of `RL.<algo>`. */
+function single(algo: Algorithm): (ctx: CommandContext, argv: Buffer[]) => void {
+  const statName = `rl.${algo.name.toLowerCase()}`;
+  return (ctx, argv) => {
+    const l = limits[0];
+    l.algo = algo;
+    parsedCost = 1;
+    if (parseLimit(ctx, argv, 2, l, '', true) === -1) return;
+    const cost = parsedCost;
+    l.key = str(argv[1]);
+    if (!lookupLimit(ctx, l)) return;
+    const ks = ctx.server.keyspace;
+    decide(ks, l, cost, ctx.nowMs, ctx.nowUs);
+    if (l.decision.write) commit(ks, l, cost, ctx.nowMs);
+    countDecision(ctx, statName, l.decision.limited);
+    replySix(ctx, l.decision);
+  };
+}
+
+const ALGO_LIST = 'TOKENBUCKET, LEAKYBUCKET, FIXEDWINDOW, SLIDINGLOG, SLIDINGWINDOW or GCRA';
+/** At most this many limits in one RL.ALL. */
+export const MAX_LIMITS = 64;
+
+function rlAll(ctx: CommandContext, argv: Buffer[]): void {
+  const count = integerArg(ctx, argv[1], 'numlimits', '', 1, MAX_LIMITS);
+  if (count === null) return;
+  while (limits.length < count) limits.push(newLimit());
+  let i = 2;
+  for (let n = 0; n < count; n++) {
+    const where = ` in limit ${n + 1}`;
+    if (i + 4 > argv.length) {
+      ctx.reply.error(`ERR wrong number of arguments for 'rl.all' command: limit ${n + 1} of ${count} needs key ALGO limit period_ms`);
+      return;
+    }
+    const l = limits[n];
+    const algo = BY_NAME.get(lower(argv[i + 1]));
+    if (algo === undefined) {
+      invalid(ctx, 'ALGO', argv[i + 1], where, `expected ${ALGO_LIST}`);
+      return;
+    }
+    l.algo = algo;
+    l.key = str(argv[i]);
+    for (let m = 0; m < n; m++) {
+      if (limits[m].key === l.key) {
+        ctx.reply.error(`ERR duplicate key '${l.key}'${where}: each limit needs its own key`);
+        return;
+      }
+    }
+    i = parseLimit(ctx, argv, i + 2, l, where, false);
+    if (i === -1) return;
+  }
+  let cost = 1;
+  if (i < argv.length) {
+    if (lower(argv[i]) !== 'cost' || i + 2 !== argv.length) {
+      ctx.reply.error('ERR syntax error');
+      return;
+    }
+    const c = integerArg(ctx, argv[i + 1], 'COST', '', 0, Number.MAX_SAFE_INTEGER);
+    if (c === null) return;
+    cost = c;
+  }
+  for (let n = 0; n < count; n++) if (!lookupLimit(ctx, limits[n])) return;
+  const ks = ctx.server.keyspace;
+  let limited = false;
+  for (let n = 0; n < count; n++) {
+    decide(ks, limits[n], cost, ctx.nowMs, ctx.nowUs);
+    if (limits[n].decision.limited) limited = true;
+  }
+  if (!limited) {
+    for (let n = 0; n < count; n++) if (limits[n].decision.write) commit(ks, limits[n], cost, ctx.nowMs);
+  }
+  countDecision(ctx, 'rl.all', limited);
+  const r = ctx.reply;
+  r.arrayHeader(count + 1);
+  r.integer(limited ? 1 : 0);
+  for (let n = 0; n < count; n++) replySix(ctx, limits[n].decision);
+}
+
+const SUMMARIES: Record<string, string> = {
+  TOKENBUCKET: 'Token bucket: capacity BURST (default limit), refilled at limit per period_ms.',
+  LEAKYBUCKET: 'Leaky bucket as a queue (nginx limit_req): at most BURST waiting, one drained every period_ms/limit; replies delay_ms.',
+  FIXEDWINDOW: 'Fixed window counter: at most limit per window aligned to multiples of period_ms.',
+  SLIDINGLOG: 'Sliding window log: exactly at most limit in any period_ms interval.',
+  SLIDINGWINDOW: "Sliding window counter (Cloudflare's weighted estimate of the last period_ms).",
+  GCRA: 'GCRA with millisecond fields (shares keys with CL.THROTTLE and GCRA).',
+};
+
+function argDocs(algo: Algorithm): ArgDoc[] {
+  return [
+    { name: 'key', type: 'key' },
+    { name: 'limit', type: 'integer' },
+    { name: 'period_ms', type: 'integer' },
+    ...(algo.acceptsBurst ? [{ name: 'burst', type: 'integer', token: 'BURST', optional: true } as ArgDoc] : []),
+    { name: 'cost', type: 'integer', token: 'COST', optional: true },
+  ];
+}
+
+const REPLY = ' Reply: [limited, limit, remaining, retry_after_ms, reset_after_ms, delay_ms].';
+
+export const rateLimitCommands: CommandSpec[] = [
+  ...ALGORITHMS.map((algo): CommandSpec => ({
+    name: `rl.${algo.name.toLowerCase()}`, arity: -4, flags: ['write', 'denyoom', 'fast'], ...firstKeyOnly(),
+    group: 'limiter', since: '0.2.0', complexity: algo.type === KeyType.SlidingLog ? 'O(limit) worst case, O(1) amortized' : 'O(1)',
+    summary: SUMMARIES[algo.name] + REPLY,
+    args: argDocs(algo),
+    run: single(algo),
+  })),
+  {
+    // Keys sit at varying positions (key ALGO limit period_ms [BURST n]): COMMAND INFO reports
+    // the first one, like Redis does for commands whose key positions are not fixed.
+    name: 'rl.all', arity: -6, flags: ['write', 'denyoom'], firstKey: 2, lastKey: 2, keyStep: 1,
+    group: 'limiter', since: '0.2.0', complexity: 'O(numlimits)',
+    summary: 'Checks several limits together and spends on all only if every one allows. Reply: [limited, reply of limit 1, ...].',
+    args: [
+      { name: 'numlimits', type: 'integer' },
+      {
+        name: 'limit', type: 'block', multiple: true, arguments: [
+          { name: 'key', type: 'key' },
+          { name: 'algo', type: 'string' },
+          { name: 'limit', type: 'integer' },
+          { name: 'period_ms', type: 'integer' },
+          { name: 'burst', type: 'integer', token: 'BURST', optional: true },
+        ],
+      },
+      { name: 'cost', type: 'integer', token: 'COST', optional: true },
+    ],
+    run: rlAll,
+  },
+];

@@ -1,0 +1,44 @@
+/**
+ * Fixed window counter (`RL.FIXEDWINDOW`): at most `limit` units in each window
+ * [k·period_ms, (k+1)·period_ms), windows aligned to the Unix epoch.
+ *
+ * State: A = start of the window the count belongs to (ms), B = units admitted in it. The key
+ * expires at the end of that window; a count from an older window reads as 0.
+ */
+import { peekDecision, type RateDecision } from './rate-decision.js';
+
+export function fixedWindowDecide(
+  limit: number, periodMs: number, cost: number,
+  hasKey: boolean, a: number, b: number, nowMs: number, out: RateDecision,
+): void {
+  let windowStartMs = nowMs - (nowMs % periodMs);
+  // A clock set backwards (DEBUG CLOCK SET) stays in the stored window.
+  if (hasKey && a > windowStartMs) windowStartMs = a;
+  const count = hasKey && a === windowStartMs ? b : 0;
+  const windowEndMs = windowStartMs + periodMs;
+  const untilEndMs = windowEndMs - nowMs;
+  if (cost === 0) {
+    peekDecision(out, limit, limit - count, count > 0 ? untilEndMs : 0);
+    return;
+  }
+  out.limit = limit;
+  out.delayMs = 0;
+  if (count + cost <= limit) {
+    out.limited = false;
+    out.retryAfterMs = -1;
+    out.remaining = limit - count - cost;
+    out.resetAfterMs = untilEndMs;
+    out.write = true;
+    out.a = windowStartMs;
+    out.b = count + cost;
+    out.c = 0;
+    out.expireAtMs = windowEndMs;
+  } else {
+    out.limited = true;
+    out.write = false;
+    out.remaining = limit - count;
+    // The next window starts empty: any cost up to `limit` fits there.
+    out.retryAfterMs = cost > limit ? -1 : untilEndMs;
+    out.resetAfterMs = count > 0 ? untilEndMs : 0;
+  }
+}

@@ -1,0 +1,101 @@
+/**
+ * RL.GCRA: redis-cell's GCRA (cell-throttle.ts) with millisecond parameters and reply fields.
+ *
+ * `RL.GCRA k L P [BURST b]` ≡ `CL.THROTTLE k b−1 L P/1000` (b defaults to L): emission interval
+ * T = ⌊P·10^6 / L⌋ ns (redis-cell's `(period_ns as f64 / count as f64) as i64`; for P·10^6 < 2^53 the
+ * float quotient truncates to the exact floor), tolerance τ = T·b. The decision, the stored TAT
+ * (shared with CL.THROTTLE and GCRA keys: A = TAT whole µs, B = TAT extra ns) and `remaining` are
+ * cellThrottle's. The millisecond fields are derived from the exact nanosecond durations, rounded up
+ * to whole ms (not from redis-cell's seconds, whose rounding is its own):
+ *   retry_after_ms = ⌈(max(now, TAT) + T·cost − τ − now) / 1 ms⌉,
+ *   reset_after_ms = ⌈(TAT' − now) / 1 ms⌉ (TAT' the TAT after the call),
+ * and the key expires at ⌊now⌋ms + reset_after_ms, so TTL equals reset_after_ms.
+ */
+import { cellThrottle, newCellDecision, MAX_TOLERANCE_US, type CellParams } from './cell-throttle.js';
+import { ceilDiv, type RateDecision } from './rate-decision.js';
+
+/** Why RL.GCRA parameters are refused: more than 10^9 per second, or τ beyond 100 years. */
+export type GcraMsParamsError = 'zero-interval' | 'tolerance-overflow';
+
+/** Fills `p` for limit L per `periodMs` with capacity `burst`; returns an error or null. */
+export function gcraMsParams(limit: number, periodMs: number, burst: number, p: CellParams): GcraMsParamsError | null {
+  const periodNs = periodMs * 1e6;
+  let intervalUs: number;
+  let intervalNs: number;
+  if (periodNs <= Number.MAX_SAFE_INTEGER) {
+    const t = Math.trunc(periodNs / limit);
+    if (t === 0) return 'zero-interval';
+    intervalUs = Math.floor(t / 1000);
+    intervalNs = t - intervalUs * 1000;
+  } else {
+    const t = BigInt(periodMs) * 1_000_000n / BigInt(limit);
+    if (t === 0n) return 'zero-interval';
+    intervalUs = Number(t / 1000n);
+    intervalNs = Number(t % 1000n);
+  }
+  // τ = T·burst exactly: the ns part times burst is split into thousands and units.
+  const thousands = Math.floor(burst / 1000);
+  const unitsNs = intervalNs * (burst - thousands * 1000);
+  const toleranceUs = intervalUs * burst + intervalNs * thousands + Math.floor(unitsNs / 1000);
+  if (!(toleranceUs <= MAX_TOLERANCE_US)) return 'tolerance-overflow';
+  p.limit = burst;
+  p.intervalUs = intervalUs;
+  p.intervalNs = intervalNs;
+  p.toleranceUs = toleranceUs;
+  p.toleranceNs = unitsNs % 1000;
+  return null;
+}
+
+export function newGcraMsParams(): CellParams {
+  return { limit: 0, intervalUs: 0, intervalNs: 0, toleranceUs: 0, toleranceNs: 0 };
+}
+
+const cell = newCellDecision();
+
+/** A duration of `us` µs + `ns` ns (ns in 0..999) in whole ms, rounded up; 0 when not positive. */
+function ceilMs(us: number, ns: number): number {
+  if (us < 0 || (us === 0 && ns === 0)) return 0;
+  return ceilDiv(us + (ns > 0 ? 1 : 0), 1000);
+}
+
+/**
+ * Decides one RL.GCRA call. `hasKey`: the key exists, with TAT `tatUs` + `tatNs`. COST 0 never
+ * writes (unlike CL.THROTTLE's quantity 0, which re-stores the TAT).
+ */
+export function gcraMsDecide(
+  p: CellParams, cost: number, hasKey: boolean, tatUs: number, tatNs: number, nowUs: number, out: RateDecision,
+): void {
+  cellThrottle(p, cost, hasKey, tatUs, tatNs, nowUs, cell);
+  if (!hasKey) {
+    tatUs = nowUs;
+    tatNs = 0;
+  }
+  out.limit = p.limit;
+  out.remaining = cell.remaining;
+  out.delayMs = 0;
+  out.limited = cost > 0 && cell.limited;
+  out.write = cost > 0 && cell.write;
+  out.retryAfterMs = -1;
+  if (out.limited && cost <= p.limit) {
+    // wait = max(now, TAT) + T·cost − τ − now
+    const ahead = tatUs > nowUs || (tatUs === nowUs && tatNs > 0);
+    const baseUs = ahead ? tatUs : nowUs;
+    const baseNs = ahead ? tatNs : 0;
+    const thousands = Math.floor(cost / 1000);
+    const unitsNs = p.intervalNs * (cost - thousands * 1000);
+    let us = baseUs - nowUs + p.intervalUs * cost + p.intervalNs * thousands + Math.floor(unitsNs / 1000) - p.toleranceUs;
+    let ns = baseNs + (unitsNs % 1000) - p.toleranceNs;
+    while (ns >= 1000) { ns -= 1000; us++; }
+    while (ns < 0) { ns += 1000; us--; }
+    out.retryAfterMs = ceilMs(us, ns);
+  }
+  const afterUs = out.write ? cell.tatUs : tatUs;
+  const afterNs = out.write ? cell.tatNs : tatNs;
+  out.resetAfterMs = ceilMs(afterUs - nowUs, afterNs);
+  if (out.write) {
+    out.a = cell.tatUs;
+    out.b = cell.tatNs;
+    out.c = 0;
+    out.expireAtMs = Math.floor(nowUs / 1000) + out.resetAfterMs;
+  }
+}

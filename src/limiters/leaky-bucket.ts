@@ -1,0 +1,27 @@
+/**
+ * Leaky bucket as a queue (`RL.LEAKYBUCKET`): nginx's `limit_req` without `nodelay`. At most
+ * `burst` accepted requests wait or are being served; one drains every `period_ms / limit` ms
+ * (the drain interval I). An accepted request is told `delay_ms`, the wait until its turn; it holds
+ * its place until its turn plus one drain interval. A request that finds no free place is refused
+ * and spends nothing. `RL.LEAKYBUCKET k 5 1000 BURST 6` ≡ `limit_req rate=5r/s burst=5`.
+ *
+ * Exact scheme: with Q the instant the queue is empty again (last turn + I), the state is the
+ * backlog Q − t scaled by `limit` (so one place is worth `period_ms` scaled units):
+ *   A = time of the last write (ms), B = backlog in scaled units (0 ≤ B ≤ burst·period_ms).
+ * Places taken = ⌈B / period_ms⌉; the next request's turn is in ⌈B / limit⌉ ms. This is the token
+ * bucket's deficit exactly (the meter is the same; only the reply differs), so the decision is the
+ * token bucket's plus the delay. A request with COST n takes n consecutive places; its delay is the
+ * wait until the first of them comes up.
+ */
+import { ceilDiv, type RateDecision } from './rate-decision.js';
+import { drainedDeficit, tokenBucketDecide } from './token-bucket.js';
+
+export function leakyBucketDecide(
+  limit: number, periodMs: number, burst: number, cost: number,
+  hasKey: boolean, a: number, b: number, nowMs: number, out: RateDecision,
+): void {
+  tokenBucketDecide(limit, periodMs, burst, cost, hasKey, a, b, nowMs, out);
+  if (out.limited || cost === 0 || !hasKey) return;
+  const atMs = a > nowMs ? a : nowMs;
+  out.delayMs = ceilDiv(drainedDeficit(b, a, atMs, limit), limit);
+}

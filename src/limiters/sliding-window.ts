@@ -1,0 +1,81 @@
+/**
+ * Sliding window counter (`RL.SLIDINGWINDOW`), Cloudflare's weighted estimate: a request of cost c
+ * is allowed when prev·(1 − elapsed/period_ms) + current + c ≤ limit, where current counts the
+ * aligned window [k·period_ms, (k+1)·period_ms) holding `now`, prev the one before it, and elapsed is
+ * the time since the current window began. The estimate is never rounded.
+ *
+ * Exact scheme: multiplied through by period_ms the rule is
+ *   prev·(period_ms − elapsed) + (current + c)·period_ms ≤ limit·period_ms,
+ * all integers (limit·period_ms ≤ MAX_SCALED is checked by the command layer).
+ *
+ * State: A = start of the window the current count belongs to (ms), B = that count, C = the count of
+ * the window before it. A key written in window k lives to the end of window k+1, when both counts
+ * have slid out.
+ */
+import { ceilDiv, floorDiv, peekDecision, type RateDecision } from './rate-decision.js';
+
+export function slidingWindowDecide(
+  limit: number, periodMs: number, cost: number,
+  hasKey: boolean, a: number, b: number, c: number, nowMs: number, out: RateDecision,
+): void {
+  let windowStartMs = nowMs - (nowMs % periodMs);
+  let atMs = nowMs;
+  if (hasKey && a > windowStartMs) {
+    // A clock set backwards (DEBUG CLOCK SET): stay at the start of the stored window.
+    windowStartMs = a;
+    atMs = a;
+  }
+  let current = 0;
+  let previous = 0;
+  if (hasKey) {
+    if (a === windowStartMs) {
+      current = b;
+      previous = c;
+    } else if (a + periodMs === windowStartMs) {
+      previous = b;
+    }
+  }
+  const elapsedMs = atMs - windowStartMs;
+  const budget = limit * periodMs - previous * (periodMs - elapsedMs);
+  const spendable = Math.max(0, (budget > 0 ? floorDiv(budget, periodMs) : -ceilDiv(-budget, periodMs)) - current);
+  // Fresh again once every count has slid out of the previous window.
+  const resetAfterMs = current > 0 ? windowStartMs + 2 * periodMs - nowMs : previous > 0 ? windowStartMs + periodMs - nowMs : 0;
+  if (cost === 0) {
+    peekDecision(out, limit, spendable, resetAfterMs);
+    return;
+  }
+  out.limit = limit;
+  out.delayMs = 0;
+  if (cost <= spendable) {
+    out.limited = false;
+    out.retryAfterMs = -1;
+    out.remaining = spendable - cost;
+    out.resetAfterMs = windowStartMs + 2 * periodMs - nowMs;
+    out.write = true;
+    out.a = windowStartMs;
+    out.b = current + cost;
+    out.c = previous;
+    out.expireAtMs = windowStartMs + 2 * periodMs;
+    return;
+  }
+  out.limited = true;
+  out.write = false;
+  out.remaining = spendable;
+  out.resetAfterMs = resetAfterMs;
+  if (cost > limit) {
+    out.retryAfterMs = -1;
+    return;
+  }
+  // Later in this window: prev·(period − e) ≤ (limit − current − cost)·period, e integer.
+  const room = limit - current - cost;
+  if (room >= 0 && previous > 0) {
+    const elapsedNeededMs = periodMs - floorDiv(room * periodMs, previous);
+    if (elapsedNeededMs < periodMs) {
+      out.retryAfterMs = windowStartMs + elapsedNeededMs - nowMs;
+      return;
+    }
+  }
+  // In the next window the current count becomes the previous one and the new count starts at 0.
+  const nextElapsedMs = current === 0 ? 0 : Math.max(0, periodMs - floorDiv((limit - cost) * periodMs, current));
+  out.retryAfterMs = windowStartMs + periodMs + nextElapsedMs - nowMs;
+}

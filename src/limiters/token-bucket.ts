@@ -1,0 +1,73 @@
+/**
+ * Token bucket (`RL.TOKENBUCKET`): capacity `burst` tokens, refilled continuously at
+ * `limit / period_ms` tokens per ms; a new key starts full.
+ *
+ * Exact scheme: a token is worth `period_ms` scaled units and the bucket refills `limit` scaled
+ * units per millisecond, so every quantity is an integer. The state is the bucket's *deficit* (how
+ * many scaled units it is short of full) at the time of the last write:
+ *   A = time of the last write (ms), B = deficit in scaled units (0 ≤ B ≤ burst·period_ms).
+ * A full bucket has deficit 0, so a fresh key and an expired one are the same thing, and the key
+ * expires exactly when the deficit has drained: after ⌈B / limit⌉ ms.
+ *
+ * The leaky bucket (leaky-bucket.ts) is this same meter read the other way round (the deficit is the
+ * queue), plus the delay each accepted request is told.
+ */
+import { ceilDiv, floorDiv, peekDecision, type RateDecision } from './rate-decision.js';
+
+/** The deficit at `nowMs` of a bucket that had `deficit` at `sinceMs`, drained at `limit` per ms. */
+export function drainedDeficit(deficit: number, sinceMs: number, nowMs: number, limit: number): number {
+  if (deficit === 0) return 0;
+  const elapsedMs = nowMs > sinceMs ? nowMs - sinceMs : 0;
+  // elapsed·limit is only formed when it is below the deficit (plus one step), so it stays exact.
+  return elapsedMs >= ceilDiv(deficit, limit) ? 0 : deficit - elapsedMs * limit;
+}
+
+/**
+ * Decides one call. `hasKey` says whether the key exists; then `a`/`b` are its state columns.
+ * Writes the decision, and the new state when `out.write`, into `out`.
+ * Preconditions (checked by the command layer): limit, periodMs, burst ≥ 1, cost ≥ 0,
+ * burst·periodMs ≤ MAX_SCALED.
+ */
+export function tokenBucketDecide(
+  limit: number, periodMs: number, burst: number, cost: number,
+  hasKey: boolean, a: number, b: number, nowMs: number, out: RateDecision,
+): void {
+  const capacity = burst * periodMs;
+  // A clock set backwards (DEBUG CLOCK SET) is treated as no time passing.
+  const atMs = hasKey && a > nowMs ? a : nowMs;
+  const deficit = hasKey ? drainedDeficit(b, a, atMs, limit) : 0;
+  if (cost === 0) {
+    peekDecision(out, burst, floorDiv(capacity - deficit, periodMs), ceilDiv(deficit, limit));
+    return;
+  }
+  out.limit = burst;
+  out.delayMs = 0;
+  if (cost > burst) {
+    // More than the bucket can ever hold: refused for good, nothing spent.
+    out.limited = true;
+    out.retryAfterMs = -1;
+    out.write = false;
+    out.remaining = floorDiv(capacity - deficit, periodMs);
+    out.resetAfterMs = ceilDiv(deficit, limit);
+    return;
+  }
+  const needed = deficit + cost * periodMs;
+  if (needed <= capacity) {
+    out.limited = false;
+    out.retryAfterMs = -1;
+    out.remaining = floorDiv(capacity - needed, periodMs);
+    out.resetAfterMs = ceilDiv(needed, limit);
+    out.write = true;
+    out.a = atMs;
+    out.b = needed;
+    out.c = 0;
+    out.expireAtMs = atMs + out.resetAfterMs;
+  } else {
+    out.limited = true;
+    out.write = false;
+    out.remaining = floorDiv(capacity - deficit, periodMs);
+    // The deficit must drain by needed − capacity scaled units, `limit` per ms.
+    out.retryAfterMs = ceilDiv(needed - capacity, limit);
+    out.resetAfterMs = ceilDiv(deficit, limit);
+  }
+}
