@@ -2,6 +2,8 @@
  * Server administration, as Redis: CONFIG, TIME, SHUTDOWN, and DEBUG (CLOCK, SLEEP) behind
  * `enable-debug-command`.
  */
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
 import { Config, ConfigError } from '../config.js';
 import { parseMillisToMicros } from '../clock.js';
 import { globMatch } from '../glob.js';
@@ -104,6 +106,12 @@ function shutdown(ctx: CommandContext, argv: Buffer[]): void {
   }
 }
 
+/** V8's full GC, reachable without starting node with --expose-gc. */
+function fullGc(): void {
+  setFlagsFromString('--expose-gc');
+  (runInNewContext('gc') as () => void)();
+}
+
 const DEBUG_DISABLED =
   'ERR DEBUG command not allowed. If the enable-debug-command option is set to "local", you can run it from a local connection, otherwise you need to set this option in the configuration file, and then restart the server.';
 
@@ -115,6 +123,8 @@ const DEBUG_HELP = [
   '    Move the frozen clock forward by <ms> (decimals down to the microsecond).',
   'CLOCK REAL',
   '    Return to the real clock.',
+  'GC',
+  '    Run a full garbage collection (for memory measurements).',
   'SLEEP <seconds>',
   '    Stop the server for <seconds> (decimals allowed).',
   'HELP',
@@ -136,6 +146,12 @@ function debug(ctx: CommandContext, argv: Buffer[]): void {
   }
   const sub = lower(argv[1]);
   if (sub === 'help') return replyHelp(ctx, DEBUG_HELP);
+  if (sub === 'gc' && argv.length === 2) {
+    // A full collection, so memory measurements (bench/memory.mjs) see live data only.
+    fullGc();
+    r.ok();
+    return;
+  }
   if (sub === 'sleep' && argv.length === 3) {
     const seconds = parseRedisDouble(argv[2]);
     if (seconds === null || seconds < 0 || seconds > 3600) {

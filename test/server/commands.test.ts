@@ -301,6 +301,7 @@ describe('server commands', () => {
       await plain.stop();
     }
     expect(await redis.call('DEBUG', 'SLEEP', '0')).toBe('OK');
+    expect(await redis.call('DEBUG', 'GC')).toBe('OK');
     expect(await errorOf(redis.call('DEBUG', 'CLOCK', 'SET', 'soon'))).toMatch(/^ERR invalid milliseconds 'soon'/);
     expect(await redis.call('DEBUG', 'CLOCK', 'REAL')).toBe('OK');
     const [sec] = (await redis.call('TIME')) as string[];
