@@ -5,7 +5,9 @@
  * T = ⌊P·10^6 / L⌋ ns (redis-cell's `(period_ns as f64 / count as f64) as i64`; for P·10^6 < 2^53 the
  * float quotient truncates to the exact floor), tolerance τ = T·b. The decision, the stored TAT
  * (shared with CL.THROTTLE and GCRA keys: A = TAT whole µs, B = TAT extra ns) and `remaining` are
- * cellThrottle's. The millisecond fields are derived from the exact nanosecond durations, rounded up
+ * cellThrottle's. `remaining` is computed exactly (⌊(τ − max(0, TAT' − now)) / T⌋: whole units
+ * spendable now), not with redis-cell's microsecond-truncated f64 division, which can exceed the burst
+ * after a stale TAT. The millisecond fields are derived from the exact nanosecond durations, rounded up
  * to whole ms (not from redis-cell's seconds, whose rounding is its own):
  *   retry_after_ms = ⌈(max(now, TAT) + T·cost − τ − now) / 1 ms⌉,
  *   reset_after_ms = ⌈(TAT' − now) / 1 ms⌉ (TAT' the TAT after the call),
@@ -58,6 +60,42 @@ function ceilMs(us: number, ns: number): number {
   return ceilDiv(us + (ns > 0 ? 1 : 0), 1000);
 }
 
+/** Writes T·n (n ≥ 0 an integer) into scratch as [µs, ns], exactly. */
+function timesInterval(p: CellParams, n: number): void {
+  const thousands = Math.floor(n / 1000);
+  const unitsNs = p.intervalNs * (n - thousands * 1000);
+  scratch[0] = p.intervalUs * n + p.intervalNs * thousands + Math.floor(unitsNs / 1000);
+  scratch[1] = unitsNs % 1000;
+}
+const scratch = new Float64Array(2);
+
+/** Whole units spendable when the TAT is `ttl` (µs + ns, ns in 0..999) ahead of now. */
+function spendable(p: CellParams, ttlUs: number, ttlNs: number): number {
+  if (ttlUs < 0) {
+    ttlUs = 0;
+    ttlNs = 0;
+  }
+  // x = τ − ttl
+  let xUs = p.toleranceUs - ttlUs;
+  let xNs = p.toleranceNs - ttlNs;
+  if (xNs < 0) {
+    xNs += 1000;
+    xUs--;
+  }
+  if (xUs < 0) return 0;
+  // A float estimate of x / T, then corrected against exact products.
+  let q = Math.min(p.limit, Math.max(0, Math.floor((xUs * 1000 + xNs) / (p.intervalUs * 1000 + p.intervalNs))));
+  while (q > 0 && !fitsIn(p, q, xUs, xNs)) q--;
+  while (q < p.limit && fitsIn(p, q + 1, xUs, xNs)) q++;
+  return q;
+}
+
+/** T·n ≤ x? */
+function fitsIn(p: CellParams, n: number, xUs: number, xNs: number): boolean {
+  timesInterval(p, n);
+  return scratch[0] < xUs || (scratch[0] === xUs && scratch[1] <= xNs);
+}
+
 /**
  * Decides one RL.GCRA call. `hasKey`: the key exists, with TAT `tatUs` + `tatNs`. COST 0 never
  * writes (unlike CL.THROTTLE's quantity 0, which re-stores the TAT).
@@ -71,7 +109,6 @@ export function gcraMsDecide(
     tatNs = 0;
   }
   out.limit = p.limit;
-  out.remaining = cell.remaining;
   out.delayMs = 0;
   out.limited = cost > 0 && cell.limited;
   out.write = cost > 0 && cell.write;
@@ -81,10 +118,9 @@ export function gcraMsDecide(
     const ahead = tatUs > nowUs || (tatUs === nowUs && tatNs > 0);
     const baseUs = ahead ? tatUs : nowUs;
     const baseNs = ahead ? tatNs : 0;
-    const thousands = Math.floor(cost / 1000);
-    const unitsNs = p.intervalNs * (cost - thousands * 1000);
-    let us = baseUs - nowUs + p.intervalUs * cost + p.intervalNs * thousands + Math.floor(unitsNs / 1000) - p.toleranceUs;
-    let ns = baseNs + (unitsNs % 1000) - p.toleranceNs;
+    timesInterval(p, cost);
+    let us = baseUs - nowUs + scratch[0] - p.toleranceUs;
+    let ns = baseNs + scratch[1] - p.toleranceNs;
     while (ns >= 1000) { ns -= 1000; us++; }
     while (ns < 0) { ns += 1000; us--; }
     out.retryAfterMs = ceilMs(us, ns);
@@ -92,6 +128,7 @@ export function gcraMsDecide(
   const afterUs = out.write ? cell.tatUs : tatUs;
   const afterNs = out.write ? cell.tatNs : tatNs;
   out.resetAfterMs = ceilMs(afterUs - nowUs, afterNs);
+  out.remaining = spendable(p, afterUs - nowUs, afterNs);
   if (out.write) {
     out.a = cell.tatUs;
     out.b = cell.tatNs;
