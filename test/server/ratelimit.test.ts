@@ -1,0 +1,278 @@
+/**
+ * The RL.* family over TCP with ioredis, in RESP2 and RESP3: reply shapes, argument errors (and that
+ * they leave keys untouched), WRONGTYPE, TYPE names, TTL = reset_after_ms, COST 0 never creating a
+ * key, and RL.ALL's all-or-nothing spending. Time is driven by DEBUG CLOCK.
+ */
+import net from 'node:net';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import Redis from 'ioredis';
+import { startServer, type RunningServer } from '../helpers/server.js';
+
+let server: RunningServer;
+let r2: Redis;
+let r3: Redis;
+const T0 = 1_800_000_000_000; // a multiple of every period used below
+
+async function errorOf(p: Promise<unknown>): Promise<string> {
+  try {
+    await p;
+  } catch (e) {
+    return (e as Error).message;
+  }
+  throw new Error('expected an error reply');
+}
+
+async function at(ms: number): Promise<void> {
+  await r2.call('DEBUG', 'CLOCK', 'SET', String(ms));
+}
+
+/** Sends raw RESP and returns the bytes of the reply (read until `done` says it is complete). */
+async function raw(payload: string, done: (s: string) => boolean): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const sock = net.connect(server.port, '127.0.0.1');
+    let buf = '';
+    sock.on('data', (d) => {
+      buf += d.toString('latin1');
+      if (done(buf)) {
+        sock.destroy();
+        resolve(buf);
+      }
+    });
+    sock.on('error', reject);
+    sock.write(payload);
+  });
+}
+
+const FIELDS = ['limited', 'limit', 'remaining', 'retry_after_ms', 'reset_after_ms', 'delay_ms'];
+/** RESP3 replies as ioredis returns them through `call` (a map flattened into key, value, ...). */
+function asMap(values: number[]): unknown[] {
+  return FIELDS.flatMap((f, i) => [f, values[i]]);
+}
+
+beforeAll(async () => {
+  server = await startServer();
+  r2 = new Redis({ port: server.port, host: '127.0.0.1', protocol: 2, lazyConnect: true });
+  r3 = new Redis({ port: server.port, host: '127.0.0.1', protocol: 3, lazyConnect: true });
+  await r2.connect();
+  await r3.connect();
+});
+
+afterAll(async () => {
+  r2.disconnect();
+  r3.disconnect();
+  await server.stop();
+});
+
+beforeEach(async () => {
+  await r2.flushall();
+  await at(T0);
+});
+
+describe('RL.* replies', () => {
+  it('RESP2: an array of 6 integers for every algorithm', async () => {
+    expect(await r2.call('RL.TOKENBUCKET', 'tb', '10', '1000', 'BURST', '20')).toEqual([0, 20, 19, -1, 100, 0]);
+    expect(await r2.call('RL.LEAKYBUCKET', 'lb', '5', '1000', 'BURST', '6')).toEqual([0, 6, 5, -1, 200, 0]);
+    expect(await r2.call('RL.FIXEDWINDOW', 'fw', '3', '1000')).toEqual([0, 3, 2, -1, 1000, 0]);
+    expect(await r2.call('RL.SLIDINGLOG', 'sl', '3', '1000', 'COST', '2')).toEqual([0, 3, 1, -1, 1000, 0]);
+    expect(await r2.call('RL.SLIDINGWINDOW', 'sw', '3', '1000')).toEqual([0, 3, 2, -1, 2000, 0]);
+    expect(await r2.call('RL.GCRA', 'g', '10', '1000', 'BURST', '2')).toEqual([0, 2, 1, -1, 100, 0]);
+  });
+
+  it('RESP3: a map with the six keys in order', async () => {
+    expect(await r3.call('RL.TOKENBUCKET', 'tb', '10', '1000')).toEqual(asMap([0, 10, 9, -1, 100, 0]));
+    expect(await r3.call('RL.GCRA', 'g', '1', '1000')).toEqual(asMap([0, 1, 0, -1, 1000, 0]));
+    expect(await r3.call('RL.GCRA', 'g', '1', '1000')).toEqual(asMap([1, 1, 0, 1000, 1000, 0]));
+    const bytes = await raw('HELLO 3\r\nRL.FIXEDWINDOW fw 2 1000\r\n', (s) => s.endsWith(':0\r\n') && s.includes('delay_ms'));
+    expect(bytes.slice(bytes.indexOf('%6'))).toBe(
+      '%6\r\n$7\r\nlimited\r\n:0\r\n$5\r\nlimit\r\n:2\r\n$9\r\nremaining\r\n:1\r\n$14\r\nretry_after_ms\r\n:-1\r\n' +
+      '$14\r\nreset_after_ms\r\n:1000\r\n$8\r\ndelay_ms\r\n:0\r\n');
+  });
+
+  it('the leaky bucket shapes a burst like nginx limit_req rate=5r/s burst=5', async () => {
+    const replies = [];
+    for (let i = 0; i < 7; i++) replies.push(await r2.call('RL.LEAKYBUCKET', 'lb', '5', '1000', 'BURST', '6'));
+    expect(replies.map((x) => (x as number[])[5])).toEqual([0, 200, 400, 600, 800, 1000, 0]);
+    expect(replies[6]).toEqual([1, 6, 0, 200, 1200, 0]);
+    expect(await r2.pttl('lb')).toBe(1200);
+  });
+
+  it('TTL is reset_after_ms, and the key is gone once it is fresh again', async () => {
+    const cases: [string, string[]][] = [
+      ['RL.TOKENBUCKET', ['3', '1000']], ['RL.LEAKYBUCKET', ['3', '1000']], ['RL.FIXEDWINDOW', ['3', '1000']],
+      ['RL.SLIDINGLOG', ['3', '1000']], ['RL.SLIDINGWINDOW', ['3', '1000']], ['RL.GCRA', ['3', '1000']],
+    ];
+    await at(T0 + 250);
+    for (const [cmd, args] of cases) {
+      const reply = (await r2.call(cmd, `k:${cmd}`, ...args, 'COST', '2')) as number[];
+      expect(reply[0]).toBe(0);
+      expect(await r2.pttl(`k:${cmd}`)).toBe(reply[4]);
+    }
+    await at(T0 + 250 + 1750 + 1); // past the longest: the sliding window's end of the next window
+    for (const [cmd] of cases) expect(await r2.exists(`k:${cmd}`)).toBe(0);
+  });
+
+  it('a sliding window key written in window k lives to the end of window k+1', async () => {
+    await at(T0 + 400);
+    expect(await r2.call('RL.SLIDINGWINDOW', 'sw', '2', '1000', 'COST', '2')).toEqual([0, 2, 0, -1, 1600, 0]);
+    await at(T0 + 1500); // half of the previous window still counts: 2·0.5 = 1
+    expect(await r2.call('RL.SLIDINGWINDOW', 'sw', '2', '1000', 'COST', '0')).toEqual([0, 2, 1, -1, 500, 0]);
+    expect(await r2.pttl('sw')).toBe(500);
+    await at(T0 + 2001);
+    expect(await r2.exists('sw')).toBe(0);
+  });
+
+  it('COST 0 peeks: allowed, current state, never creates or changes a key', async () => {
+    for (const cmd of ['RL.TOKENBUCKET', 'RL.LEAKYBUCKET', 'RL.FIXEDWINDOW', 'RL.SLIDINGLOG', 'RL.SLIDINGWINDOW', 'RL.GCRA']) {
+      expect(await r2.call(cmd, 'peek', '4', '1000', 'COST', '0')).toEqual([0, 4, 4, -1, 0, 0]);
+      expect(await r2.exists('peek')).toBe(0);
+    }
+    await r2.call('RL.TOKENBUCKET', 'tb', '4', '1000', 'COST', '3');
+    await at(T0 + 100);
+    const ttl = await r2.pttl('tb');
+    expect(await r2.call('RL.TOKENBUCKET', 'tb', '4', '1000', 'COST', '0')).toEqual([0, 4, 1, -1, 650, 0]);
+    expect(await r2.pttl('tb')).toBe(ttl);
+  });
+
+  it('COST above the capacity is limited with retry_after_ms -1 and spends nothing', async () => {
+    expect(await r2.call('RL.TOKENBUCKET', 'tb', '4', '1000', 'BURST', '2', 'COST', '3')).toEqual([1, 2, 2, -1, 0, 0]);
+    expect(await r2.call('RL.FIXEDWINDOW', 'fw', '4', '1000', 'COST', '5')).toEqual([1, 4, 4, -1, 0, 0]);
+    expect(await r2.call('RL.GCRA', 'g', '4', '1000', 'COST', '5')).toEqual([1, 4, 4, -1, 0, 0]);
+    expect(await r2.dbsize()).toBe(0);
+  });
+
+  it('a refused call spends nothing', async () => {
+    await r2.call('RL.SLIDINGLOG', 'sl', '3', '1000', 'COST', '2');
+    expect(await r2.call('RL.SLIDINGLOG', 'sl', '3', '1000', 'COST', '2')).toEqual([1, 3, 1, 1000, 1000, 0]);
+    expect(await r2.call('RL.SLIDINGLOG', 'sl', '3', '1000')).toEqual([0, 3, 0, -1, 1000, 0]);
+  });
+});
+
+describe('RL.* errors', () => {
+  it('names the argument and leaves the key untouched', async () => {
+    await r2.call('RL.TOKENBUCKET', 'k', '10', '1000');
+    const before = await r2.pttl('k');
+    const cases: [string[], string][] = [
+      [['RL.TOKENBUCKET', 'k', 'ten', '1000'], "ERR invalid limit 'ten': not an integer"],
+      [['RL.TOKENBUCKET', 'k', '0', '1000'], "ERR invalid limit '0': must be >= 1"],
+      [['RL.TOKENBUCKET', 'k', '10', '-5'], "ERR invalid period_ms '-5': must be >= 1"],
+      [['RL.TOKENBUCKET', 'k', '10', '1.5'], "ERR invalid period_ms '1.5': not an integer"],
+      [['RL.TOKENBUCKET', 'k', '10', '1000', 'BURST', '0'], "ERR invalid BURST '0': must be >= 1"],
+      [['RL.TOKENBUCKET', 'k', '10', '1000', 'COST', '-1'], "ERR invalid COST '-1': must be >= 0"],
+      [['RL.TOKENBUCKET', 'k', '10', '1000', 'COST'], 'ERR syntax error'],
+      [['RL.TOKENBUCKET', 'k', '10', '1000', 'FOO', '1'], 'ERR syntax error'],
+      [['RL.TOKENBUCKET', 'k', '10', '1000000000000', 'BURST', '100000'], "ERR invalid BURST '100000': BURST x period_ms must be <= 4503599627370496 (BURST defaults to limit)"],
+      [['RL.TOKENBUCKET', 'k', '10', '1000000000001'], "ERR invalid period_ms '1000000000001': must be <= 1000000000000"],
+      [['RL.FIXEDWINDOW', 'k', '10', '1000', 'BURST', '5'], 'ERR syntax error'],
+      [['RL.SLIDINGLOG', 'k', '10', '1000', 'BURST', '5'], 'ERR syntax error'],
+      [['RL.SLIDINGWINDOW', 'k', '10', '1000', 'BURST', '5'], 'ERR syntax error'],
+      [['RL.SLIDINGLOG', 'k', '1000001', '1000'], "ERR invalid limit '1000001': must be <= 1000000"],
+      [['RL.GCRA', 'k', '2000000', '1'], 'ERR invalid limit: more than 10^9 per second (the emission interval would be 0 ns)'],
+      [['RL.TOKENBUCKET', 'k', '10'], "ERR wrong number of arguments for 'rl.tokenbucket' command"],
+    ];
+    for (const [argv, message] of cases) expect(await errorOf(r2.call(argv[0], ...argv.slice(1)))).toBe(message);
+    expect(await r2.call('RL.TOKENBUCKET', 'k', '10', '1000', 'COST', '0')).toEqual([0, 10, 9, -1, 100, 0]);
+    expect(await r2.pttl('k')).toBe(before);
+  });
+
+  it('WRONGTYPE across algorithms; RL.GCRA shares gcra keys with CL.THROTTLE and GCRA', async () => {
+    const wrongtype = 'WRONGTYPE Operation against a key holding the wrong kind of value';
+    await r2.call('RL.TOKENBUCKET', 'k', '10', '1000');
+    for (const cmd of ['RL.LEAKYBUCKET', 'RL.FIXEDWINDOW', 'RL.SLIDINGLOG', 'RL.SLIDINGWINDOW', 'RL.GCRA']) {
+      expect(await errorOf(r2.call(cmd, 'k', '10', '1000'))).toBe(wrongtype);
+    }
+    expect(await errorOf(r2.call('CL.THROTTLE', 'k', '10', '10', '60'))).toBe(wrongtype);
+    expect(await errorOf(r2.call('GCRA', 'k', '10', '10', '60'))).toBe(wrongtype);
+    // CL.THROTTLE 1 burst, 1 per second; RL.GCRA with the same limit reads and spends the same TAT.
+    expect(await r2.call('CL.THROTTLE', 'g', '1', '1', '1')).toEqual([0, 2, 1, -1, 1]);
+    expect(await r2.call('RL.GCRA', 'g', '1', '1000', 'BURST', '2')).toEqual([0, 2, 0, -1, 2000, 0]);
+    expect(await r2.call('CL.THROTTLE', 'g', '1', '1', '1')).toEqual([1, 2, 0, 1, 2]);
+    expect(await r2.call('GCRA', 'g', '1', '1', '1')).toEqual([1, 2, 0, 1, 2]);
+    expect(await r2.type('g')).toBe('gcra');
+    expect(await errorOf(r2.call('RL.TOKENBUCKET', 'g', '1', '1000'))).toBe(wrongtype);
+  });
+
+  it('TYPE names the algorithm; INFO limiter counts keys per type; SCAN TYPE filters', async () => {
+    await r2.call('CONFIG', 'RESETSTAT');
+    const names: [string, string][] = [
+      ['RL.TOKENBUCKET', 'tokenbucket'], ['RL.LEAKYBUCKET', 'leakybucket'], ['RL.FIXEDWINDOW', 'fixedwindow'],
+      ['RL.SLIDINGLOG', 'slidinglog'], ['RL.SLIDINGWINDOW', 'slidingwindow'], ['RL.GCRA', 'gcra'],
+    ];
+    for (const [cmd, name] of names) {
+      await r2.call(cmd, `t:${name}`, '5', '1000');
+      await r2.call(cmd, `u:${name}`, '5', '1000');
+      expect(await r2.type(`t:${name}`)).toBe(name);
+    }
+    const info = (await r2.info('limiter')) as string;
+    for (const [cmd, name] of names) {
+      expect(info).toContain(`keys_${name}:2\r\n`);
+      expect(info).toContain(`limiter_${cmd.toLowerCase()}:allowed=2,limited=0\r\n`);
+    }
+    const [, keys] = (await r2.call('SCAN', '0', 'TYPE', 'slidinglog', 'COUNT', '100')) as [string, string[]];
+    expect(keys.sort()).toEqual(['t:slidinglog', 'u:slidinglog']);
+  });
+
+  it('COMMAND INFO and COMMAND DOCS describe the family', async () => {
+    const info = (await r2.call('COMMAND', 'INFO', 'rl.tokenbucket', 'rl.all')) as unknown[][];
+    expect(info[0].slice(0, 6)).toEqual(['rl.tokenbucket', -4, ['write', 'denyoom', 'fast'], 1, 1, 1]);
+    expect(info[1].slice(0, 2)).toEqual(['rl.all', -6]);
+    const docs = (await r2.call('COMMAND', 'DOCS', 'rl.fixedwindow')) as unknown[];
+    expect(JSON.stringify(docs)).toContain('period_ms');
+    expect(JSON.stringify(docs)).not.toContain('BURST');
+  });
+});
+
+describe('RL.ALL', () => {
+  const perSecondAndHour = ['u:s', 'SLIDINGLOG', '3', '1000', 'u:h', 'TOKENBUCKET', '5', '3600000'];
+
+  it('spends on every limit when all allow; RESP2 [limited, [6], [6]]', async () => {
+    expect(await r2.call('RL.ALL', '2', ...perSecondAndHour)).toEqual([0, [0, 3, 2, -1, 1000, 0], [0, 5, 4, -1, 720000, 0]]);
+    expect(await r2.type('u:s')).toBe('slidinglog');
+    expect(await r2.type('u:h')).toBe('tokenbucket');
+  });
+
+  it('RESP3: [limited, map, map]', async () => {
+    expect(await r3.call('RL.ALL', '2', ...perSecondAndHour, 'COST', '2')).toEqual([0, asMap([0, 3, 1, -1, 1000, 0]), asMap([0, 5, 3, -1, 1440000, 0])]);
+  });
+
+  it('spends nothing anywhere when one limit refuses; each reply as if asked alone', async () => {
+    for (let i = 0; i < 3; i++) expect(((await r2.call('RL.ALL', '2', ...perSecondAndHour)) as number[])[0]).toBe(0);
+    const hourBefore = await r2.pttl('u:h');
+    // The per-second log is full: refused; the hour bucket would allow (2 of 5 left) but is not spent.
+    expect(await r2.call('RL.ALL', '2', ...perSecondAndHour)).toEqual([1, [1, 3, 0, 1000, 1000, 0], [0, 5, 1, -1, 2880000, 0]]);
+    expect(await r2.call('RL.TOKENBUCKET', 'u:h', '5', '3600000', 'COST', '0')).toEqual([0, 5, 2, -1, 2160000, 0]);
+    expect(await r2.pttl('u:h')).toBe(hourBefore);
+    // A second later the log has room; the hour bucket (2 left) now refuses COST 3, and the log is not spent.
+    await at(T0 + 1000);
+    expect(await r2.call('RL.ALL', '2', ...perSecondAndHour, 'COST', '3')).toEqual([1, [0, 3, 0, -1, 1000, 0], [1, 5, 2, 720000 - 1000, 2160000 - 1000, 0]]);
+    expect(await r2.call('RL.SLIDINGLOG', 'u:s', '3', '1000', 'COST', '0')).toEqual([0, 3, 3, -1, 0, 0]);
+    // A new key that would be created by an allowing limit is not created when another refuses.
+    expect(((await r2.call('RL.ALL', '2', 'fresh', 'FIXEDWINDOW', '9', '1000', 'u:h', 'TOKENBUCKET', '5', '3600000', 'COST', '3')) as unknown[])[0]).toBe(1);
+    expect(await r2.exists('fresh')).toBe(0);
+  });
+
+  it('COST 0 peeks at every limit and creates nothing', async () => {
+    expect(await r2.call('RL.ALL', '2', ...perSecondAndHour, 'COST', '0')).toEqual([0, [0, 3, 3, -1, 0, 0], [0, 5, 5, -1, 0, 0]]);
+    expect(await r2.dbsize()).toBe(0);
+  });
+
+  it('errors name the limit and leave every key untouched', async () => {
+    await r2.call('RL.FIXEDWINDOW', 'fw', '5', '1000');
+    await r2.call('RL.TOKENBUCKET', 'tb', '5', '1000');
+    const cases: [string[], string][] = [
+      [['0', 'a', 'TOKENBUCKET', '1', '1'], "ERR invalid numlimits '0': must be >= 1"],
+      [['x', 'a', 'TOKENBUCKET', '1', '1'], "ERR invalid numlimits 'x': not an integer"],
+      [['2', 'a', 'TOKENBUCKET', '1', '1'], "ERR wrong number of arguments for 'rl.all' command: limit 2 of 2 needs key ALGO limit period_ms"],
+      [['1', 'a', 'CELL', '1', '1'], "ERR invalid ALGO 'CELL' in limit 1: expected TOKENBUCKET, LEAKYBUCKET, FIXEDWINDOW, SLIDINGLOG, SLIDINGWINDOW or GCRA"],
+      [['2', 'tb', 'TOKENBUCKET', '5', '1000', 'b', 'FIXEDWINDOW', '0', '1000'], "ERR invalid limit '0' in limit 2: must be >= 1"],
+      [['2', 'tb', 'TOKENBUCKET', '5', '1000', 'b', 'FIXEDWINDOW', '5', '1000', 'BURST', '3'], 'ERR syntax error'],
+      [['2', 'tb', 'TOKENBUCKET', '5', '1000', 'tb', 'TOKENBUCKET', '5', '1000'], "ERR duplicate key 'tb' in limit 2: each limit needs its own key"],
+      [['1', 'tb', 'TOKENBUCKET', '5', '1000', 'COST', '-1'], "ERR invalid COST '-1': must be >= 0"],
+      [['1', 'tb', 'TOKENBUCKET', '5', '1000', 'COST', '1', 'x'], 'ERR syntax error'],
+      [['2', 'tb', 'TOKENBUCKET', '5', '1000', 'fw', 'SLIDINGLOG', '5', '1000'], 'WRONGTYPE Operation against a key holding the wrong kind of value'],
+    ];
+    for (const [args, message] of cases) expect(await errorOf(r2.call('RL.ALL', ...args))).toBe(message);
+    expect(await r2.call('RL.TOKENBUCKET', 'tb', '5', '1000', 'COST', '0')).toEqual([0, 5, 4, -1, 200, 0]);
+    expect(await r2.call('RL.FIXEDWINDOW', 'fw', '5', '1000', 'COST', '0')).toEqual([0, 5, 4, -1, 1000, 0]);
+    expect(await r2.dbsize()).toBe(2);
+  });
+});
