@@ -1,0 +1,93 @@
+/**
+ * Helpers for the persistence tests: a server started on a directory the test keeps (the snapshot
+ * must outlive the process), a fast raw-socket filler, INFO parsing and `check`/startup runs to exit.
+ */
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync } from 'node:fs';
+import net from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type Redis from 'ioredis';
+import { MAIN, startServer, type RunningServer } from '../helpers/server.js';
+
+export { MAIN };
+
+export function tempDir(): string {
+  return mkdtempSync(join(tmpdir(), 'cellgate-persist-'));
+}
+
+/** Starts a server whose snapshot directory is `dir` (later flags win over the helper's own --dir). */
+export function startOn(dir: string, args: string[] = []): Promise<RunningServer> {
+  return startServer({ args: ['--dir', dir, ...args] });
+}
+
+export function runToExit(args: string[]): { status: number | null; stdout: string; stderr: string } {
+  const r = spawnSync(process.execPath, [MAIN, ...args], { encoding: 'utf8', timeout: 20_000 });
+  return { status: r.status, stdout: r.stdout, stderr: r.stderr };
+}
+
+export async function info(redis: Redis, section = 'persistence'): Promise<Record<string, string>> {
+  const text = await redis.info(section);
+  const out: Record<string, string> = {};
+  for (const line of text.split('\r\n')) {
+    const i = line.indexOf(':');
+    if (i > 0) out[line.slice(0, i)] = line.slice(i + 1);
+  }
+  return out;
+}
+
+export async function waitFor(what: string, test: () => Promise<boolean>, timeoutMs = 10_000): Promise<void> {
+  const until = Date.now() + timeoutMs;
+  while (!(await test())) {
+    if (Date.now() > until) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
+
+export async function waitForBgsave(redis: Redis): Promise<Record<string, string>> {
+  let last: Record<string, string> = {};
+  await waitFor('the background save to end', async () => {
+    last = await info(redis);
+    return last.rdb_bgsave_in_progress === '0';
+  });
+  return last;
+}
+
+/**
+ * Creates `n` CL.THROTTLE keys `prefix0..prefix(n-1)`, pipelined over one raw socket (a million in a
+ * few seconds). Each key is a bucket of 101 tokens refilled one per hour, so it lives about an hour.
+ */
+export function fillKeys(port: number, n: number, prefix = 'k:'): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const sock = net.connect(port, '127.0.0.1');
+    let replies = 0;
+    let carry = '';
+    sock.on('error', reject);
+    sock.on('data', (d: Buffer) => {
+      const s = carry + d.toString('latin1');
+      let i = 0;
+      for (;;) {
+        const j = s.indexOf('*5\r\n', i);
+        if (j < 0) break;
+        replies++;
+        i = j + 4;
+      }
+      carry = s.slice(Math.max(i, s.length - 3));
+      if (replies >= n) {
+        sock.end();
+        resolve();
+      }
+    });
+    sock.on('connect', async () => {
+      const batch = 10_000;
+      for (let i = 0; i < n; i += batch) {
+        let out = '';
+        for (let k = i; k < Math.min(n, i + batch); k++) {
+          const key = prefix + k;
+          out += `*5\r\n$11\r\nCL.THROTTLE\r\n$${key.length}\r\n${key}\r\n$3\r\n100\r\n$1\r\n1\r\n$4\r\n3600\r\n`;
+        }
+        if (!sock.write(out)) await new Promise((r) => sock.once('drain', r));
+      }
+    });
+  });
+}

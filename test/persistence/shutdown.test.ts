@@ -1,0 +1,123 @@
+/**
+ * The final snapshot: SIGTERM, SIGINT and SHUTDOWN [SAVE] write it, SHUTDOWN NOSAVE does not, `save ""`
+ * turns it off for signals and plain SHUTDOWN (as Redis), and a SHUTDOWN whose save fails is refused
+ * unless FORCE.
+ */
+import { afterAll, describe, expect, it } from 'vitest';
+import { existsSync, mkdirSync, readFileSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import Redis from 'ioredis';
+import { info, runToExit, startOn, tempDir } from './helpers.js';
+
+const dirs: string[] = [];
+afterAll(() => {
+  for (const d of dirs) rmSync(d, { recursive: true, force: true });
+});
+function newDir(): string {
+  const d = tempDir();
+  dirs.push(d);
+  return d;
+}
+const T0 = Math.floor(Date.now() / 1000) * 1000 + 600_000;
+
+async function withKeys(dir: string, args: string[] = [], n = 3): Promise<{ s: Awaited<ReturnType<typeof startOn>>; r: Redis }> {
+  const s = await startOn(dir, args);
+  const r = new Redis(s.port);
+  await r.call('DEBUG', 'CLOCK', 'SET', String(T0));
+  for (let i = 0; i < n; i++) await r.call('CL.THROTTLE', `k${i}`, 5, 10, 60);
+  return { s, r };
+}
+
+/** Sends a SHUTDOWN that ends the process (no reply comes) and returns the exit code. */
+async function shutdownAndExit(s: Awaited<ReturnType<typeof startOn>>, r: Redis, ...args: string[]): Promise<number | null> {
+  const exited = s.proc.exitCode !== null ? Promise.resolve(s.proc.exitCode) : new Promise<number | null>((resolve) => s.proc.once('exit', (code) => resolve(code)));
+  void r.call('SHUTDOWN', ...args).catch(() => {});
+  const code = await exited;
+  r.disconnect();
+  await s.stop();
+  return code;
+}
+
+function keysIn(dir: string): number {
+  const c = runToExit(['check', join(dir, 'cellgate.snap')]);
+  expect(c.status).toBe(0);
+  return Number(/\nkeys: (\d+)\n/.exec(c.stdout)![1]);
+}
+
+describe('snapshot at shutdown', () => {
+  for (const signal of ['SIGTERM', 'SIGINT'] as const) {
+    it(`${signal} saves, then exits 0`, async () => {
+      const dir = newDir();
+      const { s, r } = await withKeys(dir);
+      r.disconnect();
+      expect(await s.stop(signal)).toBe(0);
+      expect(keysIn(dir)).toBe(3);
+      expect(s.logs.some((l) => l.includes('DB saved on disk'))).toBe(true);
+    });
+  }
+
+  it('SHUTDOWN saves; SHUTDOWN NOSAVE leaves the previous snapshot as it was', async () => {
+    const dir = newDir();
+    let { s, r } = await withKeys(dir, [], 2);
+    expect(await shutdownAndExit(s, r)).toBe(0);
+    expect(keysIn(dir)).toBe(2);
+    const before = readFileSync(join(dir, 'cellgate.snap'));
+
+    ({ s, r } = await withKeys(dir, [], 5));
+    expect(await r.dbsize()).toBe(5);
+    expect(await shutdownAndExit(s, r, 'NOSAVE')).toBe(0);
+    expect(readFileSync(join(dir, 'cellgate.snap')).equals(before)).toBe(true);
+  });
+
+  it('save "" : no snapshot on SIGTERM or plain SHUTDOWN, but SHUTDOWN SAVE writes one', async () => {
+    const dir = newDir();
+    let { s, r } = await withKeys(dir, ['--save', '']);
+    r.disconnect();
+    expect(await s.stop('SIGTERM')).toBe(0);
+    expect(existsSync(join(dir, 'cellgate.snap'))).toBe(false);
+
+    ({ s, r } = await withKeys(dir, ['--save', '']));
+    expect(await shutdownAndExit(s, r, 'SAVE')).toBe(0);
+    expect(keysIn(dir)).toBe(3);
+  });
+
+  it('SHUTDOWN whose save fails is refused (server keeps serving); FORCE exits anyway', async () => {
+    const dir = newDir();
+    const { s, r } = await withKeys(dir);
+    // A directory where the temp file must go makes every save fail (EISDIR), even as root.
+    mkdirSync(join(dir, `temp-${s.proc.pid}.snap`));
+    await expect(r.call('SHUTDOWN')).rejects.toThrow('ERR Errors trying to SHUTDOWN. Check logs.');
+    expect(await r.ping()).toBe('PONG');
+    expect((await info(r)).rdb_last_error).toMatch(/EISDIR|ERR_FS_EISDIR/);
+    await expect(r.call('SAVE')).rejects.toThrow(/^ERR$/);
+    expect(await shutdownAndExit(s, r, 'FORCE')).toBe(1);
+    expect(existsSync(join(dir, 'cellgate.snap'))).toBe(false);
+  });
+
+  it('SIGTERM whose save fails logs it and exits 1, leaving the old snapshot', async () => {
+    const dir = newDir();
+    const { s, r } = await withKeys(dir);
+    await r.save();
+    const before = readFileSync(join(dir, 'cellgate.snap'));
+    await r.call('CL.THROTTLE', 'more', 5, 10, 60);
+    mkdirSync(join(dir, `temp-${s.proc.pid}.snap`));
+    r.disconnect();
+    expect(await s.stop('SIGTERM')).toBe(1);
+    expect(s.logs.some((l) => l.includes('The final snapshot failed: exiting anyway'))).toBe(true);
+    expect(readFileSync(join(dir, 'cellgate.snap')).equals(before)).toBe(true);
+  });
+
+  it('SHUTDOWN argument errors, as Redis', async () => {
+    const dir = newDir();
+    const { s, r } = await withKeys(dir);
+    try {
+      await expect(r.call('SHUTDOWN', 'NOSAVE', 'SAVE')).rejects.toThrow('ERR syntax error');
+      await expect(r.call('SHUTDOWN', 'BOGUS')).rejects.toThrow('ERR syntax error');
+      await expect(r.call('SHUTDOWN', 'ABORT')).rejects.toThrow('ERR No shutdown in progress.');
+      expect(await r.ping()).toBe('PONG');
+    } finally {
+      r.disconnect();
+      await s.stop();
+    }
+  });
+});
