@@ -1,0 +1,118 @@
+/**
+ * The format in-process: every KeyType (iterated from the enum, so types added later are covered),
+ * binary keys, blobs and odd numbers survive write → read exactly; a background save of a keyspace
+ * that changes under it writes each key whole.
+ */
+import { afterAll, describe, expect, it } from 'vitest';
+import { readFileSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { Keyspace, KeyType, TYPE_NAMES } from '../../src/keyspace/keyspace.js';
+import { readSnapshotFile } from '../../src/persistence/reader.js';
+import { BackgroundSave, writeSnapshotSync } from '../../src/persistence/writer.js';
+import { FORMAT_VERSION, MAGIC } from '../../src/persistence/format.js';
+import { tempDir } from './helpers.js';
+
+const dirs: string[] = [];
+afterAll(() => {
+  for (const d of dirs) rmSync(d, { recursive: true, force: true });
+});
+
+type Entry = { type: number; expireAtMs: number; a: number; b: number; c: number; blob?: number[] };
+
+function readAll(file: string): Map<string, Entry> {
+  const out = new Map<string, Entry>();
+  readSnapshotFile(file, (key, type, expireAtMs, a, b, c, blob) => {
+    out.set(key, { type, expireAtMs, a, b, c, ...(blob ? { blob: [...blob] } : {}) });
+  });
+  return out;
+}
+
+describe('snapshot format', () => {
+  it('round-trips every key type, binary keys, blobs and edge numbers exactly', () => {
+    const types = Object.values(KeyType).filter((v): v is number => typeof v === 'number' && v !== KeyType.Free);
+    expect(types.length).toBe(Object.keys(TYPE_NAMES).length);
+    const ks = new Keyspace();
+    const want = new Map<string, Entry>();
+    const keys = ['plain', '', 'bin\x00\xff\r\n', 'ü', 'x'.repeat(70_000)];
+    let n = 0;
+    for (const type of types) {
+      for (const key0 of keys) {
+        const key = `${key0}#${type}`;
+        const e: Entry = { type, expireAtMs: 1_800_000_000_000 + n, a: [0, -0.5, 1e300, 2 ** 53 + 2, 1.5e-320][n % 5], b: n * 0.1, c: -n };
+        if (n % 2 === 0) e.blob = n % 4 === 0 ? [] : [1, 2.5, -3, Number.MAX_VALUE];
+        const slot = ks.create(key, type);
+        ks.setState(slot, e.a, e.b, e.c);
+        ks.setExpireAtMs(slot, e.expireAtMs);
+        if (e.blob) ks.setBlob(slot, Float64Array.from(e.blob));
+        want.set(key, e);
+        n++;
+      }
+    }
+    const dir = tempDir();
+    dirs.push(dir);
+    const result = writeSnapshotSync(ks, 1_700_000_000_000, dir, 'x.snap');
+    expect(result.keys).toBe(want.size);
+    const bytes = readFileSync(join(dir, 'x.snap'));
+    expect(bytes.subarray(0, 8).equals(MAGIC)).toBe(true);
+    expect(bytes.readUInt32LE(8)).toBe(FORMAT_VERSION);
+    expect(bytes.readDoubleLE(16)).toBe(1_700_000_000_000);
+    expect(bytes.length).toBe(result.bytes);
+    const got = readAll(join(dir, 'x.snap'));
+    expect(got).toEqual(want);
+    const summary = readSnapshotFile(join(dir, 'x.snap'));
+    expect(summary.keyCount).toBe(want.size);
+    for (const type of types) expect(summary.perType.get(type)).toBe(keys.length);
+  });
+
+  it('skips keys already expired at save time', () => {
+    const ks = new Keyspace();
+    ks.setExpireAtMs(ks.create('dead', KeyType.Gcra), 999);
+    ks.setExpireAtMs(ks.create('edge', KeyType.Gcra), 1000);
+    const dir = tempDir();
+    dirs.push(dir);
+    writeSnapshotSync(ks, 1000, dir, 'x.snap');
+    expect([...readAll(join(dir, 'x.snap')).keys()]).toEqual(['edge']);
+  });
+
+  it('a background save writes each key whole while the keyspace changes under it', async () => {
+    const ks = new Keyspace();
+    const N = 200_000;
+    for (let i = 0; i < N; i++) {
+      const slot = ks.create(`k${i}`, KeyType.Gcra);
+      ks.setState(slot, i, i, i);
+      ks.setExpireAtMs(slot, 2e12);
+    }
+    const dir = tempDir();
+    dirs.push(dir);
+    const job = new BackgroundSave(ks, () => 1e12, dir, 'bg.snap');
+    const done = job.run();
+    // Meanwhile, between slices: rewrite every key (A = B = C = -i), delete some, add some.
+    let turns = 0;
+    let finished = false;
+    void done.then(() => (finished = true), () => (finished = true));
+    while (!finished) {
+      await new Promise((res) => setImmediate(res));
+      turns++;
+      const i = (turns * 7919) % N;
+      const slot = ks.lookup(`k${i}`, 1e12);
+      if (slot !== -1) ks.setState(slot, -i, -i, -i);
+      if (turns % 10 === 0) ks.delete(`k${(i + 1) % N}`, 1e12);
+      if (turns % 10 === 5) ks.setExpireAtMs(ks.create(`new${turns}`, KeyType.Gcra), 2e12);
+    }
+    const result = await done;
+    expect(turns).toBeGreaterThan(10); // it did yield to the event loop
+    const got = readAll(join(dir, 'bg.snap'));
+    expect(got.size).toBe(result.keys);
+    const torn: string[] = [];
+    let rewritten = 0;
+    for (const [key, e] of got) {
+      if (key.startsWith('new')) continue;
+      const i = Number(key.slice(1));
+      // Whole: either the old state or the new one, never a mix.
+      if ((e.a !== i && e.a !== -i) || e.b !== e.a || e.c !== e.a) torn.push(key);
+      if (i !== 0 && e.a === -i) rewritten++;
+    }
+    expect(torn).toEqual([]);
+    expect(rewritten).toBeGreaterThan(0);
+  });
+});
