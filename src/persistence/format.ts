@@ -49,8 +49,17 @@ export class EntryEncoder {
   private buf: Buffer;
   private view: DataView;
   private pos = 0;
+  /** Bytes of the current chunk already folded into `crc`. */
+  private crcPos = 0;
+  /** CRC-32 of every byte encoded so far up to `crcPos` of the current chunk (across chunks). */
+  private crc: number;
+  private spare: Buffer | undefined;
 
-  constructor(private readonly chunkBytes = 1 << 20) {
+  constructor(
+    private readonly chunkBytes = 1 << 20,
+    crcBefore = 0,
+  ) {
+    this.crc = crcBefore;
     this.buf = Buffer.allocUnsafe(chunkBytes);
     this.view = new DataView(this.buf.buffer, this.buf.byteOffset, this.buf.byteLength);
   }
@@ -83,27 +92,51 @@ export class EntryEncoder {
     this.pos = p;
   }
 
-  /** Appends the footer for `keyCount` keys, given the CRC of every byte before this encoder's. */
-  addFooter(keyCount: number, crcBefore: number): void {
+  /**
+   * Folds the bytes encoded since the last call into the running CRC. A background save calls it once
+   * per slice, so the checksum's cost is spread like the encoding's.
+   */
+  updateCrc(): void {
+    if (this.pos > this.crcPos) this.crc = crc32(this.buf.subarray(this.crcPos, this.pos), this.crc);
+    this.crcPos = this.pos;
+  }
+
+  /** Appends the footer for `keyCount` keys: end marker, count, and the CRC-32 of every byte before it. */
+  addFooter(keyCount: number): void {
     if (this.pos + FOOTER_BYTES > this.buf.length) this.growFor(FOOTER_BYTES);
     const start = this.pos;
     this.view.setUint8(start, END_MARKER);
     this.view.setBigUint64(start + 1, BigInt(keyCount), true);
-    const crc = crc32(this.buf.subarray(0, start + 9), crcBefore);
-    this.view.setUint32(start + 9, crc, true);
+    this.pos = start + 9;
+    this.updateCrc();
+    this.view.setUint32(start + 9, this.crc, true);
     this.pos = start + FOOTER_BYTES;
+    this.crcPos = this.pos;
   }
 
-  /** Returns the bytes encoded so far and starts a new chunk. */
+  /**
+   * Returns the bytes encoded so far (their CRC folded in) and continues in a recycled buffer or a new
+   * one. The caller owns the returned bytes until it hands them back with `recycle`.
+   */
   take(): Buffer {
+    this.updateCrc();
     const out = this.buf.subarray(0, this.pos);
-    this.buf = Buffer.allocUnsafe(this.chunkBytes);
+    this.buf = this.spare ?? Buffer.allocUnsafe(this.chunkBytes);
+    this.spare = undefined;
     this.view = new DataView(this.buf.buffer, this.buf.byteOffset, this.buf.byteLength);
     this.pos = 0;
+    this.crcPos = 0;
     return out;
   }
 
+  /** Hands back a chunk from `take` once written, so two buffers alternate without allocating. */
+  recycle(chunk: Buffer): void {
+    const whole = Buffer.from(chunk.buffer, chunk.byteOffset, chunk.buffer.byteLength - chunk.byteOffset);
+    if (whole.length >= this.chunkBytes) this.spare = whole;
+  }
+
   private growFor(need: number): void {
+    this.updateCrc();
     const bigger = Buffer.allocUnsafe(Math.max(this.buf.length * 2, this.pos + need));
     this.buf.copy(bigger, 0, 0, this.pos);
     this.buf = bigger;

@@ -51,22 +51,21 @@ export function writeSnapshotSync(keyspace: Keyspace, nowMs: number, dir: string
   let bytes = 0;
   try {
     const header = encodeHeader(nowMs);
-    let crc = crc32(header);
     writeAllSync(fd, header);
     bytes += header.length;
-    const enc = new EntryEncoder();
+    const enc = new EntryEncoder(BACKGROUND_WRITE_BYTES + 64 * 1024, crc32(header));
     let keys = 0;
     keyspace.forEachLive(nowMs, (key, slot) => {
       enc.add(key, keyspace.typeOf(slot), keyspace.expireAtMs(slot), keyspace.getA(slot), keyspace.getB(slot), keyspace.getC(slot), keyspace.getBlob(slot));
       keys++;
       if (enc.length >= BACKGROUND_WRITE_BYTES) {
         const chunk = enc.take();
-        crc = crc32(chunk, crc);
         writeAllSync(fd, chunk);
+        enc.recycle(chunk);
         bytes += chunk.length;
       }
     });
-    enc.addFooter(keys, crc);
+    enc.addFooter(keys);
     const last = enc.take();
     writeAllSync(fd, last);
     bytes += last.length;
@@ -128,10 +127,9 @@ export class BackgroundSave {
     try {
       const ks = this.keyspace;
       const header = encodeHeader(this.nowMs());
-      let crc = crc32(header);
       let bytes = header.length;
       let pending: Promise<unknown> = writeAll(fh, header);
-      const enc = new EntryEncoder(BACKGROUND_WRITE_BYTES + 64 * 1024);
+      const enc = new EntryEncoder(BACKGROUND_WRITE_BYTES + 64 * 1024, crc32(header));
       let keys = 0;
       let sinceCheck = 0;
       let deadline = 0;
@@ -152,20 +150,21 @@ export class BackgroundSave {
         const nowMs = this.nowMs();
         do cursor = ks.scan(cursor, KEYS_PER_CHECK, nowMs, visit);
         while (cursor !== 0 && !sliceFull);
+        enc.updateCrc();
         if (enc.length >= BACKGROUND_WRITE_BYTES) {
-          const chunk = enc.take();
-          crc = crc32(chunk, crc);
-          bytes += chunk.length;
           await pending;
-          pending = writeAll(fh, chunk);
+          // Two chunk buffers alternate: one being written while the other fills.
+          const chunk = enc.take();
+          bytes += chunk.length;
+          pending = writeAll(fh, chunk).then(() => enc.recycle(chunk));
         }
         await nextTurn();
         if (this.aborted) throw new Error('background save aborted');
       } while (cursor !== 0);
-      enc.addFooter(keys, crc);
+      await pending;
+      enc.addFooter(keys);
       const last = enc.take();
       bytes += last.length;
-      await pending;
       await writeAll(fh, last);
       await fh.sync();
       closed = true;
