@@ -258,6 +258,7 @@ function machine() {
 
 const started = new Date();
 const load0 = os.loadavg();
+const machineLines = machine(); // the commit dist/ was built from is the one checked out at the start
 const tp = ONLY.includes('throughput') ? await throughput() : [];
 const load1 = os.loadavg();
 const mem = ONLY.includes('memory') ? await memory() : [];
@@ -265,7 +266,7 @@ const load2 = os.loadavg();
 const fmt = (l) => l.map((x) => x.toFixed(2)).join(' ');
 
 let md = `\n# RL.* family benchmark\n\nProduced by \`node bench/ratelimit.mjs\` (after \`npm run build\`; BENCH_ROUNDS=${ROUNDS}, BENCH_SECONDS=${SECONDS}) on ${started.toISOString()}.\n\n`;
-md += `## Machine\n\n${machine().join('\n')}\n`;
+md += `## Machine\n\n${machineLines.join('\n')}\n`;
 md += `- Load average (1, 5, 15 min): at start ${fmt(load0)}; after throughput ${fmt(load1)}; after memory ${fmt(load2)}. Other engineers' CPU-heavy work shared this 2-core machine: treat the numbers as a lower bound and compare rows with each other, not with other sections.\n\n`;
 if (tp.length > 0) {
   md += `## Throughput (pipeline 16, 50 clients, ${KEYS.toLocaleString('en-US')} random keys; medians of ${ROUNDS} interleaved rounds)\n\n`;

@@ -103,6 +103,7 @@ let parsedCost = 1;
  */
 function parseLimit(ctx: CommandContext, argv: Buffer[], i: number, l: Limit, where: string, costAllowed: boolean): number {
   const algo = l.algo;
+  const limitArg = argv[i];
   const limit = integerArg(ctx, argv[i], 'limit', where, 1, algo.type === KeyType.SlidingLog ? MAX_SLIDING_LOG_LIMIT : MAX_SCALED);
   if (limit === null) return -1;
   const periodMs = integerArg(ctx, argv[i + 1], 'period_ms', where, 1, MAX_PERIOD_MS);
@@ -141,7 +142,7 @@ function parseLimit(ctx: CommandContext, argv: Buffer[], i: number, l: Limit, wh
   // Products the integer arithmetic needs below 2^52 (see src/limiters/rate-decision.ts).
   if (algo.type === KeyType.TokenBucket || algo.type === KeyType.LeakyBucket) {
     if (burst * periodMs > MAX_SCALED) {
-      invalid(ctx, burstArg === null ? 'limit' : 'BURST', burstArg ?? argv[i - 2], where, `BURST x period_ms must be <= ${MAX_SCALED} (BURST defaults to limit)`);
+      invalid(ctx, burstArg === null ? 'limit' : 'BURST', burstArg ?? limitArg, where, `BURST x period_ms must be <= ${MAX_SCALED} (BURST defaults to limit)`);
       return -1;
     }
   } else if (algo.type === KeyType.Gcra) {

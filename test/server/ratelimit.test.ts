@@ -161,6 +161,8 @@ describe('RL.* errors', () => {
       [['RL.TOKENBUCKET', 'k', '10', '1000', 'COST'], 'ERR syntax error'],
       [['RL.TOKENBUCKET', 'k', '10', '1000', 'FOO', '1'], 'ERR syntax error'],
       [['RL.TOKENBUCKET', 'k', '10', '1000000000000', 'BURST', '100000'], "ERR invalid BURST '100000': BURST x period_ms must be <= 4503599627370496 (BURST defaults to limit)"],
+      [['RL.LEAKYBUCKET', 'k', '100000', '1000000000000', 'COST', '1'], "ERR invalid limit '100000': BURST x period_ms must be <= 4503599627370496 (BURST defaults to limit)"],
+      [['RL.SLIDINGWINDOW', 'k', '100000', '1000000000000'], 'ERR invalid limit/period_ms: limit x period_ms must be <= 4503599627370496'],
       [['RL.TOKENBUCKET', 'k', '10', '1000000000001'], "ERR invalid period_ms '1000000000001': must be <= 1000000000000"],
       [['RL.FIXEDWINDOW', 'k', '10', '1000', 'BURST', '5'], 'ERR syntax error'],
       [['RL.SLIDINGLOG', 'k', '10', '1000', 'BURST', '5'], 'ERR syntax error'],
