@@ -96,8 +96,11 @@ export class Snapshotter {
           expired++;
           return;
         }
-        if (ks.lookup(key, nowMs) !== -1) return 'duplicate key';
+        // A key already loaded makes create() replace its index entry without growing the keyspace:
+        // cheaper to notice afterwards than to look every key up first (the start fails anyway).
+        const sizeBefore = ks.size;
         const slot = ks.create(key, type);
+        if (ks.size === sizeBefore) return 'duplicate key';
         ks.setState(slot, a, b, c);
         ks.setExpireAtMs(slot, expireAtMs);
         if (blob !== undefined) ks.setBlob(slot, blob);

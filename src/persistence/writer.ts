@@ -19,11 +19,11 @@ import type { Keyspace } from '../keyspace/keyspace.js';
 import { crc32, encodeHeader, EntryEncoder } from './format.js';
 
 /** CPU time one background slice may take before it yields to clients. */
-export const SLICE_BUDGET_MS = 0.25;
+export const SLICE_BUDGET_MS = 0.05;
 /** Bytes a background save accumulates before handing them to the disk. */
 const BACKGROUND_WRITE_BYTES = 512 * 1024;
 /** Keys serialized between two looks at the slice's clock. */
-const KEYS_PER_CHECK = 64;
+const KEYS_PER_CHECK = 16;
 
 export interface SaveResult {
   keys: number;
