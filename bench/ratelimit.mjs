@@ -15,7 +15,8 @@
  *
  * Environment (defaults in brackets): BENCH_ROUNDS [3], BENCH_SECONDS [3], BENCH_KEYS [100000],
  * BENCH_MEM_KEYS [1000000], BENCH_LOG100_KEYS [100000: 100 M requests would take too long], BENCH_PIN [auto: server on CPU 0,
- * redis-benchmark on CPU 1, with taskset], BENCH_APPEND [0], BENCH_ONLY [throughput,memory].
+ * redis-benchmark on CPU 1, with taskset], BENCH_APPEND [0], BENCH_ONLY [throughput,memory],
+ * BENCH_MEM_FILTER [''] (only the memory rows whose label contains it).
  */
 import { spawn, spawnSync } from 'node:child_process';
 import { appendFileSync, mkdtempSync, rmSync } from 'node:fs';
@@ -222,7 +223,8 @@ const MEMORY = [
 
 async function memory() {
   const results = [];
-  for (const [label, keys, rounds, make] of MEMORY) {
+  const filter = env.BENCH_MEM_FILTER ?? '';
+  for (const [label, keys, rounds, make] of MEMORY.filter(([label]) => label.includes(filter))) {
     const server = await startCellgate();
     const client = new RawClient(server.port);
     await client.connect();

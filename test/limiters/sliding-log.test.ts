@@ -37,6 +37,19 @@ describe('RL.SLIDINGLOG (pure)', () => {
     }), { numRuns: 300 });
   });
 
+  it('agrees with the textbook log on long timelines that grow, wrap and shrink the ring', () => {
+    const arb = fc.record({ limit: fc.integer({ min: 2, max: 24 }), periodMs: fc.integer({ min: 5, max: 60 }) }).chain((q) => fc.record({
+      p: fc.constant({ ...q, burst: q.limit }),
+      steps: fc.array(fc.record({
+        gapMs: fc.oneof(fc.constant(0), fc.integer({ min: 1, max: 4 }), fc.integer({ min: 0, max: 2 * q.periodMs })),
+        cost: fc.oneof(fc.constant(1), fc.integer({ min: 0, max: q.limit + 1 })),
+      }), { minLength: 50, maxLength: 200 }),
+    }));
+    fc.assert(fc.property(arb, ({ p, steps }) => {
+      expect(replay('slidinglog', p, new Log(p), T0, steps)).toBeNull();
+    }), { numRuns: 60 });
+  });
+
   it('the ring stays within limit entries, wraps, and grows only as needed', () => {
     const p = { limit: 5, periodMs: 10, burst: 5 };
     const k = new FakeKey('slidinglog', p);
@@ -46,15 +59,26 @@ describe('RL.SLIDINGLOG (pure)', () => {
       const r = k.call(1, t);
       expect(r.limited).toBe(m.allows(1, t) ? 0 : 1);
       if (r.limited === 0) m.record(1, t);
-      expect(k.blob!.length / 2).toBeLessThanOrEqual(p.limit);
+      expect((k.blob?.length ?? 0) / 2).toBeLessThanOrEqual(p.limit);
       expect(k.b).toBeLessThanOrEqual(p.limit);
+      // One live entry is kept inline (no blob), two or more in the ring.
+      expect(k.blob === undefined).toBe(k.b === 1);
     }
     const one = new FakeKey('slidinglog', { limit: 100, periodMs: 1000, burst: 100 });
     one.call(1, T0);
-    expect(one.blob!.length).toBe(4); // 2 entries to start with
-    one.call(60, T0); // same ms: one entry
-    expect(one.b).toBe(1);
+    expect(one.blob).toBeUndefined(); // one entry: inline in the state columns
+    one.call(60, T0); // same ms: still one entry
+    expect([one.a, one.b, one.c, one.blob]).toEqual([T0, 1, 61, undefined]);
     expect(one.call(39, T0 + 1)).toMatchObject({ limited: 0, remaining: 0, resetAfterMs: 1000 });
+    expect(one.blob!.length).toBe(4); // a second timestamp: a ring of 2 entries
     expect(one.call(1, T0 + 2)).toMatchObject({ limited: 1, retryAfterMs: 998 });
+    // The 61 units of T0 slide out at T0 + 1000; the ring is reused in place.
+    const ring = one.blob;
+    expect(one.call(1, T0 + 1000)).toMatchObject({ limited: 0, remaining: 60 });
+    expect(one.call(1, T0 + 1001)).toMatchObject({ limited: 0, remaining: 98 });
+    expect(one.blob).toBe(ring);
+    // When a write leaves a single live entry the key goes back inline and drops the ring.
+    expect(one.call(1, T0 + 2001)).toMatchObject({ limited: 0, remaining: 99 });
+    expect([one.a, one.b, one.c, one.blob]).toEqual([T0 + 2001, 1, 1, undefined]);
   });
 });
