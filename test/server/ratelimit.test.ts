@@ -6,7 +6,9 @@
 import net from 'node:net';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import Redis from 'ioredis';
+import fc from 'fast-check';
 import { startServer, type RunningServer } from '../helpers/server.js';
+import { caseArb, FakeKey, type Algo } from '../limiters/rl-harness.js';
 
 let server: RunningServer;
 let r2: Redis;
@@ -277,4 +279,32 @@ describe('RL.ALL', () => {
     expect(await r2.call('RL.FIXEDWINDOW', 'fw', '5', '1000', 'COST', '0')).toEqual([0, 5, 4, -1, 1000, 0]);
     expect(await r2.dbsize()).toBe(2);
   });
+});
+
+describe('RL.* over TCP equals the pure limiters', () => {
+  const algos: [Algo, string, boolean][] = [
+    ['tokenbucket', 'RL.TOKENBUCKET', true], ['leakybucket', 'RL.LEAKYBUCKET', true], ['fixedwindow', 'RL.FIXEDWINDOW', false],
+    ['slidinglog', 'RL.SLIDINGLOG', false], ['slidingwindow', 'RL.SLIDINGWINDOW', false], ['gcra', 'RL.GCRA', true],
+  ];
+  for (const [algo, cmd, withBurst] of algos) {
+    it(`${cmd}: replies and PTTL over random timelines, pipelined`, async () => {
+      await fc.assert(fc.asyncProperty(caseArb(withBurst), async ({ p, startMs, steps }) => {
+        const pure = new FakeKey(algo, p);
+        const args = [String(p.limit), String(p.periodMs), ...(withBurst ? ['BURST', String(p.burst)] : [])];
+        const pipe = r2.pipeline().flushall();
+        const want: unknown[] = [];
+        let t = startMs;
+        for (const step of steps) {
+          t += step.gapMs;
+          pipe.call('DEBUG', 'CLOCK', 'SET', String(t)).call(cmd, 'k', ...args, 'COST', String(step.cost)).pttl('k');
+          const reply = pure.call(step.cost, t);
+          want.push(['OK', [reply.limited, reply.limit, reply.remaining, reply.retryAfterMs, reply.resetAfterMs, reply.delayMs], pure.pttl(t)]);
+        }
+        const results = (await pipe.exec())!.slice(1).map(([err, value]) => err?.message ?? value);
+        const got = [];
+        for (let i = 0; i < results.length; i += 3) got.push(results.slice(i, i + 3));
+        expect(got).toEqual(want);
+      }), { numRuns: 25 });
+    });
+  }
 });
