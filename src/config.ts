@@ -12,6 +12,7 @@ type Kind =
   | { type: 'bool' }
   | { type: 'enum'; values: string[] }
   | { type: 'string' }
+  | { type: 'filename' }
   | { type: 'save' };
 
 interface ConfigDef {
@@ -37,7 +38,7 @@ const DEFS: ConfigDef[] = [
   { name: 'maxmemory', kind: { type: 'memory' }, default: '0', mutable: true, help: 'memory limit (0 = none)' },
   { name: 'maxmemory-policy', kind: { type: 'enum', values: ['noeviction', 'volatile-ttl', 'allkeys-lru', 'allkeys-random'] }, default: 'volatile-ttl', mutable: true, help: 'what to do at maxmemory' },
   { name: 'dir', kind: { type: 'string' }, default: './data', mutable: false, help: 'snapshot directory' },
-  { name: 'dbfilename', kind: { type: 'string' }, default: 'cellgate.snap', mutable: true, help: 'snapshot file name' },
+  { name: 'dbfilename', kind: { type: 'filename' }, default: 'cellgate.snap', mutable: true, help: 'snapshot file name' },
   { name: 'save', kind: { type: 'save' }, default: '3600 1 300 100 60 10000', mutable: true, help: 'snapshot after <seconds> if <changes>' },
   { name: 'stop-writes-on-bgsave-error', kind: { type: 'bool' }, default: 'yes', mutable: true, help: 'refuse writes (MISCONF) while the last background save failed' },
   { name: 'appendonly', kind: { type: 'enum', values: ['no'] }, default: 'no', mutable: false, help: 'always no: cellgate persists by snapshot' },
@@ -93,6 +94,10 @@ function canonical(def: ConfigDef, value: string): string {
       return parts.join(' ');
     }
     case 'string':
+      return value;
+    case 'filename':
+      // As Redis: the snapshot always lives in `dir`.
+      if (value === '' || value.includes('/') || value === '.' || value === '..') throw new ConfigError("dbfilename can't be a path, just a filename");
       return value;
   }
 }

@@ -54,4 +54,21 @@ describe('crash during BGSAVE', () => {
       await s.stop();
     }
   });
+
+  it('SIGTERM during a BGSAVE abandons it and writes a complete final snapshot, then exits 0', async () => {
+    const dir = tempDir();
+    dirs.push(dir);
+    const s = await startOn(dir);
+    const r = new Redis(s.port);
+    await fillKeys(s.port, 200_000);
+    expect(await r.bgsave()).toBe('Background saving started');
+    expect((await info(r)).rdb_bgsave_in_progress).toBe('1');
+    r.disconnect();
+    expect(await s.stop('SIGTERM')).toBe(0);
+    expect(s.logs.some((l) => l.includes('background save in progress: stopping it'))).toBe(true);
+    const c = runToExit(['check', join(dir, 'cellgate.snap')]);
+    expect(c.status).toBe(0);
+    expect(c.stdout).toContain('\nkeys: 200000\n');
+    expect(existsSync(join(dir, `temp-${s.proc.pid}.snap`))).toBe(false);
+  });
 });

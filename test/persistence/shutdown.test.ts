@@ -38,8 +38,8 @@ async function shutdownAndExit(s: Awaited<ReturnType<typeof startOn>>, r: Redis,
   return code;
 }
 
-function keysIn(dir: string): number {
-  const c = runToExit(['check', join(dir, 'cellgate.snap')]);
+function keysIn(dir: string, file = 'cellgate.snap'): number {
+  const c = runToExit(['check', join(dir, file)]);
   expect(c.status).toBe(0);
   return Number(/\nkeys: (\d+)\n/.exec(c.stdout)![1]);
 }
@@ -115,6 +115,23 @@ describe('snapshot at shutdown', () => {
       await expect(r.call('SHUTDOWN', 'BOGUS')).rejects.toThrow('ERR syntax error');
       await expect(r.call('SHUTDOWN', 'ABORT')).rejects.toThrow('ERR No shutdown in progress.');
       expect(await r.ping()).toBe('PONG');
+    } finally {
+      r.disconnect();
+      await s.stop();
+    }
+  });
+
+  it('dbfilename must be a file name (as Redis), at start and with CONFIG SET', async () => {
+    const r0 = runToExit(['--dbfilename', '../x.snap']);
+    expect(r0.status).toBe(1);
+    expect(r0.stderr).toBe("cellgate: --dbfilename: dbfilename can't be a path, just a filename\n");
+    const dir = newDir();
+    const { s, r } = await withKeys(dir, [], 1);
+    try {
+      await expect(r.config('SET', 'dbfilename', '/etc/x')).rejects.toThrow("dbfilename can't be a path, just a filename");
+      expect(await r.config('SET', 'dbfilename', 'other.snap')).toBe('OK');
+      expect(await r.save()).toBe('OK');
+      expect(keysIn(dir, 'other.snap')).toBe(1);
     } finally {
       r.disconnect();
       await s.stop();
