@@ -297,7 +297,7 @@ async function main() {
   out.push('|---:|---:|---:|---:|---:|');
   out.push(...rows);
   out.push('');
-  out.push(`Latency of one steady client (closed loop, \`CL.THROTTLE key:<i> 100 1 3600 0\` over 1M keys), µs, ${LATENCY_MS} ms per phase, ${latency.bgsaves} back-to-back BGSAVEs of 1M keys during the second:`);
+  out.push(`Latency of one steady client (closed loop, \`CL.THROTTLE key:<i> 100 1 3600 0\` over 1M keys), µs, ${LATENCY_MS} ms per phase, ${latency.bgsaves} back-to-back BGSAVEs of 1M keys during the BGSAVE phases (idle and BGSAVE phases alternate twice; an INFO poll every 20 ms in both):`);
   out.push('');
   out.push('| phase | requests | p50 | p99 | p99.9 | max |');
   out.push('|---|---:|---:|---:|---:|---:|');

@@ -251,5 +251,6 @@ export class Snapshotter {
 
 function describe(e: unknown): string {
   const err = e as NodeJS.ErrnoException;
-  return err.code !== undefined ? `${err.code}: ${err.message}` : String(err.message ?? e);
+  const message = String(err.message ?? e);
+  return err.code !== undefined && !message.startsWith(err.code) ? `${err.code}: ${message}` : message;
 }

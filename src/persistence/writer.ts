@@ -128,8 +128,20 @@ export class BackgroundSave {
       const ks = this.keyspace;
       const header = encodeHeader(this.nowMs());
       let bytes = header.length;
-      let pending: Promise<unknown> = writeAll(fh, header);
       const enc = new EntryEncoder(BACKGROUND_WRITE_BYTES + 64 * 1024, crc32(header));
+      // At most one write is in flight while the next chunk fills. Its failure (disk full) is kept
+      // here, not left as a rejected promise nobody awaits yet (which would end the process).
+      let writeError: unknown = null;
+      const startWrite = (chunk: Buffer, recycle: boolean): Promise<void> =>
+        writeAll(fh, chunk).then(
+          () => {
+            if (recycle) enc.recycle(chunk);
+          },
+          (e: unknown) => {
+            writeError ??= e;
+          },
+        );
+      let pending = startWrite(header, false);
       let keys = 0;
       let sinceCheck = 0;
       let deadline = 0;
@@ -153,15 +165,17 @@ export class BackgroundSave {
         enc.updateCrc();
         if (enc.length >= BACKGROUND_WRITE_BYTES) {
           await pending;
+          if (writeError !== null) throw writeError;
           // Two chunk buffers alternate: one being written while the other fills.
           const chunk = enc.take();
           bytes += chunk.length;
-          pending = writeAll(fh, chunk).then(() => enc.recycle(chunk));
+          pending = startWrite(chunk, true);
         }
         await nextTurn();
         if (this.aborted) throw new Error('background save aborted');
       } while (cursor !== 0);
       await pending;
+      if (writeError !== null) throw writeError;
       enc.addFooter(keys);
       const last = enc.take();
       bytes += last.length;
