@@ -12,7 +12,7 @@
  */
 import fs from 'node:fs';
 import fsp from 'node:fs/promises';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { setImmediate as nextTurn } from 'node:timers/promises';
 import type { Keyspace } from '../keyspace/keyspace.js';
@@ -33,7 +33,7 @@ export interface SaveResult {
 }
 
 export function snapshotPath(dir: string, dbfilename: string): string {
-  return join(dir, dbfilename);
+  return resolve(dir, dbfilename);
 }
 
 export function tempPath(dir: string): string {
