@@ -13,7 +13,8 @@ type Kind =
   | { type: 'enum'; values: string[] }
   | { type: 'string' }
   | { type: 'filename' }
-  | { type: 'save' };
+  | { type: 'save' }
+  | { type: 'output-limits' };
 
 interface ConfigDef {
   name: string;
@@ -30,13 +31,23 @@ const DEFS: ConfigDef[] = [
   { name: 'bind', kind: { type: 'string' }, default: '127.0.0.1 ::1', mutable: false, help: 'addresses to listen on' },
   { name: 'protected-mode', kind: { type: 'bool' }, default: 'yes', mutable: true, help: 'refuse non-loopback clients when no password is set' },
   { name: 'requirepass', kind: { type: 'string' }, default: '', mutable: true, help: 'password for the default user' },
+  { name: 'requirepass-file', kind: { type: 'string' }, default: '', mutable: false, help: 'read requirepass from this file at start (container secrets)' },
   { name: 'maxclients', kind: { type: 'int', min: 1, max: 1_000_000 }, default: '10000', mutable: true, help: 'most connected clients' },
   { name: 'timeout', kind: { type: 'int', min: 0, max: 2_147_483_647 }, default: '0', mutable: true, help: 'close clients idle this many seconds (0 = never)' },
   { name: 'tcp-keepalive', kind: { type: 'int', min: 0, max: 2_147_483_647 }, default: '300', mutable: true, help: 'TCP keepalive seconds' },
   { name: 'proto-max-bulk-len', kind: { type: 'memory' }, default: '536870912', mutable: true, help: 'largest bulk argument' },
   { name: 'client-query-buffer-limit', kind: { type: 'memory' }, default: '1073741824', mutable: true, help: 'largest unprocessed input per client' },
+  // Redis's default for normal clients is 0 0 0 (unlimited); see README "Security model" for ours.
+  { name: 'client-output-buffer-limit', kind: { type: 'output-limits' }, default: 'normal 268435456 67108864 60 slave 268435456 67108864 60 pubsub 33554432 8388608 60', mutable: true, help: 'disconnect clients whose unsent output exceeds <hard>, or <soft> for <soft-seconds>' },
   { name: 'maxmemory', kind: { type: 'memory' }, default: '0', mutable: true, help: 'memory limit (0 = none)' },
   { name: 'maxmemory-policy', kind: { type: 'enum', values: ['noeviction', 'volatile-ttl', 'allkeys-lru', 'allkeys-random'] }, default: 'volatile-ttl', mutable: true, help: 'what to do at maxmemory' },
+  { name: 'maxmemory-samples', kind: { type: 'int', min: 1, max: 64 }, default: '5', mutable: true, help: 'keys sampled per eviction' },
+  { name: 'tls-port', kind: { type: 'int', min: 0, max: 65535 }, default: '0', mutable: false, help: 'TLS port (0 = no TLS)' },
+  { name: 'tls-cert-file', kind: { type: 'string' }, default: '', mutable: false, help: 'server certificate (PEM)' },
+  { name: 'tls-key-file', kind: { type: 'string' }, default: '', mutable: false, help: 'server private key (PEM)' },
+  { name: 'tls-key-file-pass', kind: { type: 'string' }, default: '', mutable: false, help: 'passphrase of tls-key-file' },
+  { name: 'tls-ca-cert-file', kind: { type: 'string' }, default: '', mutable: false, help: 'CA certificates that sign client certificates (PEM)' },
+  { name: 'tls-auth-clients', kind: { type: 'enum', values: ['yes', 'no', 'optional'] }, default: 'yes', mutable: false, help: 'require client certificates' },
   { name: 'dir', kind: { type: 'string' }, default: './data', mutable: false, help: 'snapshot directory' },
   { name: 'dbfilename', kind: { type: 'filename' }, default: 'cellgate.snap', mutable: true, help: 'snapshot file name' },
   { name: 'save', kind: { type: 'save' }, default: '3600 1 300 100 60 10000', mutable: true, help: 'snapshot after <seconds> if <changes>' },
@@ -93,6 +104,8 @@ function canonical(def: ConfigDef, value: string): string {
       if (parts.length % 2 !== 0 || parts.some((p) => !/^\d+$/.test(p))) throw new ConfigError('Invalid save parameters');
       return parts.join(' ');
     }
+    case 'output-limits':
+      return canonicalOutputLimits(value, DEFAULT_OUTPUT_LIMITS);
     case 'string':
       return value;
     case 'filename':
@@ -100,6 +113,41 @@ function canonical(def: ConfigDef, value: string): string {
       if (value === '' || value.includes('/') || value === '.' || value === '..') throw new ConfigError("dbfilename can't be a path, just a filename");
       return value;
   }
+}
+
+/** One class of `client-output-buffer-limit`: bytes and seconds (0 = no limit). */
+export interface OutputLimit {
+  hardBytes: number;
+  softBytes: number;
+  softSeconds: number;
+}
+
+const OUTPUT_CLASSES = ['normal', 'slave', 'pubsub'];
+const DEFAULT_OUTPUT_LIMITS = 'normal 268435456 67108864 60 slave 268435456 67108864 60 pubsub 33554432 8388608 60';
+
+/**
+ * `client-output-buffer-limit <class> <hard> <soft> <soft-seconds> [...]`, as Redis: the classes
+ * given replace those of `current`, the others keep their values (`replica` is `slave`, as Redis prints it). Returns all
+ * three classes with byte values, as Redis's CONFIG GET shows them.
+ */
+function canonicalOutputLimits(value: string, current: string): string {
+  const parts = value.trim().split(/\s+/).filter(Boolean);
+  const invalid = 'Wrong number of arguments in buffer limit configuration.';
+  if (parts.length === 0 || parts.length % 4 !== 0) throw new ConfigError(invalid);
+  const classes = new Map<string, string[]>();
+  const cur = current.split(' ');
+  for (let i = 0; i < cur.length; i += 4) classes.set(cur[i], cur.slice(i + 1, i + 4));
+  for (let i = 0; i < parts.length; i += 4) {
+    let cls = parts[i].toLowerCase();
+    if (cls === 'replica') cls = 'slave';
+    if (!OUTPUT_CLASSES.includes(cls)) throw new ConfigError('Invalid client class specified in buffer limit configuration.');
+    const hard = parseMemory(parts[i + 1]);
+    const soft = parseMemory(parts[i + 2]);
+    const seconds = /^\d+$/.test(parts[i + 3]) ? Number(parts[i + 3]) : null;
+    if (hard === null || soft === null || seconds === null) throw new ConfigError('Error in hard, soft or soft_seconds setting in buffer limit configuration.');
+    classes.set(cls, [String(hard), String(soft), String(seconds)]);
+  }
+  return OUTPUT_CLASSES.map((c) => `${c} ${classes.get(c)!.join(' ')}`).join(' ');
 }
 
 export class Config {
@@ -138,7 +186,38 @@ export class Config {
     const def = BY_NAME.get(name.toLowerCase());
     if (def === undefined) throw new ConfigError(`unknown option '${name}'`);
     if (runtime && !def.mutable) throw new ConfigError('can\'t set immutable config');
+    if (def.kind.type === 'output-limits') {
+      this.values.set(def.name, canonicalOutputLimits(value, this.get(def.name)));
+      return;
+    }
     this.values.set(def.name, canonical(def, value));
+  }
+
+  /** A class of client-output-buffer-limit, parsed. */
+  outputLimit(cls: 'normal' | 'slave' | 'pubsub'): OutputLimit {
+    const parts = this.get('client-output-buffer-limit').split(' ');
+    const i = parts.indexOf(cls);
+    return { hardBytes: Number(parts[i + 1]), softBytes: Number(parts[i + 2]), softSeconds: Number(parts[i + 3]) };
+  }
+
+  /**
+   * Reads `requirepass-file` (container secrets: Docker/Kubernetes mount the password as a file)
+   * into `requirepass`. One trailing newline (`\n` or `\r\n`) is stripped, as secret files written
+   * by `echo` end with one. Called once at start; throws ConfigError with a one-line reason.
+   */
+  loadSecrets(): void {
+    const file = this.get('requirepass-file');
+    if (file === '') return;
+    if (this.get('requirepass') !== '') throw new ConfigError('requirepass and requirepass-file are both set: use one of them');
+    let text: string;
+    try {
+      text = readFileSync(file, 'utf8');
+    } catch (e) {
+      throw new ConfigError(`cannot read requirepass-file '${file}': ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);
+    }
+    const password = text.replace(/\r?\n$/, '');
+    if (password === '') throw new ConfigError(`requirepass-file '${file}' is empty`);
+    this.values.set('requirepass', password);
   }
 
   isMutable(name: string): boolean {

@@ -160,8 +160,8 @@ export function clientInfoLine(client: Client, nowMs: number): string {
     `id=${client.id}`, `addr=${client.addr}`, `laddr=${client.laddr}`, `fd=${fd}`, `name=${client.name}`,
     `age=${Math.floor((nowMs - client.createdMs) / 1000)}`, `idle=${Math.floor((nowMs - client.lastInteractionMs) / 1000)}`,
     `flags=${client.noEvict ? 'e' : 'N'}`, 'db=0', 'sub=0', 'psub=0', 'ssub=0', 'multi=-1', `qbuf=${qbuf}`, 'qbuf-free=0',
-    'argv-mem=0', 'multi-mem=0', 'rbs=0', 'rbp=0', 'obl=0', 'oll=0', `omem=${client.socket.writableLength}`,
-    `tot-mem=${qbuf + client.socket.writableLength}`, 'events=r', `cmd=${client.lastCommand}`, 'user=default', 'redir=-1',
+    'argv-mem=0', 'multi-mem=0', 'rbs=0', 'rbp=0', 'obl=0', 'oll=0', `omem=${client.outputBytes}`,
+    `tot-mem=${qbuf + client.outputBytes}`, `events=${client.readPaused ? '' : 'r'}${client.outputBytes > 0 ? 'w' : ''}`, `cmd=${client.lastCommand}`, 'user=default', 'redir=-1',
     `resp=${client.proto}`, `lib-name=${client.libName}`, `lib-ver=${client.libVer}`,
   ].join(' ');
 }
@@ -174,6 +174,24 @@ const CLIENT_HELP = [
   '    Return the ID of the current connection.',
   'INFO',
   '    Return information about the current client connection.',
+  'KILL <ip:port>',
+  '    Kill connection made from <ip:port>.',
+  'KILL <option> <value> [<option> <value> [...]]',
+  '    Kill connections. Options are:',
+  '    * ADDR (<ip:port>|<unixsocket>:0)',
+  '      Kill connections made from the specified address',
+  '    * LADDR (<ip:port>|<unixsocket>:0)',
+  '      Kill connections made to specified local address',
+  '    * TYPE (NORMAL|MASTER|REPLICA|PUBSUB)',
+  '      Kill connections by type.',
+  '    * USER <username>',
+  '      Kill connections authenticated by <username>.',
+  '    * SKIPME (YES|NO)',
+  '      Skip killing current connection (default: yes).',
+  '    * ID <client-id>',
+  '      Kill connections by client id.',
+  '    * MAXAGE <maxage>',
+  '      Kill connections older than the specified age.',
   'LIST [TYPE normal] [ID id [id ...]]',
   '    Return information about client connections.',
   'NO-EVICT (ON|OFF)',
@@ -223,6 +241,100 @@ function clientList(ctx: CommandContext, argv: Buffer[]): void {
     if (ids === null || ids.has(c.id)) out += clientInfoLine(c, Date.now()) + '\n';
   }
   ctx.reply.verbatim(out);
+}
+
+/** Ends `target` for CLIENT KILL: the caller itself after this reply, any other client at once. */
+function killClient(ctx: CommandContext, target: Client): void {
+  if (target === ctx.client) ctx.client.closing = true;
+  else target.kill();
+}
+
+/**
+ * CLIENT KILL ip:port (the old form: +OK or "No such client") and CLIENT KILL <filter> <value> ...
+ * (ID, ADDR, LADDR, TYPE, USER, SKIPME, MAXAGE: all given filters must match; replies the number
+ * killed; SKIPME yes, the default, spares the caller), as Redis 7.
+ */
+function clientKill(ctx: CommandContext, argv: Buffer[]): void {
+  const clients = ctx.server.clients;
+  if (argv.length === 3) {
+    const addr = str(argv[2]);
+    for (const c of clients.values()) {
+      if (c.addr === addr) {
+        killClient(ctx, c);
+        ctx.reply.ok();
+        return;
+      }
+    }
+    ctx.reply.error('ERR No such client');
+    return;
+  }
+  let id: number | null = null;
+  let addr: string | null = null;
+  let laddr: string | null = null;
+  let normalType = true;
+  let skipMe = true;
+  let maxAgeSec: number | null = null;
+  for (let i = 2; i < argv.length; i += 2) {
+    const opt = lower(argv[i]);
+    if (i + 1 >= argv.length) {
+      ctx.reply.error('ERR syntax error');
+      return;
+    }
+    const value = argv[i + 1];
+    if (opt === 'id') {
+      id = parseRedisInteger(value);
+      if (id === null || id < 1) {
+        ctx.reply.error('ERR client-id should be greater than 0');
+        return;
+      }
+    } else if (opt === 'type') {
+      const t = lower(value);
+      if (!['normal', 'master', 'slave', 'replica', 'pubsub'].includes(t)) {
+        ctx.reply.error(`ERR Unknown client type '${str(value)}'`);
+        return;
+      }
+      normalType = t === 'normal';
+    } else if (opt === 'addr') {
+      addr = str(value);
+    } else if (opt === 'laddr') {
+      laddr = str(value);
+    } else if (opt === 'user') {
+      // One user exists: `default`.
+      if (str(value) !== 'default') {
+        ctx.reply.error(`ERR No such user '${str(value)}'`);
+        return;
+      }
+    } else if (opt === 'skipme') {
+      const v = lower(value);
+      if (v !== 'yes' && v !== 'no') {
+        ctx.reply.error('ERR syntax error');
+        return;
+      }
+      skipMe = v === 'yes';
+    } else if (opt === 'maxage') {
+      maxAgeSec = parseRedisInteger(value);
+      if (maxAgeSec === null) {
+        ctx.reply.error('ERR value is not an integer or out of range');
+        return;
+      }
+    } else {
+      ctx.reply.error('ERR syntax error');
+      return;
+    }
+  }
+  const now = Date.now();
+  let killed = 0;
+  for (const c of [...clients.values()]) {
+    if (!normalType) break;
+    if (id !== null && c.id !== id) continue;
+    if (addr !== null && c.addr !== addr) continue;
+    if (laddr !== null && c.laddr !== laddr) continue;
+    if (maxAgeSec !== null && (now - c.createdMs) / 1000 <= maxAgeSec) continue;
+    if (skipMe && c === ctx.client) continue;
+    killClient(ctx, c);
+    killed++;
+  }
+  ctx.reply.integer(killed);
 }
 
 function clientSetInfo(ctx: CommandContext, argv: Buffer[]): void {
@@ -283,6 +395,20 @@ export const connectionCommands: CommandSpec[] = [
       sub('setinfo', 4, 'Sets information specific to the client or connection.', clientSetInfo, [{ name: 'attr', type: 'oneof', arguments: [
         { name: 'libname', type: 'string', token: 'LIB-NAME' }, { name: 'libver', type: 'string', token: 'LIB-VER' }] }]),
       sub('info', 2, 'Returns information about the connection.', (ctx) => ctx.reply.verbatim(clientInfoLine(ctx.client, Date.now()) + '\n')),
+      { ...sub('kill', -3, 'Terminates open connections.', clientKill, [
+        { name: 'filter', type: 'oneof', arguments: [
+          { name: 'old-format', type: 'string' },
+          { name: 'new-format', type: 'oneof', multiple: true, arguments: [
+            { name: 'client-id', type: 'integer', token: 'ID', optional: true },
+            { name: 'client-type', type: 'string', token: 'TYPE', optional: true },
+            { name: 'username', type: 'string', token: 'USER', optional: true },
+            { name: 'addr', type: 'string', token: 'ADDR', optional: true },
+            { name: 'laddr', type: 'string', token: 'LADDR', optional: true },
+            { name: 'skipme', type: 'string', token: 'SKIPME', optional: true },
+            { name: 'maxage', type: 'integer', token: 'MAXAGE', optional: true },
+          ] },
+        ] },
+      ]), flags: ['admin', 'noscript', 'loading', 'stale'] },
       sub('list', -2, 'Lists open connections.', clientList, [
         { name: 'client-type', type: 'string', token: 'TYPE', optional: true },
         { name: 'client-id', type: 'integer', token: 'ID', optional: true, multiple: true },

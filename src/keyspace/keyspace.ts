@@ -33,6 +33,9 @@ export const TYPE_NAMES: Record<number, string> = {
 
 const INITIAL_SLOTS = 1024;
 
+/** How a victim is chosen when `maxmemory` is reached (the policies other than noeviction). */
+export type EvictionPolicy = 'volatile-ttl' | 'allkeys-lru' | 'allkeys-random';
+
 export class Keyspace {
   private readonly index = new Map<string, number>();
   /** slot → key, for SCAN, KEYS and the expiry cycle. */
@@ -46,6 +49,14 @@ export class Keyspace {
   private stateA = new Float64Array(INITIAL_SLOTS);
   private stateB = new Float64Array(INITIAL_SLOTS);
   private stateC = new Float64Array(INITIAL_SLOTS);
+  /**
+   * Last access per slot in whole seconds of the server clock (for allkeys-lru): 4 bytes a key. It
+   * is not persisted (snapshots carry type, expiry, A/B/C and blobs); loaded keys start at the time
+   * of loading.
+   */
+  private lru = new Uint32Array(INITIAL_SLOTS);
+  /** The server clock's second at the latest lookup, which is what create() stamps on a new key. */
+  private nowSec = Math.floor(Date.now() / 1000);
   private readonly blobs = new Map<number, Float64Array>();
   private freeSlots: number[] = [];
   /** Slots ever used: [0, highWater). */
@@ -65,6 +76,8 @@ export class Keyspace {
 
   /** Keys removed because they expired (INFO expired_keys). */
   expiredCount = 0;
+  /** Keys removed by maxmemory eviction (INFO evicted_keys). */
+  evictedCount = 0;
   /** Estimated average TTL of live keys in ms (INFO keyspace avg_ttl), from the expiry sweep's samples. */
   avgTtlMs = 0;
 
@@ -85,6 +98,8 @@ export class Keyspace {
       this.expiredCount++;
       return -1;
     }
+    this.nowSec = (nowMs / 1000) >>> 0;
+    this.lru[slot] = this.nowSec;
     return slot;
   }
 
@@ -100,6 +115,7 @@ export class Keyspace {
     this.types[slot] = type;
     this.typeCounts[type]++;
     this.expireAt[slot] = 0;
+    this.lru[slot] = this.nowSec;
     this.stateA[slot] = 0;
     this.stateB[slot] = 0;
     this.stateC[slot] = 0;
@@ -129,6 +145,7 @@ export class Keyspace {
     this.stateA = new Float64Array(INITIAL_SLOTS);
     this.stateB = new Float64Array(INITIAL_SLOTS);
     this.stateC = new Float64Array(INITIAL_SLOTS);
+    this.lru = new Uint32Array(INITIAL_SLOTS);
     this.blobs.clear();
   }
 
@@ -233,6 +250,50 @@ export class Keyspace {
     return removed;
   }
 
+  /** The last access of a slot, in seconds of the server clock (allkeys-lru; OBJECT IDLETIME-like). */
+  lastAccessSec(slot: number): number {
+    return this.lru[slot];
+  }
+
+  /**
+   * Picks an eviction victim as Redis does, by sampling: looks at up to `samples` live keys at
+   * random slots and returns the best candidate for `policy` (volatile-ttl: the soonest expiry, i.e.
+   * the key closest to being back to its fresh state, whose loss forgets the least; allkeys-lru: the
+   * oldest access; allkeys-random: the first found), or -1 if the keyspace is empty. O(samples):
+   * at most 4 × samples random probes (freed slots are reused first, so the slot range stays dense).
+   * `random()` returns a number in [0, 1).
+   */
+  sampleVictim(policy: EvictionPolicy, samples: number, random: () => number): number {
+    if (this.index.size === 0) return -1;
+    let best = -1;
+    let found = 0;
+    for (let probe = 0; probe < samples * 4 && found < samples; probe++) {
+      const slot = Math.floor(random() * this.highWater);
+      if (this.keys[slot] == null) continue;
+      found++;
+      if (policy === 'allkeys-random') return slot;
+      if (best === -1) best = slot;
+      else if (policy === 'volatile-ttl' ? this.expireAt[slot] < this.expireAt[best] : this.lru[slot] < this.lru[best]) best = slot;
+    }
+    if (best === -1) {
+      // A sparse slot range (after mass deletes): fall back to the first live key from a random slot.
+      const start = Math.floor(random() * this.highWater);
+      for (let i = 0; i < this.highWater; i++) {
+        const slot = (start + i) % this.highWater;
+        if (this.keys[slot] != null) return slot;
+      }
+    }
+    return best;
+  }
+
+  /** Removes a key for maxmemory (counted in evictedCount and as a write, as Redis's dirty++). */
+  evictSlot(slot: number): void {
+    if (this.keys[slot] == null) return;
+    this.removeSlot(slot);
+    this.evictedCount++;
+    this.dirty++;
+  }
+
   private removeSlot(slot: number): void {
     const key = this.keys[slot]!;
     this.index.delete(key);
@@ -250,10 +311,11 @@ export class Keyspace {
     this.stateA = growTyped(this.stateA, new Float64Array(size));
     this.stateB = growTyped(this.stateB, new Float64Array(size));
     this.stateC = growTyped(this.stateC, new Float64Array(size));
+    this.lru = growTyped(this.lru, new Uint32Array(size));
   }
 }
 
-function growTyped<T extends Uint8Array | Float64Array>(from: T, to: T): T {
+function growTyped<T extends Uint8Array | Uint32Array | Float64Array>(from: T, to: T): T {
   to.set(from);
   return to;
 }

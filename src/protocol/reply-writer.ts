@@ -31,6 +31,12 @@ export class ReplyWriter {
     return out;
   }
 
+  /** Drops what was written since the last take (the replies of a client being disconnected). */
+  discard(): void {
+    this.len = 0;
+    if (this.buf.length > 4 * INITIAL_BYTES * 16) this.buf = Buffer.allocUnsafe(INITIAL_BYTES);
+  }
+
   /** The byte at `offset` of what was written (to tell an error reply from others). */
   peekByte(offset: number): number {
     return this.buf[offset];

@@ -18,7 +18,16 @@ export const UNAUTH_MAX_ARGS = 10;
 export const UNAUTH_MAX_BULK_BYTES = 16 * 1024;
 /** Arguments larger than this are gathered chunk by chunk and joined once (Redis: PROTO_MBULK_BIG_ARG). */
 const BIG_ARG_BYTES = 32 * 1024;
-const INT_MAX = 2147483647;
+/**
+ * The most arguments one command may have. Redis accepts up to INT_MAX, but each argument costs
+ * this server a Buffer view (~100 bytes of heap) on top of its bytes, so a `*2000000000` command
+ * trickled in as `$0` bulks would grow the heap by ~100× the bytes received. A million covers any
+ * real command (DEL/EXISTS of a million keys); beyond it the count is an "invalid multibulk length",
+ * Redis's text for counts out of range. The arguments parsed so far also count toward
+ * `client-query-buffer-limit` (as Redis's argv_len_sum), ARG_OVERHEAD_BYTES each.
+ */
+export const MAX_ARGS = 1024 * 1024;
+const ARG_OVERHEAD_BYTES = 64;
 
 const CR = 13;
 const LF = 10;
@@ -49,12 +58,14 @@ export class RequestParser {
   /** For big arguments: chunks gathered so far and their total size. */
   private bigChunks: Buffer[] | null = null;
   private bigBytes = 0;
+  /** Bytes (plus per-argument overhead) of the arguments of the command being read. */
+  private argvBytes = 0;
 
   constructor(private readonly limits: ParserLimits) {}
 
   /** Bytes received but not yet turned into commands (the query buffer, for limits and CLIENT LIST). */
   get pendingBytes(): number {
-    return this.buf.length - this.pos + this.bigBytes;
+    return this.buf.length - this.pos + this.bigBytes + this.argvBytes;
   }
 
   feed(chunk: Buffer): void {
@@ -95,6 +106,7 @@ export class RequestParser {
       if (done !== true) return done;
       const argv = this.argv;
       this.argv = [];
+      this.argvBytes = 0;
       return argv;
     }
   }
@@ -108,7 +120,7 @@ export class RequestParser {
     }
     if (cr + 1 >= this.buf.length) return null; // wait for the \n
     const count = parseLength(this.buf, this.pos + 1, cr);
-    if (count === null || count > INT_MAX) return new ProtocolError('invalid multibulk length');
+    if (count === null || count > MAX_ARGS) return new ProtocolError('invalid multibulk length');
     if (count > UNAUTH_MAX_ARGS && !authenticated) return new ProtocolError('unauthenticated multibulk length');
     this.pos = cr + 2;
     this.argsLeft = count > 0 ? count : 0;
@@ -146,6 +158,7 @@ export class RequestParser {
       }
       if (this.buf.length - this.pos < this.bulkLen + 2) return null;
       this.argv.push(this.buf.subarray(this.pos, this.pos + this.bulkLen));
+      if (this.argsLeft > 1) this.argvBytes += this.bulkLen + ARG_OVERHEAD_BYTES;
       this.pos += this.bulkLen + 2; // Redis skips the trailing \r\n without checking it
       this.bulkLen = -1;
       this.argsLeft--;

@@ -8,8 +8,17 @@ import { ProtocolError, RequestParser } from '../protocol/request-parser.js';
 import type { Protocol } from '../protocol/reply-writer.js';
 import type { Server } from './server.js';
 
-/** Stop reading from a client whose unsent replies exceed this (it pipelines without reading). */
-const OUTPUT_PAUSE_BYTES = 64 * 1024 * 1024;
+/**
+ * Backpressure: once this many reply bytes wait to be sent to a client (it pipelines without reading
+ * its replies), the server stops executing its commands and stops reading its socket, and continues
+ * where it stopped when the socket drains. Nothing is lost (TCP flow control makes the client wait),
+ * the client's memory on the server stays about this size plus one reply, and other clients are not
+ * affected. `client-output-buffer-limit` (Redis's disconnect) applies on top, for single huge replies
+ * and for clients that never read.
+ */
+export const OUTPUT_BACKPRESSURE_BYTES = 1024 * 1024;
+/** Before authentication the query buffer may hold at most this much (Redis 7.4's 1 MB). */
+export const UNAUTH_QUERY_BUFFER_BYTES = 1024 * 1024;
 
 export class Client {
   readonly parser: RequestParser;
@@ -24,6 +33,10 @@ export class Client {
   lastCommand = 'NULL';
   /** Set by QUIT, protocol errors and kills: no more commands run, the socket ends after the reply. */
   closing = false;
+  /** Reading and executing stopped until the socket drains (backpressure, see above). */
+  private waitingForDrain = false;
+  /** Since when (Date.now() ms) the unsent output has been above the soft limit; 0 = it is not. */
+  private softLimitSinceMs = 0;
   readonly addr: string;
   readonly laddr: string;
 
@@ -38,11 +51,21 @@ export class Client {
     this.laddr = formatAddress(socket.localAddress, socket.localPort);
     socket.setNoDelay(true);
     socket.on('data', (chunk: Buffer) => this.onData(chunk));
-    socket.on('drain', () => socket.resume());
+    socket.on('drain', () => this.onDrain());
     socket.on('error', () => {
       /* ECONNRESET and friends: 'close' follows and cleans up. */
     });
     socket.on('close', () => server.removeClient(this));
+  }
+
+  /** Unsent reply bytes (CLIENT LIST omem, output limits). */
+  get outputBytes(): number {
+    return this.socket.writableLength;
+  }
+
+  /** Whether reading is stopped for backpressure (CLIENT LIST events). */
+  get readPaused(): boolean {
+    return this.waitingForDrain;
   }
 
   private onData(chunk: Buffer): void {
@@ -50,10 +73,37 @@ export class Client {
     this.lastInteractionMs = Date.now();
     this.server.stats.netInputBytes += chunk.length;
     this.parser.feed(chunk);
+    if (this.waitingForDrain) return; // bytes already read when the socket was paused: run them on drain
+    this.processInput();
+  }
+
+  private onDrain(): void {
+    if (!this.waitingForDrain || this.closing) return;
+    this.waitingForDrain = false;
+    this.processInput();
+    if (!this.waitingForDrain && !this.closing && !this.socket.destroyed) this.socket.resume();
+  }
+
+  /** Runs the complete commands in the query buffer, sends their replies, then applies the limits. */
+  private processInput(): void {
     this.server.beginBatch();
     const writer = this.server.writer;
     writer.proto = this.proto;
+    const { hardBytes } = this.server.config.outputLimit('normal');
+    const queued = this.socket.writableLength;
+    // The replies of this batch stop at whichever comes first: the hard limit (disconnect) or the
+    // backpressure threshold (pause).
+    const stopAt = hardBytes > 0 ? Math.min(hardBytes, OUTPUT_BACKPRESSURE_BYTES) : OUTPUT_BACKPRESSURE_BYTES;
+    let backpressure = false;
     for (;;) {
+      if (queued + writer.length > stopAt) {
+        if (hardBytes > 0 && queued + writer.length > hardBytes) {
+          this.closeForOutputLimit(queued + writer.length);
+          return;
+        }
+        backpressure = true;
+        break;
+      }
       const result = this.parser.next(this.authenticated);
       if (result === null) break;
       if (result instanceof ProtocolError) {
@@ -66,15 +116,67 @@ export class Client {
       writer.proto = this.proto; // HELLO may have switched it
       if (this.closing) break;
     }
+    if (!this.closing && hardBytes > 0 && queued + writer.length > hardBytes) {
+      this.closeForOutputLimit(queued + writer.length);
+      return;
+    }
     this.flush();
     if (this.closing) {
       this.endAfterReplies();
       return;
     }
-    if (this.parser.pendingBytes > this.server.config.int('client-query-buffer-limit')) {
-      this.server.log.warning('closing client that reached max query buffer length', { id: this.id, addr: this.addr, qbuf: this.parser.pendingBytes });
+    if (this.socket.destroyed) return;
+    if (!this.checkSoftOutputLimit(Date.now())) return;
+    if (backpressure || this.socket.writableLength > OUTPUT_BACKPRESSURE_BYTES) {
+      this.waitingForDrain = true;
+      this.socket.pause();
+      // 'drain' comes only after a write the socket refused; if everything already left, go on now.
+      if (!this.socket.writableNeedDrain) setImmediate(() => this.onDrain());
+      return;
+    }
+    this.checkQueryBuffer();
+  }
+
+  /**
+   * The query buffer limits, as Redis's readQueryFromClient: `client-query-buffer-limit`, and 1 MB
+   * before authentication (the pre-auth argument limits keep a command under that, so only a client
+   * that is not speaking RESP gets there). The client is closed without a reply, as Redis does.
+   */
+  private checkQueryBuffer(): void {
+    const pending = this.parser.pendingBytes;
+    const limit = this.authenticated ? this.server.config.int('client-query-buffer-limit') : Math.min(UNAUTH_QUERY_BUFFER_BYTES, this.server.config.int('client-query-buffer-limit'));
+    if (pending > limit) {
+      this.server.stats.queryBufferLimitDisconnections++;
+      this.server.log.warning(`Closing client that reached max query buffer length: id=${this.id} addr=${this.addr} qbuf=${pending}`, { id: this.id, addr: this.addr, qbuf: pending });
       this.socket.destroy();
     }
+  }
+
+  /**
+   * The soft output limit: unsent output above `soft` bytes for more than `soft-seconds` closes the
+   * client (checked after each batch and by the periodic task, since a paused client runs no
+   * batches). Returns false if the client was closed.
+   */
+  checkSoftOutputLimit(nowMs: number): boolean {
+    const { softBytes, softSeconds } = this.server.config.outputLimit('normal');
+    const pending = this.socket.writableLength;
+    if (softBytes === 0 || pending <= softBytes) {
+      this.softLimitSinceMs = 0;
+      return true;
+    }
+    if (this.softLimitSinceMs === 0) this.softLimitSinceMs = nowMs;
+    if (nowMs - this.softLimitSinceMs < softSeconds * 1000) return true;
+    this.closeForOutputLimit(pending);
+    return false;
+  }
+
+  /** Redis's "scheduled to be closed ASAP for overcoming of output buffer limits": no more replies. */
+  private closeForOutputLimit(pendingBytes: number): void {
+    this.server.writer.discard();
+    this.server.stats.outputLimitDisconnections++;
+    this.server.log.warning(`Client id=${this.id} addr=${this.addr} omem=${pendingBytes} scheduled to be closed ASAP for overcoming of output buffer limits.`, { id: this.id, addr: this.addr, omem: pendingBytes });
+    this.closing = true;
+    this.socket.destroy();
   }
 
   /** Sends everything the shared writer holds for this client in one socket write. */
@@ -85,7 +187,12 @@ export class Client {
     this.server.stats.netOutputBytes += out.length;
     if (this.socket.destroyed) return;
     this.socket.write(out);
-    if (this.socket.writableLength > OUTPUT_PAUSE_BYTES) this.socket.pause();
+  }
+
+  /** Closes the connection now, replies or not (CLIENT KILL of another client, timeouts). */
+  kill(): void {
+    this.closing = true;
+    this.socket.destroy();
   }
 
   /** Closes the connection after what was already written (QUIT, kills, shutdown). */

@@ -3,6 +3,7 @@
  * stats) and the periodic task (active expiry, idle timeouts, metrics), all on one thread, as Redis.
  */
 import net from 'node:net';
+import tls from 'node:tls';
 import { performance } from 'node:perf_hooks';
 import { randomBytes } from 'node:crypto';
 import { Clock } from '../clock.js';
@@ -15,7 +16,9 @@ import type { CommandContext, CommandSpec } from '../commands/types.js';
 import { lower, str } from '../commands/args.js';
 import { MISCONF_MESSAGE, Snapshotter, type SaveMode } from '../persistence/snapshotter.js';
 import { Client } from './client.js';
+import { MemoryGuard, OOM_MESSAGE } from './memory.js';
 import { Stats } from './stats.js';
+import { createTlsServer, tlsPeerRefused } from './tls.js';
 
 export const VERSION = '0.1.0';
 /** The Redis version whose protocol and replies cellgate matches (INFO redis_version, HELLO). */
@@ -34,8 +37,14 @@ export class Server {
   readonly clients = new Map<number, Client>();
   readonly runId = randomBytes(20).toString('hex');
   readonly startedMs = Date.now();
+  /** maxmemory and eviction (src/server/memory.ts). */
+  readonly memory: MemoryGuard;
   port = 0;
+  /** The TLS port listened on, 0 without TLS. */
+  tlsPort = 0;
   private listeners: net.Server[] = [];
+  /** `maxmemory`, kept as a number: execute() reads it for every command. */
+  private maxmemoryBytes = 0;
   private nextClientId = 1;
   private lastName: Buffer = Buffer.alloc(0);
   private lastSpec: CommandSpec | undefined;
@@ -46,17 +55,25 @@ export class Server {
   constructor(
     readonly config: Config,
     readonly log: Logger,
-  ) {}
+  ) {
+    this.memory = new MemoryGuard(config, this.keyspace);
+  }
 
   get authRequired(): boolean {
     return this.config.get('requirepass') !== '';
   }
 
-  /** Binds every configured address on one port. Rejects with a one-line reason. */
+  /**
+   * Binds every configured address on one port (and on `tls-port` with TLS). Rejects with a one-line
+   * reason: a port in use, a missing certificate, an unreadable requirepass-file.
+   */
   async start(): Promise<void> {
+    this.config.loadSecrets();
     const addresses = this.config.get('bind').split(/\s+/).filter(Boolean);
     let port = this.config.int('port');
     const failures: string[] = [];
+    const tlsPortWanted = this.config.int('tls-port');
+    const tlsOptions = tlsPortWanted > 0 ? createTlsServer(this.config) : null;
     for (const raw of addresses) {
       // A leading '-' marks an address that may be unavailable (Redis's syntax); ::1 is always optional.
       const optional = raw.startsWith('-') || raw === '::1';
@@ -75,10 +92,26 @@ export class Server {
         failures.push(`cannot listen on ${address.includes(':') ? `[${address}]` : address}:${port}: ${reason}`);
       }
     }
+    if (tlsOptions !== null && failures.length === 0) {
+      for (const raw of addresses) {
+        const optional = raw.startsWith('-') || raw === '::1';
+        const address = raw.replace(/^-/, '');
+        try {
+          this.listeners.push(await this.listenTls(tlsOptions, address, tlsPortWanted));
+          this.tlsPort = tlsPortWanted;
+        } catch (e) {
+          const err = e as NodeJS.ErrnoException;
+          if (optional && err.code !== 'EADDRINUSE') continue;
+          failures.push(`cannot listen for TLS on ${address.includes(':') ? `[${address}]` : address}:${tlsPortWanted}: ${err.code === 'EADDRINUSE' ? 'address already in use' : (err.code ?? err.message)}`);
+        }
+      }
+    }
     if (failures.length > 0 || this.listeners.length === 0) {
       for (const l of this.listeners) l.close();
       throw new Error(failures[0] ?? 'no address to listen on');
     }
+    if (this.tlsPort > 0) this.log.notice(`TLS on port ${this.tlsPort} (tls-auth-clients ${this.config.get('tls-auth-clients')})`, { tls_port: this.tlsPort });
+    this.memory.start();
     this.port = port;
     this.config.set('port', String(port)); // with --port 0, CONFIG GET port tells the port chosen
     this.applyRuntimeConfig();
@@ -89,6 +122,7 @@ export class Server {
     this.log.level = this.config.get('loglevel');
     this.log.format = this.config.get('log-format') as 'human' | 'json';
     this.snapshots.refreshDenyWrites();
+    this.maxmemoryBytes = this.config.int('maxmemory');
     if (this.timer) clearInterval(this.timer);
     this.timer = setInterval(() => this.periodic(), Math.max(1, Math.floor(1000 / this.config.int('hz'))));
   }
@@ -100,6 +134,28 @@ export class Server {
       listener.listen({ host: address, port, ipv6Only: address.includes(':') }, () => {
         listener.off('error', reject);
         listener.on('error', (e) => this.log.warning(`listener error: ${e.message}`));
+        resolve(listener);
+      });
+    });
+  }
+
+  private listenTls(options: tls.TlsOptions, address: string, port: number): Promise<tls.Server> {
+    return new Promise((resolve, reject) => {
+      const listener = tls.createServer(options, (socket) => {
+        if (tlsPeerRefused(this.config, socket)) {
+          this.stats.rejectedConnections++;
+          socket.on('error', () => {});
+          socket.destroy();
+          return;
+        }
+        this.accept(socket);
+      });
+      // Failed handshakes (no certificate, a wrong CA, plain text on the TLS port) end that socket only.
+      listener.on('tlsClientError', (e) => this.log.verbose(`TLS handshake failed: ${e.message}`));
+      listener.once('error', reject);
+      listener.listen({ host: address, port, ipv6Only: address.includes(':') }, () => {
+        listener.off('error', reject);
+        listener.on('error', (e) => this.log.warning(`TLS listener error: ${e.message}`));
         resolve(listener);
       });
     });
@@ -202,6 +258,14 @@ export class Server {
       reply.error('NOAUTH Authentication required.');
       return;
     }
+    // maxmemory, as Redis's processCommand: evict (bounded) before any command; a command that may
+    // add memory (denyoom) is refused if memory stays over the limit and nothing can be evicted.
+    if (this.maxmemoryBytes > 0 && !this.memory.beforeCommand(this.maxmemoryBytes) && spec.flags.includes('denyoom')) {
+      stat.rejectedCalls++;
+      this.stats.error('OOM');
+      reply.error(OOM_MESSAGE);
+      return;
+    }
     // stop-writes-on-bgsave-error: after a failed background save, writes are refused until a save
     // succeeds (Redis's MISCONF). `denyWrites` is false in normal operation, so this costs one test.
     if (this.snapshots.denyWrites && spec.flags.includes('write')) {
@@ -233,17 +297,19 @@ export class Server {
     const nowMs = this.clock.nowMs();
     const deadline = performance.now() + EXPIRE_CYCLE_MAX_MS;
     this.keyspace.expireStep(nowMs, 1 << 20, () => performance.now() > deadline);
+    this.memory.periodic();
     this.stats.sampleOps();
     this.snapshots.cron(nowMs);
     this.clock.resync();
     const timeoutSec = this.config.int('timeout');
-    if (timeoutSec > 0) {
-      const cutoff = Date.now() - timeoutSec * 1000;
-      for (const client of this.clients.values()) {
-        if (client.lastInteractionMs < cutoff) {
-          this.log.verbose('closing idle client', { id: client.id, addr: client.addr });
-          client.socket.destroy();
-        }
+    const now = Date.now();
+    const cutoff = timeoutSec > 0 ? now - timeoutSec * 1000 : -Infinity;
+    for (const client of this.clients.values()) {
+      if (client.lastInteractionMs < cutoff) {
+        this.log.verbose('closing idle client', { id: client.id, addr: client.addr });
+        client.kill();
+      } else if (client.outputBytes > 0) {
+        client.checkSoftOutputLimit(now);
       }
     }
   }
@@ -267,6 +333,7 @@ export class Server {
     const code = saved ? 0 : 1;
     this.shuttingDown = true;
     if (this.timer) clearInterval(this.timer);
+    this.memory.stop();
     for (const l of this.listeners) l.close();
     for (const c of this.clients.values()) c.socket.destroy();
     this.log.notice('cellgate is now ready to exit, bye bye...');

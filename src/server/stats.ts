@@ -24,6 +24,9 @@ export class Stats {
   netOutputBytes = 0;
   errorReplies = 0;
   authFailures = 0;
+  /** Clients closed by client-query-buffer-limit (or the pre-auth 1 MB) and by client-output-buffer-limit. */
+  queryBufferLimitDisconnections = 0;
+  outputLimitDisconnections = 0;
   keyspaceHits = 0;
   keyspaceMisses = 0;
   readonly commands = new Map<string, CommandStat>();
@@ -84,6 +87,8 @@ export class Stats {
     this.netOutputBytes = 0;
     this.errorReplies = 0;
     this.authFailures = 0;
+    this.queryBufferLimitDisconnections = 0;
+    this.outputLimitDisconnections = 0;
     this.keyspaceHits = 0;
     this.keyspaceMisses = 0;
     this.commands.clear();

@@ -1,0 +1,53 @@
+/**
+ * TLS (SPEC §6), with Redis's configuration names: `tls-port`, `tls-cert-file`, `tls-key-file`
+ * (`tls-key-file-pass`), `tls-ca-cert-file` and `tls-auth-clients` yes | no | optional. A TLS
+ * connection, once its handshake is done, is an ordinary Client: same parser, limits, auth and
+ * protected mode as plain TCP.
+ */
+import { readFileSync } from 'node:fs';
+import type tls from 'node:tls';
+import type { Config } from '../config.js';
+
+/** How long a client may take to finish its handshake (a slow-loris on the handshake ends here). */
+const HANDSHAKE_TIMEOUT_MS = 10_000;
+
+function readPem(config: Config, name: string): Buffer {
+  const file = config.get(name);
+  if (file === '') throw new Error(`tls-port is set but ${name} is not`);
+  try {
+    return readFileSync(file);
+  } catch (e) {
+    throw new Error(`cannot read ${name} '${file}': ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);
+  }
+}
+
+/**
+ * The options of the TLS listener, read from the files at start. As Redis, a CA is needed to verify
+ * client certificates (`tls-auth-clients yes`, the default, or `optional`); with `no` it may be omitted.
+ * Throws with a one-line reason.
+ */
+export function createTlsServer(config: Config): tls.TlsOptions {
+  const auth = config.get('tls-auth-clients');
+  const options: tls.TlsOptions = {
+    cert: readPem(config, 'tls-cert-file'),
+    key: readPem(config, 'tls-key-file'),
+    requestCert: auth !== 'no',
+    // `optional`: a client without a certificate is let in; one with a bad certificate is refused
+    // after the handshake (tlsPeerRefused), as Redis's SSL_VERIFY_PEER without FAIL_IF_NO_PEER_CERT.
+    rejectUnauthorized: auth === 'yes',
+    handshakeTimeout: HANDSHAKE_TIMEOUT_MS,
+    minVersion: 'TLSv1.2',
+  };
+  const pass = config.get('tls-key-file-pass');
+  if (pass !== '') options.passphrase = pass;
+  if (config.get('tls-ca-cert-file') !== '') options.ca = readPem(config, 'tls-ca-cert-file');
+  else if (auth !== 'no') throw new Error(`tls-auth-clients ${auth} needs tls-ca-cert-file (the CA that signs client certificates)`);
+  return options;
+}
+
+/** With `tls-auth-clients optional`: a client that presented a certificate the CA does not vouch for. */
+export function tlsPeerRefused(config: Config, socket: tls.TLSSocket): boolean {
+  if (config.get('tls-auth-clients') !== 'optional' || socket.authorized) return false;
+  const peer = socket.getPeerCertificate();
+  return peer !== null && Object.keys(peer).length > 0;
+}
