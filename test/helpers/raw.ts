@@ -283,6 +283,11 @@ export class Checker {
     return new Checker(await RawConnection.open(port));
   }
 
+  /** A checker over a connection the test also watches (to see it closed). */
+  static wrap(conn: RawConnection): Checker {
+    return new Checker(conn);
+  }
+
   async call(...args: (string | Buffer)[]): Promise<Reply> {
     const start = this.conn.length;
     await this.conn.write(mbulk(...args));
