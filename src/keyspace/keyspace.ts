@@ -32,6 +32,8 @@ export const TYPE_NAMES: Record<number, string> = {
 };
 
 const INITIAL_SLOTS = 1024;
+/** Eviction candidates kept between evictions (Redis's EVPOOL_SIZE). */
+const EVICTION_POOL_SIZE = 16;
 
 /** How a victim is chosen when `maxmemory` is reached (the policies other than noeviction). */
 export type EvictionPolicy = 'volatile-ttl' | 'allkeys-lru' | 'allkeys-random';
@@ -58,6 +60,8 @@ export class Keyspace {
   /** The server clock's second at the latest lookup, which is what create() stamps on a new key. */
   private nowSec = Math.floor(Date.now() / 1000);
   private readonly blobs = new Map<number, Float64Array>();
+  /** The best eviction candidates seen so far, lowest score first (see sampleVictim). */
+  private pool: { slot: number; key: string; score: number }[] = [];
   private freeSlots: number[] = [];
   /** Slots ever used: [0, highWater). */
   private highWater = 0;
@@ -91,6 +95,8 @@ export class Keyspace {
 
   /** The slot of a live key, or -1. An expired key found here is deleted on the spot. */
   lookup(key: string, nowMs: number): number {
+    // Commands look a key up before creating it: create() stamps the clock seen here.
+    this.nowSec = (nowMs / 1000) >>> 0;
     const slot = this.index.get(key);
     if (slot === undefined) return -1;
     if (nowMs > this.expireAt[slot]) {
@@ -98,7 +104,6 @@ export class Keyspace {
       this.expiredCount++;
       return -1;
     }
-    this.nowSec = (nowMs / 1000) >>> 0;
     this.lru[slot] = this.nowSec;
     return slot;
   }
@@ -146,6 +151,7 @@ export class Keyspace {
     this.stateB = new Float64Array(INITIAL_SLOTS);
     this.stateC = new Float64Array(INITIAL_SLOTS);
     this.lru = new Uint32Array(INITIAL_SLOTS);
+    this.pool = [];
     this.blobs.clear();
   }
 
@@ -256,34 +262,54 @@ export class Keyspace {
   }
 
   /**
-   * Picks an eviction victim as Redis does, by sampling: looks at up to `samples` live keys at
-   * random slots and returns the best candidate for `policy` (volatile-ttl: the soonest expiry, i.e.
-   * the key closest to being back to its fresh state, whose loss forgets the least; allkeys-lru: the
-   * oldest access; allkeys-random: the first found), or -1 if the keyspace is empty. O(samples):
+   * Picks an eviction victim as Redis does (evict.c): samples `samples` live keys at random slots,
+   * merges them into a small pool of the best candidates seen so far (kept across calls), and
+   * returns the best one still valid: for volatile-ttl the soonest expiry (the key closest to being
+   * back to its fresh state: evicting it forgets the least), for allkeys-lru the oldest access; for
+   * allkeys-random the first key sampled. Returns -1 if the keyspace is empty. O(samples + pool):
    * at most 4 × samples random probes (freed slots are reused first, so the slot range stays dense).
    * `random()` returns a number in [0, 1).
    */
   sampleVictim(policy: EvictionPolicy, samples: number, random: () => number): number {
     if (this.index.size === 0) return -1;
-    let best = -1;
     let found = 0;
     for (let probe = 0; probe < samples * 4 && found < samples; probe++) {
       const slot = Math.floor(random() * this.highWater);
-      if (this.keys[slot] == null) continue;
+      const key = this.keys[slot];
+      if (key == null) continue;
       found++;
       if (policy === 'allkeys-random') return slot;
-      if (best === -1) best = slot;
-      else if (policy === 'volatile-ttl' ? this.expireAt[slot] < this.expireAt[best] : this.lru[slot] < this.lru[best]) best = slot;
+      this.poolOffer(slot, key, this.evictionScore(policy, slot));
     }
-    if (best === -1) {
-      // A sparse slot range (after mass deletes): fall back to the first live key from a random slot.
-      const start = Math.floor(random() * this.highWater);
-      for (let i = 0; i < this.highWater; i++) {
-        const slot = (start + i) % this.highWater;
-        if (this.keys[slot] != null) return slot;
-      }
+    // The best pooled candidate that still holds the same key with the same score (it may have
+    // been deleted, replaced or touched since it was pooled).
+    while (this.pool.length > 0) {
+      const c = this.pool.shift()!;
+      if (this.keys[c.slot] === c.key && this.evictionScore(policy, c.slot) === c.score) return c.slot;
     }
-    return best;
+    // A sparse slot range (after mass deletes): the first live key from a random slot.
+    const start = Math.floor(random() * this.highWater);
+    for (let i = 0; i < this.highWater; i++) {
+      const slot = (start + i) % this.highWater;
+      if (this.keys[slot] != null) return slot;
+    }
+    return -1;
+  }
+
+  /** Lower is evicted first. */
+  private evictionScore(policy: EvictionPolicy, slot: number): number {
+    return policy === 'volatile-ttl' ? this.expireAt[slot] : this.lru[slot];
+  }
+
+  /** Keeps the EVICTION_POOL_SIZE lowest-scored candidates, sorted, each slot once. */
+  private poolOffer(slot: number, key: string, score: number): void {
+    const pool = this.pool;
+    if (pool.length === EVICTION_POOL_SIZE && score >= pool[pool.length - 1].score) return;
+    for (let i = 0; i < pool.length; i++) if (pool[i].slot === slot) return;
+    let at = pool.length;
+    while (at > 0 && pool[at - 1].score > score) at--;
+    pool.splice(at, 0, { slot, key, score });
+    if (pool.length > EVICTION_POOL_SIZE) pool.pop();
   }
 
   /** Removes a key for maxmemory (counted in evictedCount and as a write, as Redis's dirty++). */

@@ -316,3 +316,46 @@ export function processAlive(server: RunningServer): boolean {
   return server.proc.exitCode === null && server.proc.signalCode === null;
 }
 
+
+/** Round-trip times of PINGs sent one after another on a separate connection while something runs. */
+export interface PingStats {
+  count: number;
+  maxMs: number;
+  p50Ms: number;
+  p99Ms: number;
+}
+
+/**
+ * Starts PINGing `port` from its own connection, one PING at a time with `gapMs` between them,
+ * until `stop()`; returns the round-trip statistics. A PING that gets no answer within 5 s fails.
+ */
+export async function startPingProbe(port: number, gapMs = 5): Promise<{ stop(): Promise<PingStats> }> {
+  const checker = await Checker.open(port);
+  const times: number[] = [];
+  let running = true;
+  const loop = (async () => {
+    while (running) {
+      const t0 = performance.now();
+      const reply = await checker.call('PING');
+      times.push(performance.now() - t0);
+      if (reply !== 'PONG') throw new Error(`PING answered ${JSON.stringify(reply)}`);
+      await delay(gapMs);
+    }
+  })();
+  return {
+    async stop() {
+      running = false;
+      await loop;
+      checker.close();
+      const sorted = [...times].sort((a, b) => a - b);
+      const at = (q: number): number => sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? 0;
+      return { count: sorted.length, maxMs: sorted[sorted.length - 1] ?? 0, p50Ms: at(0.5), p99Ms: at(0.99) };
+    },
+  };
+}
+
+/** `used_memory` after a full GC (DEBUG GC), the live heap: for before/after comparisons. */
+export async function liveMemory(checker: Checker): Promise<number> {
+  await checker.call('DEBUG', 'GC');
+  return Number(infoField(await checker.call('INFO', 'memory'), 'used_memory'));
+}
