@@ -100,6 +100,11 @@ function loadSnapshot(server: Server): void {
   }
   const file = server.snapshots.file;
   try {
+    for (const stale of server.snapshots.removeStaleTempFiles()) server.log.notice(`removed ${stale}, left by a save that never finished`, { file: stale });
+  } catch (e) {
+    server.log.warning(`could not look for stale temp files in '${dir}': ${(e as Error).message}`);
+  }
+  try {
     const loaded = server.snapshots.load();
     if (loaded === null) {
       server.log.notice(`no snapshot at ${file}: starting with an empty keyspace`, { file });

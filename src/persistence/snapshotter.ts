@@ -7,6 +7,8 @@
  * decisions do), so `DEBUG CLOCK ADVANCE` drives the policy deterministically in tests. In real mode
  * the server clock is the wall clock made monotonic, so this matches Redis's elapsed seconds.
  */
+import { readdirSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import type { Server } from '../server/server.js';
 import { readSnapshotFile, type SnapshotSummary } from './reader.js';
@@ -75,6 +77,23 @@ export class Snapshotter {
 
   refreshDenyWrites(): void {
     this.denyWrites = !this.lastBgsaveOk && this.server.config.bool('stop-writes-on-bgsave-error') && this.savePoints().length > 0;
+  }
+
+  /**
+   * Removes `temp-<pid>.snap` files left in `dir` by processes that died mid-save (`kill -9`, power
+   * loss), when no process with that pid is running: a live pid may be another cellgate saving into a
+   * shared dir, so its file is left alone. Returns the files removed.
+   */
+  removeStaleTempFiles(): string[] {
+    const dir = this.server.config.get('dir');
+    const removed: string[] = [];
+    for (const name of readdirSync(dir)) {
+      const m = /^temp-(\d+)\.snap$/.exec(name);
+      if (m === null || Number(m[1]) === process.pid || processAlive(Number(m[1]))) continue;
+      rmSync(join(dir, name), { force: true });
+      removed.push(join(dir, name));
+    }
+    return removed;
   }
 
   /**
@@ -246,6 +265,15 @@ export class Snapshotter {
       ['rdb_last_load_duration_ms', this.lastLoad !== null ? Math.round(this.lastLoad.ms) : 0],
       ['aof_enabled', 0],
     ];
+  }
+}
+
+function processAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code === 'EPERM';
   }
 }
 

@@ -3,7 +3,7 @@
  * there, byte for byte, and loads; the partial temp file is never mistaken for a snapshot.
  */
 import { afterAll, describe, expect, it } from 'vitest';
-import { existsSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { existsSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import Redis from 'ioredis';
 import { fillKeys, info, runToExit, startOn, tempDir } from './helpers.js';
@@ -42,13 +42,21 @@ describe('crash during BGSAVE', () => {
     expect(c.status).toBe(0);
     expect(c.stdout).toContain('\nkeys: 1000\n');
     // The leftover partial temp file is refused by check: it is no snapshot.
-    if (existsSync(temp)) expect(runToExit(['check', temp]).status).toBe(1);
+    expect(existsSync(temp)).toBe(true);
+    expect(runToExit(['check', temp]).status).toBe(1);
+    // A temp file whose pid is alive (this test runner) may be another server's save in progress.
+    const othersTemp = join(dir, `temp-${process.pid}.snap`);
+    writeFileSync(othersTemp, 'in progress');
 
     s = await startOn(dir, ['--save', '']);
     r = new Redis(s.port);
     try {
       expect(await r.dbsize()).toBe(1000);
       expect(await r.exists('old:999')).toBe(1);
+      // The dead process's partial file is removed at start; the live one's is left alone.
+      expect(existsSync(temp)).toBe(false);
+      expect(s.logs.some((l) => l.includes(`removed ${temp}, left by a save that never finished`))).toBe(true);
+      expect(readFileSync(othersTemp, 'utf8')).toBe('in progress');
     } finally {
       r.disconnect();
       await s.stop();
