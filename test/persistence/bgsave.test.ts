@@ -138,9 +138,11 @@ describe('BGSAVE', () => {
   it.runIf(canMount)('disk full (ENOSPC) mid-BGSAVE: the old snapshot stays, INFO says err, MISCONF, the server keeps serving', async () => {
     const dir = newDir();
     if (spawnSync('mount', ['-t', 'tmpfs', '-o', 'size=1m', 'tmpfs', dir]).status !== 0) return;
-    const s = await startOn(dir);
-    const r = new Redis(s.port);
+    let s: Awaited<ReturnType<typeof startOn>> | undefined;
+    let r: Redis | undefined;
     try {
+      s = await startOn(dir);
+      r = new Redis(s.port);
       await r.call('DEBUG', 'CLOCK', 'SET', String(T0));
       await r.call('CL.THROTTLE', 'small', 5, 10, 60);
       expect(await r.save()).toBe('OK');
@@ -156,8 +158,8 @@ describe('BGSAVE', () => {
       await expect(r.call('CL.THROTTLE', 'x', 5, 10, 60)).rejects.toThrow(/^MISCONF/);
       expect(await r.dbsize()).toBe(50_001);
     } finally {
-      r.disconnect();
-      await s.stop('SIGKILL');
+      r?.disconnect();
+      await s?.stop('SIGKILL');
       spawnSync('umount', [dir]);
     }
   });
