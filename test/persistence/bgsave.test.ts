@@ -3,23 +3,15 @@
  * is reported in INFO and the log, and (stop-writes-on-bgsave-error) refuses writes with MISCONF until
  * a save succeeds; the save policy triggers a background save, following the server clock; LASTSAVE.
  */
-import { afterAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { join } from 'node:path';
-import Redis from 'ioredis';
-import { fillKeys, info, runToExit, startOn, tempDir, waitFor, waitForBgsave } from './helpers.js';
+import { Redis } from 'ioredis';
+import { fillKeys, info, runToExit, startOn, waitFor, waitForBgsave, T0_AHEAD_MS, tempDirsForFile } from './helpers.js';
 
-const dirs: string[] = [];
-afterAll(() => {
-  for (const d of dirs) rmSync(d, { recursive: true, force: true });
-});
-function newDir(): string {
-  const d = tempDir();
-  dirs.push(d);
-  return d;
-}
-const T0 = Math.floor(Date.now() / 1000) * 1000 + 600_000;
+const newDir = tempDirsForFile();
+const T0 = T0_AHEAD_MS;
 const MISCONF = "MISCONF Redis is configured to save RDB snapshots, but it's currently unable to persist to disk. Commands that may modify the data set are disabled, because this instance is configured to report errors during writes if RDB snapshotting fails (stop-writes-on-bgsave-error option). Please check the Redis logs for details about the RDB error.";
 
 describe('BGSAVE', () => {

@@ -6,7 +6,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import Redis from 'ioredis';
+import { Redis } from 'ioredis';
 import { runToExit, startOn, tempDir } from './helpers.js';
 
 let dir: string;

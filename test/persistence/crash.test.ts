@@ -5,7 +5,7 @@
 import { afterAll, describe, expect, it } from 'vitest';
 import { existsSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import Redis from 'ioredis';
+import { Redis } from 'ioredis';
 import { fillKeys, info, runToExit, startOn, tempDir } from './helpers.js';
 
 const dirs: string[] = [];

@@ -2,12 +2,12 @@
  * Helpers for the persistence tests: a server started on a directory the test keeps (the snapshot
  * must outlive the process), a fast raw-socket filler, INFO parsing and `check`/startup runs to exit.
  */
-import { spawnSync } from 'node:child_process';
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { afterAll } from 'vitest';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type Redis from 'ioredis';
+import type { Redis } from 'ioredis';
 import { MAIN, startServer, type RunningServer } from '../helpers/server.js';
 
 export { MAIN };
@@ -16,15 +16,32 @@ export function tempDir(): string {
   return mkdtempSync(join(tmpdir(), 'cellgate-persist-'));
 }
 
+/**
+ * For a test file: a maker of snapshot directories that are all removed after the file's tests
+ * (they must outlive each server, since restarts read them).
+ */
+export function tempDirsForFile(): () => string {
+  const dirs: string[] = [];
+  afterAll(() => {
+    for (const d of dirs) rmSync(d, { recursive: true, force: true });
+  });
+  return () => {
+    const d = tempDir();
+    dirs.push(d);
+    return d;
+  };
+}
+
+/** A frozen instant ten minutes ahead of the real clock, so saved keys (which live about a minute of
+ * server time) are still unexpired by real time when the next process loads them. */
+export const T0_AHEAD_MS = Math.floor(Date.now() / 1000) * 1000 + 600_000;
+
 /** Starts a server whose snapshot directory is `dir` (later flags win over the helper's own --dir). */
 export function startOn(dir: string, args: string[] = []): Promise<RunningServer> {
   return startServer({ args: ['--dir', dir, ...args] });
 }
 
-export function runToExit(args: string[]): { status: number | null; stdout: string; stderr: string } {
-  const r = spawnSync(process.execPath, [MAIN, ...args], { encoding: 'utf8', timeout: 20_000 });
-  return { status: r.status, stdout: r.stdout, stderr: r.stderr };
-}
+export { runToExit } from '../helpers/replies.js';
 
 export async function info(redis: Redis, section = 'persistence'): Promise<Record<string, string>> {
   const text = await redis.info(section);

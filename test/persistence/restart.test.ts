@@ -2,26 +2,16 @@
  * A restart continues every limiter from its saved state: not refilled, not lost. Real processes,
  * real files: state is written by SIGTERM's final snapshot and read back by the next process.
  */
-import { afterAll, describe, expect, it } from 'vitest';
-import { existsSync, rmSync } from 'node:fs';
+import { describe, expect, it } from 'vitest';
+import { existsSync } from 'node:fs';
 import { join } from 'node:path';
-import Redis from 'ioredis';
+import { Redis } from 'ioredis';
 import { TYPE_NAMES } from '../../src/keyspace/keyspace.js';
-import { info, startOn, tempDir } from './helpers.js';
+import { info, startOn, T0_AHEAD_MS, tempDirsForFile } from './helpers.js';
 
-const dirs: string[] = [];
-afterAll(() => {
-  for (const d of dirs) rmSync(d, { recursive: true, force: true });
-});
-function newDir(): string {
-  const d = tempDir();
-  dirs.push(d);
-  return d;
-}
+const newDir = tempDirsForFile();
 
-// A frozen instant ten minutes ahead of the real clock, so saved keys (which live ~1 minute of
-// server time) are still unexpired by real time when the next process loads them.
-const T0 = Math.floor(Date.now() / 1000) * 1000 + 600_000;
+const T0 = T0_AHEAD_MS;
 
 describe('restart', () => {
   it('CL.THROTTLE and GCRA keys keep their remaining count across SIGTERM and restart', async () => {

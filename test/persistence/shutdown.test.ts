@@ -3,22 +3,14 @@
  * turns it off for signals and plain SHUTDOWN (as Redis), and a SHUTDOWN whose save fails is refused
  * unless FORCE.
  */
-import { afterAll, describe, expect, it } from 'vitest';
-import { existsSync, mkdirSync, readFileSync, rmSync } from 'node:fs';
+import { describe, expect, it } from 'vitest';
+import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import Redis from 'ioredis';
-import { info, runToExit, startOn, tempDir } from './helpers.js';
+import { Redis } from 'ioredis';
+import { info, runToExit, startOn, T0_AHEAD_MS, tempDirsForFile } from './helpers.js';
 
-const dirs: string[] = [];
-afterAll(() => {
-  for (const d of dirs) rmSync(d, { recursive: true, force: true });
-});
-function newDir(): string {
-  const d = tempDir();
-  dirs.push(d);
-  return d;
-}
-const T0 = Math.floor(Date.now() / 1000) * 1000 + 600_000;
+const newDir = tempDirsForFile();
+const T0 = T0_AHEAD_MS;
 
 async function withKeys(dir: string, args: string[] = [], n = 3): Promise<{ s: Awaited<ReturnType<typeof startOn>>; r: Redis }> {
   const s = await startOn(dir, args);

@@ -5,6 +5,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
 import net from 'node:net';
 import { startServer, type RunningServer } from '../helpers/server.js';
+import { errorOf } from '../helpers/replies.js';
 
 let server: RunningServer;
 let redis: Redis;
@@ -26,14 +27,6 @@ function rawExchange(request: string, until: string): Promise<string> {
   });
 }
 
-async function errorOf(p: Promise<unknown>): Promise<string> {
-  try {
-    await p;
-  } catch (e) {
-    return (e as Error).message;
-  }
-  throw new Error('expected an error reply');
-}
 
 beforeAll(async () => {
   server = await startServer({ args: ['--hz', '100'] });

@@ -5,9 +5,10 @@
  */
 import net from 'node:net';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import Redis from 'ioredis';
+import { Redis } from 'ioredis';
 import fc from 'fast-check';
 import { startServer, type RunningServer } from '../helpers/server.js';
+import { errorOf } from '../helpers/replies.js';
 import { caseArb, FakeKey, type Algo } from '../limiters/rl-harness.js';
 
 let server: RunningServer;
@@ -15,14 +16,6 @@ let r2: Redis;
 let r3: Redis;
 const T0 = 1_800_000_000_000; // a multiple of every period used below
 
-async function errorOf(p: Promise<unknown>): Promise<string> {
-  try {
-    await p;
-  } catch (e) {
-    return (e as Error).message;
-  }
-  throw new Error('expected an error reply');
-}
 
 async function at(ms: number): Promise<void> {
   await r2.call('DEBUG', 'CLOCK', 'SET', String(ms));

@@ -3,18 +3,14 @@
  * one-line errors for a bad flag, an unreadable file and a port in use.
  */
 import { describe, expect, it } from 'vitest';
-import { spawnSync } from 'node:child_process';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import net from 'node:net';
-import Redis from 'ioredis';
-import { MAIN, startServer } from '../helpers/server.js';
+import { Redis } from 'ioredis';
+import { startServer } from '../helpers/server.js';
+import { runToExit } from '../helpers/replies.js';
 
-function runToExit(args: string[], env: Record<string, string> = {}): { status: number | null; stdout: string; stderr: string } {
-  const r = spawnSync(process.execPath, [MAIN, ...args], { env: { ...process.env, ...env }, encoding: 'utf8', timeout: 10_000 });
-  return { status: r.status, stdout: r.stdout, stderr: r.stderr };
-}
 
 describe('startup', () => {
   it('prints one startup line with version, port and pid', async () => {
