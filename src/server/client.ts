@@ -89,7 +89,7 @@ export class Client {
     this.server.beginBatch();
     const writer = this.server.writer;
     writer.proto = this.proto;
-    const { hardBytes } = this.server.config.outputLimit('normal');
+    const { hardBytes } = this.server.outputLimit;
     const queued = this.socket.writableLength;
     // The replies of this batch stop at whichever comes first: the hard limit (disconnect) or the
     // backpressure threshold (pause).
@@ -158,7 +158,7 @@ export class Client {
    * batches). Returns false if the client was closed.
    */
   checkSoftOutputLimit(nowMs: number): boolean {
-    const { softBytes, softSeconds } = this.server.config.outputLimit('normal');
+    const { softBytes, softSeconds } = this.server.outputLimit;
     const pending = this.socket.writableLength;
     if (softBytes === 0 || pending <= softBytes) {
       this.softLimitSinceMs = 0;

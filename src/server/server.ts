@@ -7,7 +7,7 @@ import tls from 'node:tls';
 import { performance } from 'node:perf_hooks';
 import { randomBytes } from 'node:crypto';
 import { Clock } from '../clock.js';
-import type { Config } from '../config.js';
+import type { Config, OutputLimit } from '../config.js';
 import type { Logger } from '../log.js';
 import { Keyspace } from '../keyspace/keyspace.js';
 import { ReplyWriter } from '../protocol/reply-writer.js';
@@ -45,6 +45,8 @@ export class Server {
   private listeners: net.Server[] = [];
   /** `maxmemory`, kept as a number: execute() reads it for every command. */
   private maxmemoryBytes = 0;
+  /** `client-output-buffer-limit normal`, parsed once per change: clients read it for every batch. */
+  outputLimit: OutputLimit = { hardBytes: 0, softBytes: 0, softSeconds: 0 };
   private nextClientId = 1;
   private lastName: Buffer = Buffer.alloc(0);
   private lastSpec: CommandSpec | undefined;
@@ -113,6 +115,7 @@ export class Server {
     if (this.tlsPort > 0) this.log.notice(`TLS on port ${this.tlsPort} (tls-auth-clients ${this.config.get('tls-auth-clients')})`, { tls_port: this.tlsPort });
     this.memory.start();
     this.port = port;
+    this.outputLimit = this.config.outputLimit('normal');
     this.config.set('port', String(port)); // with --port 0, CONFIG GET port tells the port chosen
     this.applyRuntimeConfig();
   }
@@ -123,6 +126,7 @@ export class Server {
     this.log.format = this.config.get('log-format') as 'human' | 'json';
     this.snapshots.refreshDenyWrites();
     this.maxmemoryBytes = this.config.int('maxmemory');
+    this.outputLimit = this.config.outputLimit('normal');
     if (this.timer) clearInterval(this.timer);
     this.timer = setInterval(() => this.periodic(), Math.max(1, Math.floor(1000 / this.config.int('hz'))));
   }
@@ -308,7 +312,7 @@ export class Server {
       if (client.lastInteractionMs < cutoff) {
         this.log.verbose('closing idle client', { id: client.id, addr: client.addr });
         client.kill();
-      } else if (client.outputBytes > 0) {
+      } else {
         client.checkSoftOutputLimit(now);
       }
     }

@@ -4,6 +4,7 @@
  * Shared by test/server/protocol.test.ts and test/hardening/*.
  */
 import net from 'node:net';
+import { Worker } from 'node:worker_threads';
 import { setTimeout as delay } from 'node:timers/promises';
 import { expect } from 'vitest';
 import type { RunningServer } from './server.js';
@@ -326,27 +327,62 @@ export interface PingStats {
 }
 
 /**
- * Starts PINGing `port` from its own connection, one PING at a time with `gapMs` between them,
- * until `stop()`; returns the round-trip statistics. A PING that gets no answer within 5 s fails.
+ * The probe's loop, run in a worker thread: its timing must not include this process's own work
+ * (building big payloads, opening thousands of sockets), only the server's. PING, wait for +PONG,
+ * record the round trip, pause `gap` ms, until told to stop; then post the times.
+ */
+const PROBE_WORKER = `
+const { parentPort, workerData } = require('node:worker_threads');
+const net = require('node:net');
+const { port, gap } = workerData;
+const times = [];
+let stopping = false;
+let failure = null;
+parentPort.on('message', () => { stopping = true; });
+const socket = net.connect({ port, host: '127.0.0.1' }, () => { socket.setNoDelay(true); next(); });
+socket.on('error', (e) => { failure = e.message; finish(); });
+let buf = '';
+let t0 = 0;
+let timer = null;
+function next() {
+  if (stopping) return finish();
+  buf = '';
+  t0 = performance.now();
+  timer = setTimeout(() => { failure = 'no PONG within 5 s'; finish(); }, 5000);
+  socket.write('PING\\r\\n');
+}
+socket.on('data', (d) => {
+  buf += d.toString('latin1');
+  if (buf.length < 7) return;
+  clearTimeout(timer);
+  times.push(performance.now() - t0);
+  if (buf !== '+PONG\\r\\n') { failure = 'PING answered ' + JSON.stringify(buf); return finish(); }
+  setTimeout(next, gap);
+});
+function finish() {
+  socket.destroy();
+  parentPort.postMessage({ times, failure });
+}
+`;
+
+/**
+ * Starts PINGing `port` from its own connection in a worker thread, one PING at a time with `gapMs`
+ * between them, until `stop()`; returns the round-trip statistics. A PING that gets no answer
+ * within 5 s (or a wrong answer) fails the stop().
  */
 export async function startPingProbe(port: number, gapMs = 5): Promise<{ stop(): Promise<PingStats> }> {
-  const checker = await Checker.open(port);
-  const times: number[] = [];
-  let running = true;
-  const loop = (async () => {
-    while (running) {
-      const t0 = performance.now();
-      const reply = await checker.call('PING');
-      times.push(performance.now() - t0);
-      if (reply !== 'PONG') throw new Error(`PING answered ${JSON.stringify(reply)}`);
-      await delay(gapMs);
-    }
-  })();
+  const worker = new Worker(PROBE_WORKER, { eval: true, workerData: { port, gap: gapMs } });
+  const result = new Promise<{ times: number[]; failure: string | null }>((resolve, reject) => {
+    worker.once('message', resolve);
+    worker.once('error', reject);
+  });
+  await delay(20); // connected and pinging
   return {
     async stop() {
-      running = false;
-      await loop;
-      checker.close();
+      worker.postMessage('stop');
+      const { times, failure } = await result;
+      await worker.terminate();
+      if (failure !== null) throw new Error(`ping probe: ${failure}`);
       const sorted = [...times].sort((a, b) => a - b);
       const at = (q: number): number => sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? 0;
       return { count: sorted.length, maxMs: sorted[sorted.length - 1] ?? 0, p50Ms: at(0.5), p99Ms: at(0.99) };
