@@ -113,7 +113,6 @@ export class Server {
       throw new Error(failures[0] ?? 'no address to listen on');
     }
     if (this.tlsPort > 0) this.log.notice(`TLS on port ${this.tlsPort} (tls-auth-clients ${this.config.get('tls-auth-clients')})`, { tls_port: this.tlsPort });
-    this.memory.start();
     this.port = port;
     this.outputLimit = this.config.outputLimit('normal');
     this.config.set('port', String(port)); // with --port 0, CONFIG GET port tells the port chosen
@@ -126,6 +125,7 @@ export class Server {
     this.log.format = this.config.get('log-format') as 'human' | 'json';
     this.snapshots.refreshDenyWrites();
     this.maxmemoryBytes = this.config.int('maxmemory');
+    this.memory.configure(this.maxmemoryBytes);
     this.outputLimit = this.config.outputLimit('normal');
     if (this.timer) clearInterval(this.timer);
     this.timer = setInterval(() => this.periodic(), Math.max(1, Math.floor(1000 / this.config.int('hz'))));

