@@ -13,6 +13,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Redis from 'ioredis';
 import { MAIN, startServer, type RunningServer } from '../helpers/server.js';
+import { Checker } from '../helpers/raw.js';
 
 const hasOpenssl = spawnSync('sh', ['-c', 'command -v openssl'], { encoding: 'utf8' }).status === 0;
 const hasCli = spawnSync('sh', ['-c', 'command -v redis-cli'], { encoding: 'utf8' }).status === 0;
@@ -160,6 +161,32 @@ describe('TLS', () => {
       expect(((await redis.call('CL.THROTTLE', 'tls:g', '9', '10', '1')) as number[]).slice(0, 4)).toEqual([0, 10, 9, -1]);
     } finally {
       redis.disconnect();
+      await s.stop();
+    }
+  });
+
+  it('pauses a TLS client that pipelines without reading, as on TCP (others are served)', async (ctx) => {
+    if (!hasOpenssl) ctx.skip('openssl is not installed');
+    const { s, tlsPort } = await startTls('no');
+    const checker = await Checker.open(s.port);
+    const flooder = tls.connect({ host: '127.0.0.1', port: tlsPort, ca: readFileSync(f('ca.crt')), servername: 'localhost' });
+    try {
+      await new Promise<void>((resolve) => flooder.once('secureConnect', () => resolve()));
+      flooder.pause();
+      flooder.on('error', () => {});
+      flooder.write('COMMAND DOCS\r\n'.repeat(3000));
+      const deadline = Date.now() + 10_000;
+      let line = '';
+      while (!/events=w /.test(line) && Date.now() < deadline) {
+        await new Promise((r) => setTimeout(r, 20));
+        line = String(await checker.call('CLIENT', 'LIST')).split('\n').find((l) => l.includes('cmd=command|docs')) ?? '';
+      }
+      expect(line).toMatch(/events=w /);
+      expect(Number(/omem=(\d+)/.exec(line)![1])).toBeLessThan(2 * 1024 * 1024);
+      expect(await checker.call('PING')).toBe('PONG');
+    } finally {
+      flooder.destroy();
+      checker.close();
       await s.stop();
     }
   });
