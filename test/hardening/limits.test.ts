@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import net from 'node:net';
 import { setTimeout as delay } from 'node:timers/promises';
 import { startServer, type RunningServer } from '../helpers/server.js';
-import { Checker, RawConnection, expectAnswerThenClose, infoField, mbulk, processAlive } from '../helpers/raw.js';
+import { Checker, RawConnection, expectAnswerThenClose, infoField, processAlive } from '../helpers/raw.js';
 
 let server: RunningServer;
 beforeAll(async () => {

@@ -11,7 +11,7 @@ import net from 'node:net';
 import tls from 'node:tls';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import Redis from 'ioredis';
+import { Redis } from 'ioredis';
 import { MAIN, startServer, type RunningServer } from '../helpers/server.js';
 import { Checker } from '../helpers/raw.js';
 
