@@ -7,5 +7,6 @@ export default defineConfig({
     hookTimeout: 30_000,
     // Two cores: run test files two at a time; each starts its own servers on free ports.
     maxWorkers: 2,
+    reporters: ['default', './test/helpers/summary-reporter.ts'],
   },
 });
