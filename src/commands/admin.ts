@@ -2,18 +2,18 @@
  * Server administration, as Redis: CONFIG, TIME, SHUTDOWN, and DEBUG (CLOCK, SLEEP) behind
  * `enable-debug-command`.
  */
+import type { CommandArgs } from '../protocol/command-args.js';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { Config, ConfigError } from '../config.js';
 import { parseMillisToMicros } from '../clock.js';
 import { globMatch } from '../glob.js';
 import type { SaveMode } from '../persistence/snapshotter.js';
-import { lower, parseRedisDouble, str } from './args.js';
 import { replyHelp } from './connection.js';
 import { noKeys, type CommandContext, type CommandSpec } from './types.js';
 
-function configGet(ctx: CommandContext, argv: Buffer[]): void {
-  const patterns = argv.slice(2).map((a) => lower(a));
+function configGet(ctx: CommandContext, argv: CommandArgs): void {
+  const patterns = argv.lowerFrom(2);
   const pairs = ctx.server.config.matching((name) => patterns.some((p) => globMatch(p, name)));
   ctx.reply.mapHeader(pairs.length);
   for (const [name, value] of pairs) {
@@ -23,7 +23,7 @@ function configGet(ctx: CommandContext, argv: Buffer[]): void {
 }
 
 /** CONFIG SET name value [name value ...]: all or nothing, as Redis 7. */
-function configSet(ctx: CommandContext, argv: Buffer[]): void {
+function configSet(ctx: CommandContext, argv: CommandArgs): void {
   const config = ctx.server.config;
   if ((argv.length - 2) % 2 !== 0) {
     ctx.reply.error("ERR wrong number of arguments for 'config|set' command");
@@ -31,16 +31,16 @@ function configSet(ctx: CommandContext, argv: Buffer[]): void {
   }
   const pairs: [string, string][] = [];
   for (let i = 2; i < argv.length; i += 2) {
-    const name = lower(argv[i]);
+    const name = argv.lower(i);
     if (!config.has(name)) {
-      ctx.reply.error(`ERR Unknown option or number of arguments for CONFIG SET - '${str(argv[i])}'`);
+      ctx.reply.error(`ERR Unknown option or number of arguments for CONFIG SET - '${argv.str(i)}'`);
       return;
     }
     if (pairs.some(([n]) => n === name)) {
       ctx.reply.error(`ERR CONFIG SET failed (possibly related to argument '${name}') - duplicate parameter`);
       return;
     }
-    pairs.push([name, argv[i + 1].toString('utf8')]);
+    pairs.push([name, argv.buffer(i + 1).toString('utf8')]);
   }
   // Validate everything on a scratch copy first, so a bad pair changes nothing.
   const scratch = new Config();
@@ -82,12 +82,12 @@ function time(ctx: CommandContext): void {
  * server keeps running and replies with an error, unless FORCE. NOW changes nothing (no replicas to wait
  * for); ABORT has no shutdown to abort.
  */
-function shutdown(ctx: CommandContext, argv: Buffer[]): void {
+function shutdown(ctx: CommandContext, argv: CommandArgs): void {
   let save: SaveMode = 'default';
   let force = false;
   let abort = false;
   for (let i = 1; i < argv.length; i++) {
-    const opt = lower(argv[i]);
+    const opt = argv.lower(i);
     if (opt === 'nosave' && save === 'default') save = 'nosave';
     else if (opt === 'save' && save === 'default') save = 'save';
     else if (opt === 'force') force = true;
@@ -138,13 +138,13 @@ function debugAllowed(ctx: CommandContext): boolean {
   return false;
 }
 
-function debug(ctx: CommandContext, argv: Buffer[]): void {
+function debug(ctx: CommandContext, argv: CommandArgs): void {
   const r = ctx.reply;
   if (!debugAllowed(ctx)) {
     r.error(DEBUG_DISABLED);
     return;
   }
-  const sub = lower(argv[1]);
+  const sub = argv.lower(1);
   if (sub === 'help') return replyHelp(ctx, DEBUG_HELP);
   if (sub === 'gc' && argv.length === 2) {
     // A full collection, so memory measurements (bench/memory.mjs) see live data only.
@@ -153,7 +153,7 @@ function debug(ctx: CommandContext, argv: Buffer[]): void {
     return;
   }
   if (sub === 'sleep' && argv.length === 3) {
-    const seconds = parseRedisDouble(argv[2]);
+    const seconds = argv.redisDouble(2);
     if (seconds === null || seconds < 0 || seconds > 3600) {
       r.error('ERR value is not a valid float');
       return;
@@ -163,7 +163,7 @@ function debug(ctx: CommandContext, argv: Buffer[]): void {
     return;
   }
   if (sub === 'clock' && argv.length >= 3) {
-    const action = lower(argv[2]);
+    const action = argv.lower(2);
     const clock = ctx.server.clock;
     if (action === 'real' && argv.length === 3) {
       clock.useReal();
@@ -171,9 +171,9 @@ function debug(ctx: CommandContext, argv: Buffer[]): void {
       return;
     }
     if ((action === 'set' || action === 'advance') && argv.length === 4) {
-      const us = parseMillisToMicros(str(argv[3]));
+      const us = parseMillisToMicros(argv.str(3));
       if (us === null || us < 0) {
-        r.error(`ERR invalid milliseconds '${str(argv[3])}': expected a non-negative number with at most 3 decimals`);
+        r.error(`ERR invalid milliseconds '${argv.str(3)}': expected a non-negative number with at most 3 decimals`);
         return;
       }
       if (action === 'set') clock.freezeAt(us);
@@ -182,7 +182,7 @@ function debug(ctx: CommandContext, argv: Buffer[]): void {
       return;
     }
   }
-  r.error(`ERR unknown subcommand or wrong number of arguments for '${str(argv[1])}'. Try DEBUG HELP.`);
+  r.error(`ERR unknown subcommand or wrong number of arguments for '${argv.str(1)}'. Try DEBUG HELP.`);
 }
 
 const sub = (name: string, arity: number, summary: string, run: CommandSpec['run'], args: CommandSpec['args'] = []): CommandSpec => ({

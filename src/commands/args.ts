@@ -38,16 +38,15 @@ function toI64(negative: boolean, digits: string): number | null {
 }
 
 /**
- * Digits of `arg` from `start` as a non-negative number, straight from the bytes (no string is
- * made: this runs several times per limiter call). Returns -1 if a byte is not a digit, and -2 if
- * there are more than 15 digits (the caller then takes the exact, slower path).
+ * Digits of buf[start, end) as a non-negative number, straight from the bytes (no string is made:
+ * this runs several times per limiter call). Returns -1 if a byte is not a digit, and -2 if there
+ * are more than 15 digits (the caller then takes the exact, slower path).
  */
-function smallDigits(arg: Buffer, start: number): number {
-  const n = arg.length;
-  if (n - start > 15) return -2;
+function smallDigits(buf: Buffer, start: number, end: number): number {
+  if (end - start > 15) return -2;
   let value = 0;
-  for (let i = start; i < n; i++) {
-    const d = arg[i] - 48;
+  for (let i = start; i < end; i++) {
+    const d = buf[i] - 48;
     if (d < 0 || d > 9) return -1;
     value = value * 10 + d;
   }
@@ -55,31 +54,38 @@ function smallDigits(arg: Buffer, start: number): number {
 }
 
 /**
- * Redis's `string2ll`: optional '-', then digits with no leading zero (except "0" itself),
- * no '+', no spaces, within i64. Used wherever Redis says "value is not an integer or out of range".
+ * Redis's `string2ll` over buf[start, end): optional '-', then digits with no leading zero (except
+ * "0" itself), no '+', no spaces, within i64. Used wherever Redis says "value is not an integer or
+ * out of range".
  */
-export function parseRedisInteger(arg: Buffer): number | null {
-  const n = arg.length;
-  if (n === 1 && arg[0] === 48) return 0;
-  const negative = n > 0 && arg[0] === 45;
-  const start = negative ? 1 : 0;
-  if (start >= n || arg[start] === 48) return null;
-  const fast = smallDigits(arg, start);
+export function parseRedisIntegerAt(buf: Buffer, start: number, end: number): number | null {
+  if (end - start === 1 && buf[start] === 48) return 0;
+  const negative = end > start && buf[start] === 45;
+  const first = negative ? start + 1 : start;
+  if (first >= end || buf[first] === 48) return null;
+  const fast = smallDigits(buf, first, end);
   if (fast >= 0) return negative ? -fast : fast;
   if (fast === -1) return null;
-  return toI64(negative, str(arg).slice(start));
+  return toI64(negative, buf.toString('latin1', first, end));
 }
 
-/** Rust's `i64::from_str`, which redis-cell uses: optional '+' or '-', digits (leading zeros allowed). */
-export function parseRustI64(arg: Buffer): number | null {
-  const n = arg.length;
-  const c0 = n > 0 ? arg[0] : 0;
-  const start = c0 === 43 || c0 === 45 ? 1 : 0;
-  if (start >= n) return null;
-  const fast = smallDigits(arg, start);
+/** Rust's `i64::from_str` over buf[start, end), as redis-cell parses: optional '+' or '-', digits (leading zeros allowed). */
+export function parseRustI64At(buf: Buffer, start: number, end: number): number | null {
+  const c0 = end > start ? buf[start] : 0;
+  const first = c0 === 43 || c0 === 45 ? start + 1 : start;
+  if (first >= end) return null;
+  const fast = smallDigits(buf, first, end);
   if (fast >= 0) return c0 === 45 ? -fast : fast;
   if (fast === -1) return null;
-  return toI64(c0 === 45, str(arg).slice(start));
+  return toI64(c0 === 45, buf.toString('latin1', first, end));
+}
+
+export function parseRedisInteger(arg: Buffer): number | null {
+  return parseRedisIntegerAt(arg, 0, arg.length);
+}
+
+export function parseRustI64(arg: Buffer): number | null {
+  return parseRustI64At(arg, 0, arg.length);
 }
 
 const DECIMAL_FLOAT = /^[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?$/;
@@ -92,7 +98,11 @@ const HEX_FLOAT = /^([+-]?)0[xX]([0-9a-fA-F]*)(?:\.([0-9a-fA-F]*))?(?:[pP]([+-]?
  * Like Redis, a finite number that overflows to ±inf or underflows to 0 (strtod's ERANGE) is refused.
  */
 export function parseRedisDouble(arg: Buffer): number | null {
-  const text = str(arg);
+  return parseRedisDoubleText(str(arg));
+}
+
+/** parseRedisDouble over the argument's text (one char per byte). */
+export function parseRedisDoubleText(text: string): number | null {
   if (text.length === 0 || text.length > 5000) return null;
   let value: number;
   let mantissaNonZero: boolean;

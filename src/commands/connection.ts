@@ -1,6 +1,7 @@
 /**
  * Connection commands, as Redis 7: PING, ECHO, QUIT, RESET, HELLO, AUTH, SELECT, CLIENT.
  */
+import type { CommandArgs } from '../protocol/command-args.js';
 import { timingSafeEqual, createHash } from 'node:crypto';
 import { REDIS_VERSION } from '../server/server.js';
 import type { Client } from '../server/client.js';
@@ -27,23 +28,23 @@ function authFailed(ctx: CommandContext): void {
   ctx.reply.error(WRONGPASS);
 }
 
-function ping(ctx: CommandContext, argv: Buffer[]): void {
+function ping(ctx: CommandContext, argv: CommandArgs): void {
   if (argv.length > 2) {
     ctx.reply.error("ERR wrong number of arguments for 'ping' command");
   } else if (argv.length === 2) {
-    ctx.reply.bulk(argv[1]);
+    ctx.reply.bulk(argv.buffer(1));
   } else {
     ctx.reply.status('PONG');
   }
 }
 
-function auth(ctx: CommandContext, argv: Buffer[]): void {
+function auth(ctx: CommandContext, argv: CommandArgs): void {
   if (argv.length > 3) {
     ctx.reply.error('ERR syntax error');
     return;
   }
-  const user = argv.length === 3 ? str(argv[1]) : 'default';
-  const pass = argv[argv.length - 1];
+  const user = argv.length === 3 ? argv.str(1) : 'default';
+  const pass = argv.buffer(argv.length - 1);
   if (argv.length === 2 && ctx.server.config.get('requirepass') === '') {
     ctx.reply.error('ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?');
     return;
@@ -57,12 +58,12 @@ function auth(ctx: CommandContext, argv: Buffer[]): void {
 }
 
 /** HELLO [protover [AUTH username password] [SETNAME clientname]] */
-function hello(ctx: CommandContext, argv: Buffer[]): void {
+function hello(ctx: CommandContext, argv: CommandArgs): void {
   const r = ctx.reply;
   const client = ctx.client;
   let proto = client.proto;
   if (argv.length >= 2) {
-    const ver = parseRedisInteger(argv[1]);
+    const ver = argv.redisInteger(1);
     if (ver === null) {
       r.error('ERR Protocol version is not an integer or out of range');
       return;
@@ -77,21 +78,21 @@ function hello(ctx: CommandContext, argv: Buffer[]): void {
   let authPass: Buffer | null = null;
   let setName: string | null = null;
   for (let i = 2; i < argv.length; i++) {
-    const opt = lower(argv[i]);
+    const opt = argv.lower(i);
     const left = argv.length - i - 1;
     if (opt === 'auth' && left >= 2) {
-      authUser = str(argv[i + 1]);
-      authPass = argv[i + 2];
+      authUser = argv.str(i + 1);
+      authPass = argv.buffer(i + 2);
       i += 2;
     } else if (opt === 'setname' && left >= 1) {
-      setName = str(argv[i + 1]);
+      setName = argv.str(i + 1);
       if (!validName(setName)) {
         r.error('ERR Client names cannot contain spaces, newlines or special characters.');
         return;
       }
       i += 1;
     } else {
-      r.error(`ERR Syntax error in HELLO option '${str(argv[i])}'`);
+      r.error(`ERR Syntax error in HELLO option '${argv.str(i)}'`);
       return;
     }
   }
@@ -136,8 +137,8 @@ function reset(ctx: CommandContext): void {
   ctx.reply.status('RESET');
 }
 
-function select(ctx: CommandContext, argv: Buffer[]): void {
-  const db = parseRedisInteger(argv[1]);
+function select(ctx: CommandContext, argv: CommandArgs): void {
+  const db = argv.redisInteger(1);
   if (db === null) ctx.reply.error('ERR value is not an integer or out of range');
   else if (db !== 0) ctx.reply.error('ERR DB index is out of range');
   else ctx.reply.ok();
@@ -210,21 +211,21 @@ export function replyHelp(ctx: CommandContext, lines: string[]): void {
   for (const line of lines) ctx.reply.status(line);
 }
 
-function clientList(ctx: CommandContext, argv: Buffer[]): void {
+function clientList(ctx: CommandContext, argv: CommandArgs): void {
   let ids: Set<number> | null = null;
   for (let i = 2; i < argv.length; i++) {
-    const opt = lower(argv[i]);
+    const opt = argv.lower(i);
     if (opt === 'type' && i + 1 < argv.length) {
-      const t = lower(argv[++i]);
+      const t = argv.lower(++i);
       if (!['normal', 'master', 'replica', 'pubsub'].includes(t)) {
-        ctx.reply.error(`ERR Unknown client type '${str(argv[i])}'`);
+        ctx.reply.error(`ERR Unknown client type '${argv.str(i)}'`);
         return;
       }
       if (t !== 'normal') ids = new Set();
     } else if (opt === 'id' && i + 1 < argv.length) {
       ids = new Set();
       for (i++; i < argv.length; i++) {
-        const id = parseRedisInteger(argv[i]);
+        const id = argv.redisInteger(i);
         if (id === null || id < 1) {
           ctx.reply.error('ERR Invalid client ID');
           return;
@@ -254,10 +255,10 @@ function killClient(ctx: CommandContext, target: Client): void {
  * (ID, ADDR, LADDR, TYPE, USER, SKIPME, MAXAGE: all given filters must match; replies the number
  * killed; SKIPME yes, the default, spares the caller), as Redis 7.
  */
-function clientKill(ctx: CommandContext, argv: Buffer[]): void {
+function clientKill(ctx: CommandContext, argv: CommandArgs): void {
   const clients = ctx.server.clients;
   if (argv.length === 3) {
-    const addr = str(argv[2]);
+    const addr = argv.str(2);
     for (const c of clients.values()) {
       if (c.addr === addr) {
         killClient(ctx, c);
@@ -275,12 +276,12 @@ function clientKill(ctx: CommandContext, argv: Buffer[]): void {
   let skipMe = true;
   let maxAgeSec: number | null = null;
   for (let i = 2; i < argv.length; i += 2) {
-    const opt = lower(argv[i]);
+    const opt = argv.lower(i);
     if (i + 1 >= argv.length) {
       ctx.reply.error('ERR syntax error');
       return;
     }
-    const value = argv[i + 1];
+    const value = argv.buffer(i + 1);
     if (opt === 'id') {
       id = parseRedisInteger(value);
       if (id === null || id < 1) {
@@ -337,11 +338,11 @@ function clientKill(ctx: CommandContext, argv: Buffer[]): void {
   ctx.reply.integer(killed);
 }
 
-function clientSetInfo(ctx: CommandContext, argv: Buffer[]): void {
-  const attr = lower(argv[2]);
-  const value = str(argv[3]);
+function clientSetInfo(ctx: CommandContext, argv: CommandArgs): void {
+  const attr = argv.lower(2);
+  const value = argv.str(3);
   if (attr !== 'lib-name' && attr !== 'lib-ver') {
-    ctx.reply.error(`ERR Unrecognized option '${str(argv[2])}'`);
+    ctx.reply.error(`ERR Unrecognized option '${argv.str(2)}'`);
     return;
   }
   if (value !== '' && !validName(value)) {
@@ -361,7 +362,7 @@ export const connectionCommands: CommandSpec[] = [
   { name: 'ping', arity: -1, flags: ['fast'], ...noKeys(), group: 'connection', since: '1.0.0', complexity: 'O(1)',
     summary: 'Returns the server\'s liveliness response.', args: [{ name: 'message', type: 'string', optional: true }], run: ping },
   { name: 'echo', arity: 2, flags: ['fast'], ...noKeys(), group: 'connection', since: '1.0.0', complexity: 'O(1)',
-    summary: 'Returns the given string.', args: [{ name: 'message', type: 'string' }], run: (ctx, argv) => ctx.reply.bulk(argv[1]) },
+    summary: 'Returns the given string.', args: [{ name: 'message', type: 'string' }], run: (ctx, argv) => ctx.reply.bulk(argv.buffer(1)) },
   { name: 'quit', arity: -1, flags: ['no-auth', 'fast', 'allow-busy', 'loading', 'stale'], ...noKeys(), group: 'connection', since: '1.0.0', complexity: 'O(1)',
     summary: 'Closes the connection.', args: [],
     run: (ctx) => { ctx.reply.ok(); ctx.client.closing = true; } },
@@ -384,7 +385,7 @@ export const connectionCommands: CommandSpec[] = [
       sub('id', 2, 'Returns the unique client ID of the connection.', (ctx) => ctx.reply.integer(ctx.client.id)),
       sub('getname', 2, 'Returns the name of the connection.', (ctx) => (ctx.client.name === '' ? ctx.reply.nullBulk() : ctx.reply.bulk(ctx.client.name))),
       sub('setname', 3, 'Sets the connection name.', (ctx, argv) => {
-        const name = str(argv[2]);
+        const name = argv.str(2);
         if (!validName(name) && name !== '') {
           ctx.reply.error('ERR Client names cannot contain spaces, newlines or special characters.');
           return;
@@ -414,7 +415,7 @@ export const connectionCommands: CommandSpec[] = [
         { name: 'client-id', type: 'integer', token: 'ID', optional: true, multiple: true },
       ]),
       sub('no-evict', 3, 'Sets the client eviction mode of the connection.', (ctx, argv) => {
-        const v = lower(argv[2]);
+        const v = argv.lower(2);
         if (v !== 'on' && v !== 'off') {
           ctx.reply.error('ERR syntax error');
           return;

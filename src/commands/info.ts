@@ -2,10 +2,10 @@
  * INFO [section ...]: Redis's sections and field names, so dashboards and client ready-checks
  * (`loading:0`, `redis_version:`) work unchanged, plus a `limiter` section.
  */
+import type { CommandArgs } from '../protocol/command-args.js';
 import os from 'node:os';
 import { TYPE_NAMES } from '../keyspace/keyspace.js';
 import { REDIS_VERSION, VERSION, type Server } from '../server/server.js';
-import { lower } from './args.js';
 import { noKeys, type CommandContext, type CommandSpec } from './types.js';
 
 type Section = (server: Server, nowUs: number) => [string, string | number][];
@@ -127,8 +127,8 @@ export function infoText(server: Server, nowUs: number, requested: string[]): st
   return parts.join('\r\n');
 }
 
-function info(ctx: CommandContext, argv: Buffer[]): void {
-  const requested = argv.slice(1).map(lower);
+function info(ctx: CommandContext, argv: CommandArgs): void {
+  const requested = argv.lowerFrom(1);
   ctx.reply.verbatim(infoText(ctx.server, ctx.nowUs, requested));
 }
 

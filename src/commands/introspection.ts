@@ -2,9 +2,9 @@
  * COMMAND [COUNT | INFO | DOCS | LIST | HELP], generated from the command table, in Redis 7's reply
  * shapes (redis-cli builds its hints from COMMAND DOCS).
  */
+import type { CommandArgs } from '../protocol/command-args.js';
 import { allCommands, lookupCommand } from './table.js';
 import { globMatch } from '../glob.js';
-import { lower, str } from './args.js';
 import { replyHelp } from './connection.js';
 import { noKeys, type ArgDoc, type CommandContext, type CommandSpec } from './types.js';
 import type { ReplyWriter } from '../protocol/reply-writer.js';
@@ -138,8 +138,12 @@ const COMMAND_HELP = [
   '    Print this help.',
 ];
 
-function commandInfo(ctx: CommandContext, argv: Buffer[]): void {
-  const names = argv.slice(2).map(lower);
+function commandInfo(ctx: CommandContext, argv: CommandArgs): void {
+  replyCommandInfo(ctx, argv.lowerFrom(2));
+}
+
+/** COMMAND INFO for `names` (all commands when empty; null for unknown names). */
+function replyCommandInfo(ctx: CommandContext, names: string[]): void {
   const specs = names.length === 0 ? allCommands() : names.map((n) => lookupCommand(n));
   ctx.reply.arrayHeader(specs.length);
   for (const s of specs) {
@@ -148,8 +152,8 @@ function commandInfo(ctx: CommandContext, argv: Buffer[]): void {
   }
 }
 
-function commandDocs(ctx: CommandContext, argv: Buffer[]): void {
-  const names = argv.slice(2).map(lower);
+function commandDocs(ctx: CommandContext, argv: CommandArgs): void {
+  const names = argv.lowerFrom(2);
   const specs = names.length === 0 ? allCommands() : names.map((n) => lookupCommand(n)).filter((s): s is CommandSpec => s !== undefined);
   ctx.reply.mapHeader(specs.length);
   for (const s of specs) {
@@ -158,11 +162,11 @@ function commandDocs(ctx: CommandContext, argv: Buffer[]): void {
   }
 }
 
-function commandList(ctx: CommandContext, argv: Buffer[]): void {
+function commandList(ctx: CommandContext, argv: CommandArgs): void {
   let filter: (s: CommandSpec) => boolean = () => true;
-  if (argv.length === 5 && lower(argv[2]) === 'filterby') {
-    const kind = lower(argv[3]);
-    const value = str(argv[4]);
+  if (argv.length === 5 && argv.lower(2) === 'filterby') {
+    const kind = argv.lower(3);
+    const value = argv.str(4);
     if (kind === 'pattern') filter = (s) => globMatch(value, s.fullName ?? s.name, true);
     else if (kind === 'aclcat') filter = (s) => aclCategories(s).includes('@' + value.toLowerCase());
     else if (kind === 'module') filter = () => false;
@@ -189,7 +193,7 @@ const sub = (name: string, arity: number, summary: string, run: CommandSpec['run
 export const introspectionCommands: CommandSpec[] = [
   { name: 'command', arity: -1, flags: ['loading', 'stale'], ...noKeys(), group: 'server', since: '2.8.13', complexity: 'O(N) where N is the total number of commands',
     summary: 'Returns detailed information about all commands.', args: [],
-    run: (ctx, argv) => commandInfo(ctx, [argv[0], argv[0]]),
+    run: (ctx) => replyCommandInfo(ctx, []),
     subcommands: [
       sub('count', 2, 'Returns a count of commands.', (ctx) => ctx.reply.integer(allCommands().length)),
       sub('info', -2, 'Returns information about one, multiple or all commands.', commandInfo, [{ name: 'command-name', type: 'string', optional: true, multiple: true }]),

@@ -2,33 +2,33 @@
  * Generic keyspace commands, as Redis: DEL, UNLINK, EXISTS, TYPE, TTL, PTTL, SCAN, KEYS, DBSIZE,
  * FLUSHDB, FLUSHALL.
  */
+import type { CommandArgs } from '../protocol/command-args.js';
 import { TYPE_NAMES } from '../keyspace/keyspace.js';
 import { globMatch } from '../glob.js';
-import { lower, parseRedisInteger, str } from './args.js';
 import { firstKeyOnly, noKeys, type CommandContext, type CommandSpec } from './types.js';
 
-function del(ctx: CommandContext, argv: Buffer[]): void {
+function del(ctx: CommandContext, argv: CommandArgs): void {
   let removed = 0;
-  for (let i = 1; i < argv.length; i++) if (ctx.server.keyspace.delete(str(argv[i]), ctx.nowMs)) removed++;
+  for (let i = 1; i < argv.length; i++) if (ctx.server.keyspace.delete(argv.str(i), ctx.nowMs)) removed++;
   ctx.reply.integer(removed);
 }
 
-function exists(ctx: CommandContext, argv: Buffer[]): void {
+function exists(ctx: CommandContext, argv: CommandArgs): void {
   let found = 0;
-  for (let i = 1; i < argv.length; i++) if (ctx.server.keyspace.lookup(str(argv[i]), ctx.nowMs) !== -1) found++;
+  for (let i = 1; i < argv.length; i++) if (ctx.server.keyspace.lookup(argv.str(i), ctx.nowMs) !== -1) found++;
   ctx.reply.integer(found);
 }
 
-function type(ctx: CommandContext, argv: Buffer[]): void {
+function type(ctx: CommandContext, argv: CommandArgs): void {
   const ks = ctx.server.keyspace;
-  const slot = ks.lookup(str(argv[1]), ctx.nowMs);
+  const slot = ks.lookup(argv.str(1), ctx.nowMs);
   ctx.reply.status(slot === -1 ? 'none' : TYPE_NAMES[ks.typeOf(slot)]);
 }
 
 /** TTL/PTTL: −2 no key, −1 no expiry; TTL rounds to the nearest second as Redis does. */
-function ttlReply(ctx: CommandContext, argv: Buffer[], inMs: boolean): void {
+function ttlReply(ctx: CommandContext, argv: CommandArgs, inMs: boolean): void {
   const ks = ctx.server.keyspace;
-  const slot = ks.lookup(str(argv[1]), ctx.nowMs);
+  const slot = ks.lookup(argv.str(1), ctx.nowMs);
   if (slot === -1) {
     ctx.server.stats.keyspaceMisses++;
     ctx.reply.integer(-2);
@@ -39,9 +39,9 @@ function ttlReply(ctx: CommandContext, argv: Buffer[], inMs: boolean): void {
   ctx.reply.integer(inMs ? ms : Math.floor((ms + 500) / 1000));
 }
 
-function scan(ctx: CommandContext, argv: Buffer[]): void {
+function scan(ctx: CommandContext, argv: CommandArgs): void {
   const r = ctx.reply;
-  const cursorText = str(argv[1]);
+  const cursorText = argv.str(1);
   if (!/^\d+$/.test(cursorText) || cursorText.length > 20) {
     r.error('ERR invalid cursor');
     return;
@@ -50,10 +50,10 @@ function scan(ctx: CommandContext, argv: Buffer[]): void {
   let pattern: string | null = null;
   let typeFilter: string | null = null;
   for (let i = 2; i < argv.length; i++) {
-    const opt = lower(argv[i]);
+    const opt = argv.lower(i);
     const more = i + 1 < argv.length;
     if (opt === 'count' && more) {
-      const n = parseRedisInteger(argv[++i]);
+      const n = argv.redisInteger(++i);
       if (n === null) {
         r.error('ERR value is not an integer or out of range');
         return;
@@ -64,10 +64,10 @@ function scan(ctx: CommandContext, argv: Buffer[]): void {
       }
       count = n;
     } else if (opt === 'match' && more) {
-      pattern = str(argv[++i]);
+      pattern = argv.str(++i);
       if (pattern === '*') pattern = null;
     } else if (opt === 'type' && more) {
-      typeFilter = lower(argv[++i]);
+      typeFilter = argv.lower(++i);
     } else {
       r.error('ERR syntax error');
       return;
@@ -85,8 +85,8 @@ function scan(ctx: CommandContext, argv: Buffer[]): void {
   r.bulkArray(found);
 }
 
-function keys(ctx: CommandContext, argv: Buffer[]): void {
-  const pattern = str(argv[1]);
+function keys(ctx: CommandContext, argv: CommandArgs): void {
+  const pattern = argv.str(1);
   const all = pattern === '*';
   const found: string[] = [];
   let cursor = 0;
@@ -98,8 +98,8 @@ function keys(ctx: CommandContext, argv: Buffer[]): void {
   ctx.reply.bulkArray(found);
 }
 
-function flush(ctx: CommandContext, argv: Buffer[]): void {
-  if (argv.length > 2 || (argv.length === 2 && !['async', 'sync'].includes(lower(argv[1])))) {
+function flush(ctx: CommandContext, argv: CommandArgs): void {
+  if (argv.length > 2 || (argv.length === 2 && !['async', 'sync'].includes(argv.lower(1)))) {
     ctx.reply.error('ERR syntax error');
     return;
   }

@@ -1,7 +1,7 @@
 /**
  * SAVE, BGSAVE [SCHEDULE] and LASTSAVE, as Redis. The work is in src/persistence/snapshotter.ts.
  */
-import { lower } from './args.js';
+import type { CommandArgs } from '../protocol/command-args.js';
 import { noKeys, type CommandContext, type CommandSpec } from './types.js';
 
 function save(ctx: CommandContext): void {
@@ -19,8 +19,8 @@ function save(ctx: CommandContext): void {
   }
 }
 
-function bgsave(ctx: CommandContext, argv: Buffer[]): void {
-  const schedule = argv.length === 2 && lower(argv[1]) === 'schedule';
+function bgsave(ctx: CommandContext, argv: CommandArgs): void {
+  const schedule = argv.length === 2 && argv.lower(1) === 'schedule';
   if (argv.length > 2 || (argv.length === 2 && !schedule)) {
     ctx.reply.error('ERR syntax error');
     return;

@@ -15,6 +15,7 @@
  * State per key type (columns A/B/C of the keyspace, plus a blob for the sliding log) is documented
  * in each limiter module.
  */
+import type { CommandArgs } from '../protocol/command-args.js';
 import { KeyType, type Keyspace } from '../keyspace/keyspace.js';
 import type { CellParams } from '../limiters/cell-throttle.js';
 import { fixedWindowDecide } from '../limiters/fixed-window.js';
@@ -24,7 +25,6 @@ import { MAX_SCALED, newRateDecision, type RateDecision } from '../limiters/rate
 import { slidingLogDecide, slidingLogRecord } from '../limiters/sliding-log.js';
 import { slidingWindowDecide } from '../limiters/sliding-window.js';
 import { tokenBucketDecide } from '../limiters/token-bucket.js';
-import { lower, parseRedisInteger, str } from './args.js';
 import { WRONGTYPE } from './throttle.js';
 import { firstKeyOnly, type ArgDoc, type CommandContext, type CommandSpec } from './types.js';
 
@@ -71,23 +71,23 @@ function newLimit(): Limit {
 const limits: Limit[] = [newLimit()];
 
 /** Where an argument error happened: '' for single commands, ` in limit 2` for RL.ALL. */
-function invalid(ctx: CommandContext, name: string, arg: Buffer, where: string, rule: string): void {
-  ctx.reply.error(`ERR invalid ${name} '${str(arg)}'${where}: ${rule}`);
+function invalid(ctx: CommandContext, name: string, text: string, where: string, rule: string): void {
+  ctx.reply.error(`ERR invalid ${name} '${text}'${where}: ${rule}`);
 }
 
 /** An integer argument in [min, max], or null after an error reply naming it. */
-function integerArg(ctx: CommandContext, arg: Buffer, name: string, where: string, min: number, max: number): number | null {
-  const n = parseRedisInteger(arg);
+function integerArg(ctx: CommandContext, argv: CommandArgs, i: number, name: string, where: string, min: number, max: number): number | null {
+  const n = argv.redisInteger(i);
   if (n === null) {
-    invalid(ctx, name, arg, where, 'not an integer');
+    invalid(ctx, name, argv.str(i), where, 'not an integer');
     return null;
   }
   if (n < min) {
-    invalid(ctx, name, arg, where, `must be >= ${min}`);
+    invalid(ctx, name, argv.str(i), where, `must be >= ${min}`);
     return null;
   }
   if (n > max) {
-    invalid(ctx, name, arg, where, `must be <= ${max}`);
+    invalid(ctx, name, argv.str(i), where, `must be <= ${max}`);
     return null;
   }
   return n;
@@ -101,34 +101,34 @@ let parsedCost = 1;
  * or −1 after an error reply. For RL.ALL (`costAllowed` false) it stops at the first argument that
  * is not `BURST`: the next limit's key, or the trailing COST.
  */
-function parseLimit(ctx: CommandContext, argv: Buffer[], i: number, l: Limit, where: string, costAllowed: boolean): number {
+function parseLimit(ctx: CommandContext, argv: CommandArgs, i: number, l: Limit, where: string, costAllowed: boolean): number {
   const algo = l.algo;
-  const limitArg = argv[i];
-  const limit = integerArg(ctx, argv[i], 'limit', where, 1, algo.type === KeyType.SlidingLog ? MAX_SLIDING_LOG_LIMIT : MAX_SCALED);
+  const limitIndex = i;
+  const limit = integerArg(ctx, argv, i, 'limit', where, 1, algo.type === KeyType.SlidingLog ? MAX_SLIDING_LOG_LIMIT : MAX_SCALED);
   if (limit === null) return -1;
-  const periodMs = integerArg(ctx, argv[i + 1], 'period_ms', where, 1, MAX_PERIOD_MS);
+  const periodMs = integerArg(ctx, argv, i + 1, 'period_ms', where, 1, MAX_PERIOD_MS);
   if (periodMs === null) return -1;
   let burst = limit;
-  let burstArg: Buffer | null = null;
+  let burstIndex = -1;
   i += 2;
   while (i < argv.length) {
-    const option = lower(argv[i]);
+    const option = argv.lower(i);
     if (option === 'burst') {
       if (!algo.acceptsBurst || i + 1 >= argv.length) {
         ctx.reply.error('ERR syntax error');
         return -1;
       }
-      const b = integerArg(ctx, argv[i + 1], 'BURST', where, 1, MAX_SCALED);
+      const b = integerArg(ctx, argv, i + 1, 'BURST', where, 1, MAX_SCALED);
       if (b === null) return -1;
       burst = b;
-      burstArg = argv[i + 1];
+      burstIndex = i + 1;
       i += 2;
     } else if (option === 'cost' && costAllowed) {
       if (i + 1 >= argv.length) {
         ctx.reply.error('ERR syntax error');
         return -1;
       }
-      const c = integerArg(ctx, argv[i + 1], 'COST', where, 0, Number.MAX_SAFE_INTEGER);
+      const c = integerArg(ctx, argv, i + 1, 'COST', where, 0, Number.MAX_SAFE_INTEGER);
       if (c === null) return -1;
       parsedCost = c;
       i += 2;
@@ -142,7 +142,7 @@ function parseLimit(ctx: CommandContext, argv: Buffer[], i: number, l: Limit, wh
   // Products the integer arithmetic needs below 2^52 (see src/limiters/rate-decision.ts).
   if (algo.type === KeyType.TokenBucket || algo.type === KeyType.LeakyBucket) {
     if (burst * periodMs > MAX_SCALED) {
-      invalid(ctx, burstArg === null ? 'limit' : 'BURST', burstArg ?? limitArg, where, `BURST x period_ms must be <= ${MAX_SCALED} (BURST defaults to limit)`);
+      invalid(ctx, burstIndex === -1 ? 'limit' : 'BURST', argv.str(burstIndex === -1 ? limitIndex : burstIndex), where, `BURST x period_ms must be <= ${MAX_SCALED} (BURST defaults to limit)`);
       return -1;
     }
   } else if (algo.type === KeyType.Gcra) {
@@ -257,7 +257,7 @@ function countDecision(ctx: CommandContext, name: string, limited: boolean): voi
 }
 
 /** The handler of `RL.<algo>`. */
-function single(algo: Algorithm): (ctx: CommandContext, argv: Buffer[]) => void {
+function single(algo: Algorithm): (ctx: CommandContext, argv: CommandArgs) => void {
   const statName = `rl.${algo.name.toLowerCase()}`;
   return (ctx, argv) => {
     const l = limits[0];
@@ -265,7 +265,7 @@ function single(algo: Algorithm): (ctx: CommandContext, argv: Buffer[]) => void 
     parsedCost = 1;
     if (parseLimit(ctx, argv, 2, l, '', true) === -1) return;
     const cost = parsedCost;
-    l.key = str(argv[1]);
+    l.key = argv.str(1);
     if (!lookupLimit(ctx, l)) return;
     const ks = ctx.server.keyspace;
     decide(ks, l, cost, ctx.nowMs, ctx.nowUs);
@@ -279,8 +279,8 @@ const ALGO_LIST = 'TOKENBUCKET, LEAKYBUCKET, FIXEDWINDOW, SLIDINGLOG, SLIDINGWIN
 /** At most this many limits in one RL.ALL. */
 export const MAX_LIMITS = 64;
 
-function rlAll(ctx: CommandContext, argv: Buffer[]): void {
-  const count = integerArg(ctx, argv[1], 'numlimits', '', 1, MAX_LIMITS);
+function rlAll(ctx: CommandContext, argv: CommandArgs): void {
+  const count = integerArg(ctx, argv, 1, 'numlimits', '', 1, MAX_LIMITS);
   if (count === null) return;
   while (limits.length < count) limits.push(newLimit());
   let i = 2;
@@ -291,13 +291,13 @@ function rlAll(ctx: CommandContext, argv: Buffer[]): void {
       return;
     }
     const l = limits[n];
-    const algo = BY_NAME.get(lower(argv[i + 1]));
+    const algo = BY_NAME.get(argv.lower(i + 1));
     if (algo === undefined) {
-      invalid(ctx, 'ALGO', argv[i + 1], where, `expected ${ALGO_LIST}`);
+      invalid(ctx, 'ALGO', argv.str(i + 1), where, `expected ${ALGO_LIST}`);
       return;
     }
     l.algo = algo;
-    l.key = str(argv[i]);
+    l.key = argv.str(i);
     for (let m = 0; m < n; m++) {
       if (limits[m].key === l.key) {
         ctx.reply.error(`ERR duplicate key '${l.key}'${where}: each limit needs its own key`);
@@ -309,11 +309,11 @@ function rlAll(ctx: CommandContext, argv: Buffer[]): void {
   }
   let cost = 1;
   if (i < argv.length) {
-    if (lower(argv[i]) !== 'cost' || i + 2 !== argv.length) {
+    if (argv.lower(i) !== 'cost' || i + 2 !== argv.length) {
       ctx.reply.error('ERR syntax error');
       return;
     }
-    const c = integerArg(ctx, argv[i + 1], 'COST', '', 0, Number.MAX_SAFE_INTEGER);
+    const c = integerArg(ctx, argv, i + 1, 'COST', '', 0, Number.MAX_SAFE_INTEGER);
     if (c === null) return;
     cost = c;
   }

@@ -2,10 +2,10 @@
  * CL.THROTTLE (redis-cell 0.5) and GCRA (Redis 8.8). Both keep one TAT per key and share it:
  * TYPE answers `gcra` for either. State in the keyspace: A = TAT whole µs, B = TAT extra ns (0..999).
  */
+import type { CommandArgs } from '../protocol/command-args.js';
 import { KeyType } from '../keyspace/keyspace.js';
 import { cellParams, cellThrottle, newCellDecision, MAX_BURST, MAX_PERIOD_SEC, MAX_TOLERANCE_US } from '../limiters/cell-throttle.js';
 import { gcraDecide, gcraParams, newGcraDecision } from '../limiters/redis-gcra.js';
-import { lower, parseRedisDouble, parseRedisInteger, parseRustI64, str } from './args.js';
 import { firstKeyOnly, type CommandContext, type CommandSpec } from './types.js';
 
 export const WRONGTYPE = 'WRONGTYPE Operation against a key holding the wrong kind of value';
@@ -41,14 +41,14 @@ const gcraDecision = newGcraDecision();
  * Parses a redis-cell integer argument; writes a clear error naming it when it is not an integer,
  * below `min` (`belowRule` says so in words) or above `max` (`aboveRule`).
  */
-function cellInteger(ctx: CommandContext, arg: Buffer, name: string, min: number, belowRule: string, max = Infinity, aboveRule = ''): number | null {
-  const n = parseRustI64(arg);
+function cellInteger(ctx: CommandContext, argv: CommandArgs, i: number, name: string, min: number, belowRule: string, max = Infinity, aboveRule = ''): number | null {
+  const n = argv.rustI64(i);
   if (n === null) {
-    ctx.reply.error(`ERR invalid ${name} '${str(arg)}': not an integer`);
+    ctx.reply.error(`ERR invalid ${name} '${argv.str(i)}': not an integer`);
     return null;
   }
   if (n < min || n > max) {
-    ctx.reply.error(`ERR invalid ${name} '${str(arg)}': ${n < min ? belowRule : aboveRule}`);
+    ctx.reply.error(`ERR invalid ${name} '${argv.str(i)}': ${n < min ? belowRule : aboveRule}`);
     return null;
   }
   return n;
@@ -83,7 +83,7 @@ function replyFive(ctx: CommandContext, limited: boolean, limit: number, remaini
   r.integer(reset);
 }
 
-function clThrottle(ctx: CommandContext, argv: Buffer[]): void {
+function clThrottle(ctx: CommandContext, argv: CommandArgs): void {
   if (argv.length > 6) {
     ctx.reply.error("ERR wrong number of arguments for 'cl.throttle' command");
     return;
@@ -99,25 +99,25 @@ function clThrottle(ctx: CommandContext, argv: Buffer[]): void {
   // period in ns) where cellgate refuses, and a count above 2^53 is rounded as redis-cell's f64 does.
   if (shortForm) {
     // Short form: CL.THROTTLE key capacity rate_per_second.
-    const capacity = cellInteger(ctx, argv[2], 'capacity', 1, 'must be >= 1', MAX_BURST + 1, CAPACITY_RULE);
+    const capacity = cellInteger(ctx, argv, 2, 'capacity', 1, 'must be >= 1', MAX_BURST + 1, CAPACITY_RULE);
     if (capacity === null) return;
     maxBurst = capacity - 1;
-    count = cellInteger(ctx, argv[3], countName, 1, 'must be >= 1');
+    count = cellInteger(ctx, argv, 3, countName, 1, 'must be >= 1');
     period = 1;
   } else {
-    maxBurst = cellInteger(ctx, argv[2], 'max_burst', 0, 'must be >= 0', MAX_BURST, BURST_RULE);
+    maxBurst = cellInteger(ctx, argv, 2, 'max_burst', 0, 'must be >= 0', MAX_BURST, BURST_RULE);
     if (maxBurst === null) return;
-    count = cellInteger(ctx, argv[3], countName, 1, 'must be >= 1');
+    count = cellInteger(ctx, argv, 3, countName, 1, 'must be >= 1');
     if (count === null) return;
-    period = cellInteger(ctx, argv[4], 'period', 1, 'must be >= 1 second', MAX_PERIOD_SEC, PERIOD_RULE);
+    period = cellInteger(ctx, argv, 4, 'period', 1, 'must be >= 1 second', MAX_PERIOD_SEC, PERIOD_RULE);
     if (period === null) return;
-    if (argv.length === 6) quantity = cellInteger(ctx, argv[5], 'quantity', 0, 'must be >= 0');
+    if (argv.length === 6) quantity = cellInteger(ctx, argv, 5, 'quantity', 0, 'must be >= 0');
   }
   if (count === null || quantity === null) return;
   const params = memoCellParams(maxBurst, count, period);
   if (params === 'zero-interval') {
     // redis-cell: "Zero rates are not supported" (T = trunc(period·1e9/count) is 0 ns).
-    ctx.reply.error(`ERR invalid ${countName} '${str(argv[3])}': more than 10^9 per second (the emission interval would be 0 ns)`);
+    ctx.reply.error(`ERR invalid ${countName} '${argv.str(3)}': more than 10^9 per second (the emission interval would be 0 ns)`);
     return;
   }
   if (typeof params === 'string') {
@@ -126,7 +126,7 @@ function clThrottle(ctx: CommandContext, argv: Buffer[]): void {
     ctx.reply.error(`ERR invalid max_burst/period: the burst tolerance (period / count_per_period * (max_burst + 1)) exceeds ${MAX_TOLERANCE_US / (365 * 86400 * 1e6)} years`);
     return;
   }
-  const key = str(argv[1]);
+  const key = argv.str(1);
   const slot = gcraSlot(ctx, key);
   if (slot === null) return;
   const ks = ctx.server.keyspace;
@@ -144,8 +144,8 @@ function countDecision(ctx: CommandContext, name: string, limited: boolean): voi
 }
 
 /** Redis's getRangeLongFromObjectOrReply(c, o, 1, LONG_MAX, ..., NULL). */
-function positiveLong(ctx: CommandContext, arg: Buffer): number | null {
-  const n = parseRedisInteger(arg);
+function positiveLong(ctx: CommandContext, argv: CommandArgs, i: number): number | null {
+  const n = argv.redisInteger(i);
   if (n === null) {
     ctx.reply.error('ERR value is not an integer or out of range');
     return null;
@@ -157,20 +157,20 @@ function positiveLong(ctx: CommandContext, arg: Buffer): number | null {
   return n;
 }
 
-function gcra(ctx: CommandContext, argv: Buffer[]): void {
+function gcra(ctx: CommandContext, argv: CommandArgs): void {
   const r = ctx.reply;
   if (argv.length > 7) {
     r.error("ERR wrong number of arguments for 'gcra' command");
     return;
   }
-  const maxBurst = parseRedisInteger(argv[2]);
+  const maxBurst = argv.redisInteger(2);
   if (maxBurst === null || maxBurst < 0) {
     r.error('ERR value is out of range, must be positive');
     return;
   }
-  const tokensPerPeriod = positiveLong(ctx, argv[3]);
+  const tokensPerPeriod = positiveLong(ctx, argv, 3);
   if (tokensPerPeriod === null) return;
-  const period = parseRedisDouble(argv[4]);
+  const period = argv.redisDouble(4);
   if (period === null) {
     r.error('ERR value is not a valid float');
     return;
@@ -181,7 +181,7 @@ function gcra(ctx: CommandContext, argv: Buffer[]): void {
   }
   let tokens = 1;
   if (argv.length >= 6) {
-    if (lower(argv[5]) !== 'tokens') {
+    if (argv.lower(5) !== 'tokens') {
       r.error('ERR syntax error');
       return;
     }
@@ -189,11 +189,11 @@ function gcra(ctx: CommandContext, argv: Buffer[]): void {
       r.error('ERR Missing TOKENS value');
       return;
     }
-    const t = positiveLong(ctx, argv[6]);
+    const t = positiveLong(ctx, argv, 6);
     if (t === null) return;
     tokens = t;
   }
-  const key = str(argv[1]);
+  const key = argv.str(1);
   const slot = gcraSlot(ctx, key);
   if (slot === null) return;
   const params = gcraParams(maxBurst, tokensPerPeriod, period, tokens);

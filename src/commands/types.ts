@@ -2,6 +2,7 @@
  * The shape of a command, described once. Arity checks, the auth gate, `COMMAND INFO`,
  * `COMMAND DOCS`, `COMMAND LIST` and subcommand help are all generated from these descriptions.
  */
+import type { CommandArgs } from '../protocol/command-args.js';
 import type { Client } from '../server/client.js';
 import type { Server } from '../server/server.js';
 import type { ReplyWriter } from '../protocol/reply-writer.js';
@@ -31,7 +32,7 @@ export interface CommandContext {
 }
 
 /** Runs a command whose arity was checked. `argv[0]` is the command name as sent. */
-export type CommandHandler = (ctx: CommandContext, argv: Buffer[]) => void;
+export type CommandHandler = (ctx: CommandContext, argv: CommandArgs) => void;
 
 export interface CommandSpec {
   /** Lowercase name (`cl.throttle`, or `setname` for a subcommand). */

@@ -10,6 +10,7 @@
  * reused by the parser afterwards, so a command may keep them.
  */
 import { splitInlineArgs } from './inline.js';
+import { CommandArgs } from './command-args.js';
 
 /** Redis's PROTO_INLINE_MAX_SIZE: the longest inline line or `*`/`$` header line. */
 export const INLINE_MAX_BYTES = 64 * 1024;
@@ -45,14 +46,15 @@ export interface ParserLimits {
 }
 
 /** The result of one `next()` call: a command, nothing yet, or a protocol error. */
-export type ParseResult = Buffer[] | null | ProtocolError;
+export type ParseResult = CommandArgs | null | ProtocolError;
 
 export class RequestParser {
   private buf: Buffer = EMPTY;
   private pos = 0;
   /** Arguments still expected by the multibulk being read (0 = between commands). */
   private argsLeft = 0;
-  private argv: Buffer[] = [];
+  /** The command being read; reused for every command (see CommandArgs). */
+  private readonly argv = new CommandArgs();
   /** Length of the bulk being read, or -1 while its `$` header is still to come. */
   private bulkLen = -1;
   /** For big arguments: chunks gathered so far and their total size. */
@@ -96,7 +98,8 @@ export class RequestParser {
           const inline = this.parseInline();
           if (inline === null || inline instanceof ProtocolError) return inline;
           if (inline.length === 0) continue;
-          return inline;
+          this.argv.setBuffers(inline);
+          return this.argv;
         }
         const header = this.parseMultibulkHeader(authenticated);
         if (header !== true) return header;
@@ -104,10 +107,8 @@ export class RequestParser {
       }
       const done = this.parseBulks(authenticated);
       if (done !== true) return done;
-      const argv = this.argv;
-      this.argv = [];
       this.argvBytes = 0;
-      return argv;
+      return this.argv;
     }
   }
 
@@ -124,6 +125,7 @@ export class RequestParser {
     if (count > UNAUTH_MAX_ARGS && !authenticated) return new ProtocolError('unauthenticated multibulk length');
     this.pos = cr + 2;
     this.argsLeft = count > 0 ? count : 0;
+    this.argv.reset();
     this.bulkLen = -1;
     return true;
   }
@@ -157,7 +159,7 @@ export class RequestParser {
         }
       }
       if (this.buf.length - this.pos < this.bulkLen + 2) return null;
-      this.argv.push(this.buf.subarray(this.pos, this.pos + this.bulkLen));
+      this.argv.push(this.buf, this.pos, this.pos + this.bulkLen);
       if (this.argsLeft > 1) this.argvBytes += this.bulkLen + ARG_OVERHEAD_BYTES;
       this.pos += this.bulkLen + 2; // Redis skips the trailing \r\n without checking it
       this.bulkLen = -1;

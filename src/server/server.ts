@@ -2,6 +2,7 @@
  * The server: listening sockets, the client registry, command dispatch (lookup, arity, auth gate,
  * stats) and the periodic task (active expiry, idle timeouts, metrics), all on one thread, as Redis.
  */
+import type { CommandArgs } from '../protocol/command-args.js';
 import net from 'node:net';
 import tls from 'node:tls';
 import { performance } from 'node:perf_hooks';
@@ -13,7 +14,6 @@ import { Keyspace } from '../keyspace/keyspace.js';
 import { ReplyWriter } from '../protocol/reply-writer.js';
 import { lookupCommand, lookupSubcommand } from '../commands/table.js';
 import type { CommandContext, CommandSpec } from '../commands/types.js';
-import { lower, str } from '../commands/args.js';
 import { MISCONF_MESSAGE, Snapshotter, type SaveMode } from '../persistence/snapshotter.js';
 import { Client } from './client.js';
 import { MemoryGuard, OOM_MESSAGE } from './memory.js';
@@ -208,41 +208,31 @@ export class Server {
     this.perfMark = performance.now();
   }
 
-  /** The command for a name, remembering the last one: a pipeline mostly repeats one command. */
-  private findCommand(nameArg: Buffer): CommandSpec | undefined {
-    const last = this.lastName;
-    if (nameArg.length === last.length) {
-      let same = true;
-      for (let i = 0; i < last.length; i++) {
-        if (nameArg[i] !== last[i]) {
-          same = false;
-          break;
-        }
-      }
-      if (same) return this.lastSpec;
-    }
-    const spec = lookupCommand(lower(nameArg));
+  /** The command named by argument 0, remembering the last one: a pipeline mostly repeats one command. */
+  private findCommand(argv: CommandArgs): CommandSpec | undefined {
+    if (argv.bytesEqual(0, this.lastName)) return this.lastSpec;
+    const spec = lookupCommand(argv.lower(0));
     if (spec !== undefined) {
-      this.lastName = Buffer.from(nameArg);
+      this.lastName = Buffer.from(argv.buffer(0));
       this.lastSpec = spec;
     }
     return spec;
   }
 
   /** Runs one command for `client`; its reply goes to the shared writer. */
-  execute(client: Client, argv: Buffer[]): void {
+  execute(client: Client, argv: CommandArgs): void {
     const reply = this.writer;
-    let spec = this.findCommand(argv[0]);
+    let spec = this.findCommand(argv);
     if (spec === undefined) {
       this.stats.error('ERR');
       reply.error(unknownCommandMessage(argv));
       return;
     }
     if (spec.subcommands !== undefined && argv.length >= 2) {
-      const sub = lookupSubcommand(spec, lower(argv[1]));
+      const sub = lookupSubcommand(spec, argv.lower(1));
       if (sub === undefined) {
         this.stats.error('ERR');
-        reply.error(`ERR unknown subcommand '${truncate(str(argv[1]), 128)}'. Try ${spec.name.toUpperCase()} HELP.`);
+        reply.error(`ERR unknown subcommand '${truncate(argv.str(1), 128)}'. Try ${spec.name.toUpperCase()} HELP.`);
         return;
       }
       spec = sub;
@@ -368,10 +358,10 @@ function truncate(s: string, n: number): string {
 }
 
 /** Redis 7's text: `unknown command 'x', with args beginning with: 'a' 'b' ` (args up to 128 chars). */
-function unknownCommandMessage(argv: Buffer[]): string {
+function unknownCommandMessage(argv: CommandArgs): string {
   let args = '';
   for (let i = 1; i < argv.length && args.length < 128; i++) {
-    args += `'${truncate(str(argv[i]), 128 - args.length)}' `;
+    args += `'${truncate(argv.str(i), 128 - args.length)}' `;
   }
-  return `ERR unknown command '${truncate(str(argv[0]), 128)}', with args beginning with: ${args}`;
+  return `ERR unknown command '${truncate(argv.str(0), 128)}', with args beginning with: ${args}`;
 }
