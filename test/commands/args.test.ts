@@ -4,6 +4,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { parseRedisDouble, parseRedisInteger, parseRustI64 } from '../../src/commands/args.js';
+import { CommandArgs, argsOf } from '../../src/protocol/command-args.js';
 
 const b = (s: string) => Buffer.from(s, 'latin1');
 
@@ -30,4 +31,38 @@ describe('parseRedisDouble (strtod, whole string)', () => {
     ['1e400', null], ['1e-400', null], ['nan', null], ['', null], [' 1', null], ['1 ', null], ['abc', null], ['0x', null], ['1e', null],
   ];
   for (const [text, expected] of cases) it(JSON.stringify(text), () => expect(parseRedisDouble(b(text))).toBe(expected));
+});
+
+describe('CommandArgs (argument positions in the received bytes)', () => {
+  it('reads numbers, strings and bytes at their positions without copying the request', () => {
+    const request = Buffer.from('xxCL.THROTTLEyyuser:1zz+0070zz-5zz2.5', 'latin1');
+    const args = new CommandArgs();
+    args.push(request, 2, 13);
+    args.push(request, 15, 21);
+    args.push(request, 23, 28);
+    args.push(request, 30, 32);
+    args.push(request, 34, 37);
+    expect(args.length).toBe(5);
+    expect(args.lower(0)).toBe('cl.throttle');
+    expect(args.str(1)).toBe('user:1');
+    expect(args.rustI64(2)).toBe(70);
+    expect(args.redisInteger(2)).toBeNull(); // '+' and leading zeros are Rust's, not Redis's
+    expect(args.redisInteger(3)).toBe(-5);
+    expect(args.redisDouble(4)).toBe(2.5);
+    expect(args.buffer(1).toString()).toBe('user:1');
+    expect(args.bytesEqual(0, Buffer.from('CL.THROTTLE'))).toBe(true);
+    expect(args.bytesEqual(0, Buffer.from('cl.throttle'))).toBe(false);
+    expect(args.lowerFrom(3)).toEqual(['-5', '2.5']);
+  });
+
+  it('is reused: reset forgets the previous command, and a huge one does not keep its room', () => {
+    const args = argsOf('PING', 'hello');
+    expect(args.str(1)).toBe('hello');
+    for (let i = 0; i < 5000; i++) args.push(Buffer.from('x'), 0, 1);
+    args.reset();
+    expect(args.length).toBe(0);
+    args.push(Buffer.from('ECHO'), 0, 4);
+    expect(args.length).toBe(1);
+    expect(args.str(0)).toBe('ECHO');
+  });
 });
