@@ -24,6 +24,33 @@ describe('Keyspace', () => {
     expect(ks.expiredCount).toBe(1);
   });
 
+  it('an expired key found by lookup is gone, and re-creating it at once reuses its slot', () => {
+    const ks = new Keyspace();
+    const a = put(ks, 'a', 100);
+    put(ks, 'b', 1e12);
+    expect(ks.lookup('a', 101)).toBe(-1);
+    expect(ks.size).toBe(1);
+    expect(ks.countOfType(KeyType.Gcra)).toBe(1);
+    expect(ks.create('a', KeyType.Gcra)).toBe(a);
+    expect(ks.size).toBe(2);
+    expect(ks.countOfType(KeyType.Gcra)).toBe(2);
+    // Found expired, then not re-created: every other operation sees it gone.
+    expect(ks.lookup('a', 1e9)).toBe(-1);
+    const seen: string[] = [];
+    ks.scan(0, 100, 1e9, (key) => seen.push(key));
+    expect(seen).toEqual(['b']);
+    expect(ks.size).toBe(1);
+    // Found expired, then another key created: the new key does not take over the old entry.
+    put(ks, 'c', 50);
+    expect(ks.lookup('c', 51)).toBe(-1);
+    const d = put(ks, 'd', 1e12);
+    expect(ks.lookup('c', 51)).toBe(-1);
+    expect(ks.lookup('d', 51)).toBe(d);
+    expect(ks.size).toBe(2);
+    expect(ks.delete('b', 51)).toBe(true);
+    expect(ks.size).toBe(1);
+  });
+
   it('reuses freed slots and keeps state per slot', () => {
     const ks = new Keyspace();
     const a = put(ks, 'a', 10);
