@@ -671,7 +671,11 @@ ${profile.fileTable}
 
 ${table(['target', 'round', 'requests/s', 'p50 ms', 'p99 ms', 'max ms', 'seconds'], rawRows)}
 `;
-    writeFileSync(RESULTS, md);
+    // This script owns the first section (up to the next top-level heading); other benchmarks
+    // (ratelimit.mjs, snapshot.mjs) keep theirs after it.
+    const previous = existsSync(RESULTS) ? readFileSync(RESULTS, 'utf8') : '';
+    const others = previous.search(/^# (?!CL\.THROTTLE benchmark)/m);
+    writeFileSync(RESULTS, md.trimEnd() + '\n' + (others === -1 ? '' : '\n' + previous.slice(others)));
     say();
     say(`# wrote ${relative(process.cwd(), RESULTS) || RESULTS}`);
   }
