@@ -16,6 +16,7 @@ import { lookupCommand, lookupSubcommand } from '../commands/table.js';
 import type { CommandContext, CommandSpec } from '../commands/types.js';
 import { MISCONF_MESSAGE, Snapshotter, type SaveMode } from '../persistence/snapshotter.js';
 import { Client } from './client.js';
+import { startMetrics } from './metrics.js';
 import { MemoryGuard, OOM_MESSAGE } from './memory.js';
 import { Stats } from './stats.js';
 import { createTlsServer, tlsPeerRefused } from './tls.js';
@@ -74,6 +75,7 @@ export class Server {
     const addresses = this.config.get('bind').split(/\s+/).filter(Boolean);
     let port = this.config.int('port');
     const failures: string[] = [];
+    const bound: string[] = [];
     const tlsPortWanted = this.config.int('tls-port');
     const tlsOptions = tlsPortWanted > 0 ? createTlsServer(this.config) : null;
     for (const raw of addresses) {
@@ -83,6 +85,7 @@ export class Server {
       try {
         const listener = await this.listen(address, port);
         this.listeners.push(listener);
+        bound.push(address);
         port = (listener.address() as net.AddressInfo).port;
       } catch (e) {
         const err = e as NodeJS.ErrnoException;
@@ -106,6 +109,16 @@ export class Server {
           if (optional && err.code !== 'EADDRINUSE') continue;
           failures.push(`cannot listen for TLS on ${address.includes(':') ? `[${address}]` : address}:${tlsPortWanted}: ${err.code === 'EADDRINUSE' ? 'address already in use' : (err.code ?? err.message)}`);
         }
+      }
+    }
+    const metricsPort = this.config.int('metrics-port');
+    if (metricsPort > 0 && failures.length === 0) {
+      try {
+        this.listeners.push(...(await startMetrics(this, bound, metricsPort)));
+        this.log.notice(`Prometheus metrics on port ${metricsPort} (/metrics)`, { metrics_port: metricsPort });
+      } catch (e) {
+        const err = e as NodeJS.ErrnoException;
+        failures.push(`cannot listen for metrics on port ${metricsPort}: ${err.code === 'EADDRINUSE' ? 'address already in use' : (err.code ?? err.message)}`);
       }
     }
     if (failures.length > 0 || this.listeners.length === 0) {
