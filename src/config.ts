@@ -54,6 +54,8 @@ const DEFS: ConfigDef[] = [
   { name: 'stop-writes-on-bgsave-error', kind: { type: 'bool' }, default: 'yes', mutable: true, help: 'refuse writes (MISCONF) while the last background save failed' },
   { name: 'appendonly', kind: { type: 'enum', values: ['no'] }, default: 'no', mutable: false, help: 'always no: cellgate persists by snapshot' },
   { name: 'databases', kind: { type: 'int', min: 1, max: 1 }, default: '1', mutable: false, help: 'one database, 0' },
+  { name: 'slowlog-log-slower-than', kind: { type: 'int', min: -1, max: Number.MAX_SAFE_INTEGER }, default: '10000', mutable: true, help: 'log commands slower than this many microseconds (-1 = never, 0 = all)' },
+  { name: 'slowlog-max-len', kind: { type: 'int', min: 0, max: Number.MAX_SAFE_INTEGER }, default: '128', mutable: true, help: 'entries the slow log keeps' },
   { name: 'hz', kind: { type: 'int', min: 1, max: 500 }, default: '10', mutable: true, help: 'background task frequency' },
   { name: 'loglevel', kind: { type: 'enum', values: ['debug', 'verbose', 'notice', 'warning', 'nothing'] }, default: 'notice', mutable: true, help: 'log verbosity' },
   { name: 'log-format', kind: { type: 'enum', values: ['human', 'json'] }, default: 'human', mutable: true, help: 'log lines as text or JSON objects' },

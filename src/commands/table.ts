@@ -9,6 +9,7 @@ import { introspectionCommands } from './introspection.js';
 import { keyCommands } from './keys.js';
 import { rateLimitCommands } from './ratelimit.js';
 import { persistenceCommands } from './persistence.js';
+import { slowlogCommands } from './slowlog.js';
 import { throttleCommands } from './throttle.js';
 import type { CommandSpec } from './types.js';
 
@@ -20,6 +21,7 @@ const COMMANDS: CommandSpec[] = [
   ...infoCommands,
   ...adminCommands,
   ...persistenceCommands,
+  ...slowlogCommands,
   ...introspectionCommands,
 ];
 

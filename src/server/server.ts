@@ -17,6 +17,7 @@ import type { CommandContext, CommandSpec } from '../commands/types.js';
 import { MISCONF_MESSAGE, Snapshotter, type SaveMode } from '../persistence/snapshotter.js';
 import { Client } from './client.js';
 import { startMetrics } from './metrics.js';
+import { SlowLog } from './slowlog.js';
 import { MemoryGuard, OOM_MESSAGE } from './memory.js';
 import { Stats } from './stats.js';
 import { createTlsServer, tlsPeerRefused } from './tls.js';
@@ -49,6 +50,10 @@ export class Server {
   /** `client-output-buffer-limit normal`, parsed once per change: clients read it for every batch. */
   outputLimit: OutputLimit = { hardBytes: 0, softBytes: 0, softSeconds: 0 };
   private nextClientId = 1;
+  readonly slowlog = new SlowLog();
+  /** slowlog-log-slower-than and slowlog-max-len, read once per CONFIG change. */
+  private slowlogThresholdUs = 10000;
+  private slowlogMaxLen = 128;
   private lastName: Buffer = Buffer.alloc(0);
   private lastSpec: CommandSpec | undefined;
   private perfMark = performance.now();
@@ -140,6 +145,8 @@ export class Server {
     this.maxmemoryBytes = this.config.int('maxmemory');
     this.memory.configure(this.maxmemoryBytes);
     this.outputLimit = this.config.outputLimit('normal');
+    this.slowlogThresholdUs = this.config.int('slowlog-log-slower-than');
+    this.slowlogMaxLen = this.config.int('slowlog-max-len');
     if (this.timer) clearInterval(this.timer);
     this.timer = setInterval(() => this.periodic(), Math.max(1, Math.floor(1000 / this.config.int('hz'))));
   }
@@ -288,8 +295,13 @@ export class Server {
     client.lastCommand = fullName;
     spec.run(ctx, argv);
     const ended = performance.now();
-    stat.usec += (ended - started) * 1000;
+    const durationUs = (ended - started) * 1000;
+    stat.usec += durationUs;
     this.perfMark = ended;
+    if (durationUs >= this.slowlogThresholdUs && this.slowlogThresholdUs >= 0) {
+      const redact = spec === lookupCommand('auth') || spec === lookupCommand('hello');
+      this.slowlog.consider(this.slowlogThresholdUs, this.slowlogMaxLen, durationUs, argv, redact, nowUs, client.addr, client.name);
+    }
     stat.calls++;
     this.stats.totalCommands++;
     // A reply that begins with '-' is an error: count it as Redis's failed_calls / errorstats do.
