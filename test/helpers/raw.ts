@@ -84,6 +84,20 @@ export class RawConnection {
     return new Promise((resolve) => this.socket.write(buf, () => resolve()));
   }
 
+  /**
+   * Writes `buf` in pieces cut at `cuts` (any order; out-of-range or repeated cuts are skipped), one
+   * timer tick apart, so the server sees the frame split at those bytes.
+   */
+  async writeInPieces(buf: Buffer, cuts: number[]): Promise<void> {
+    let from = 0;
+    for (const cut of [...cuts].sort((a, b) => a - b).concat(buf.length)) {
+      if (cut <= from) continue;
+      await this.write(buf.subarray(from, cut));
+      from = cut;
+      await new Promise((resolve) => setTimeout(resolve, 0));
+    }
+  }
+
   /** Resolves when `ready()` holds; rejects after `timeoutMs` with what was received so far. */
   waitFor(ready: () => boolean, timeoutMs: number, what: string): Promise<void> {
     if (ready()) return Promise.resolve();

@@ -7,6 +7,8 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll } from 'vitest';
+import { Redis } from 'ioredis';
 
 export const MAIN = fileURLToPath(new URL('../../dist/main.js', import.meta.url));
 
@@ -81,4 +83,22 @@ export async function startServer(opts: StartOptions = {}): Promise<RunningServe
       return code;
     },
   };
+}
+
+/**
+ * For a test file: one server and one RESP2 ioredis client, started before its tests and stopped
+ * after them. The returned object's fields are set once `beforeAll` has run.
+ */
+export function useServer(opts: StartOptions = {}): { server: RunningServer; redis: Redis } {
+  const env = {} as { server: RunningServer; redis: Redis };
+  beforeAll(async () => {
+    env.server = await startServer(opts);
+    env.redis = new Redis({ port: env.server.port, host: '127.0.0.1', protocol: 2, lazyConnect: true, maxRetriesPerRequest: 0 });
+    await env.redis.connect();
+  });
+  afterAll(async () => {
+    env.redis?.disconnect();
+    await env.server?.stop();
+  });
+  return env;
 }

@@ -4,30 +4,18 @@
  * arithmetic on huge values, cellgate answers a clear error naming the argument, and the key (TAT
  * and expiry) is exactly as before: a control key that never saw the bad calls answers the same.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
-import { startServer, type RunningServer } from '../helpers/server.js';
+import { useServer } from '../helpers/server.js';
 
 const AT_MS = '1800000000000.250';
 
-let server: RunningServer;
-let redis: Redis;
-
-beforeAll(async () => {
-  server = await startServer();
-  redis = new Redis({ port: server.port, host: '127.0.0.1', protocol: 2, lazyConnect: true, maxRetriesPerRequest: 0 });
-  await redis.connect();
-});
-
-afterAll(async () => {
-  redis?.disconnect();
-  await server?.stop();
-});
+const env = useServer();
 
 /** Sends one command; an error reply comes back as { error: text }. */
 async function send(...args: string[]): Promise<unknown> {
   try {
-    return await redis.call(args[0], ...args.slice(1));
+    return await env.redis.call(args[0], ...args.slice(1));
   } catch (e) {
     return { error: (e as Error).message };
   }
@@ -145,7 +133,7 @@ describe('CL.THROTTLE: invalid input is refused and never changes state', () => 
   it('the widest accepted values still work exactly', async () => {
     // Integers past 2^53 need stringNumbers: ioredis's RESP2 number parsing rounds them (it returned
     // 9007199254740992 for the :9007199254740991 this server sends).
-    const exact = new Redis({ port: server.port, host: '127.0.0.1', protocol: 2, stringNumbers: true });
+    const exact = new Redis({ port: env.server.port, host: '127.0.0.1', protocol: 2, stringNumbers: true });
     try {
       expect(await exact.call('DEBUG', 'CLOCK', 'SET', AT_MS)).toBe('OK');
       // limit 2^53 − 1 with T = 1 ns: τ ≈ 104 days. T is below 1 µs, so redis-cell's remaining divides

@@ -10,9 +10,8 @@
  */
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Redis } from 'ioredis';
-import { startServer, type RunningServer } from '../helpers/server.js';
+import { describe, expect, it } from 'vitest';
+import { useServer } from '../helpers/server.js';
 
 /** shared/vectors next to the checkout (CELLGATE_VECTORS=/path/ overrides; keep the trailing slash). */
 const VECTORS = process.env.CELLGATE_VECTORS ?? fileURLToPath(new URL('../../../shared/vectors/', import.meta.url));
@@ -41,19 +40,7 @@ function decode([err, value]: [Error | null, unknown]): Reply {
 /** One step's outcome, for a readable diff when a timeline disagrees. */
 interface Mismatch { timeline: number; step: number; params: unknown; at_us: number; arg: unknown; expected: unknown; actual: unknown }
 
-let server: RunningServer;
-let redis: Redis;
-
-beforeAll(async () => {
-  server = await startServer();
-  redis = new Redis({ port: server.port, host: '127.0.0.1', protocol: 2, lazyConnect: true, maxRetriesPerRequest: 0 });
-  await redis.connect();
-});
-
-afterAll(async () => {
-  redis?.disconnect();
-  await server?.stop();
-});
+const env = useServer();
 
 /**
  * Runs `timelines` in pipelined batches. `command(t, step)` is the limiter command for a step. Returns
@@ -69,7 +56,7 @@ async function replay<P, S extends { at_us: number; reply: number[]; pttl: numbe
   let steps = 0;
   const BATCH = 25;
   for (let first = 0; first < timelines.length; first += BATCH) {
-    const pipe = redis.pipeline();
+    const pipe = env.redis.pipeline();
     const batch = timelines.slice(first, first + BATCH);
     batch.forEach((t, j) => {
       const key = `${prefix}:${first + j}`;
@@ -142,7 +129,7 @@ describe('recorded timelines', () => {
 
 /** Runs one edge case's steps on a flushed database, each at its recorded instant. */
 async function runSteps(steps: { at_us: number; cmd: string[] }[]): Promise<Reply[]> {
-  const pipe = redis.pipeline();
+  const pipe = env.redis.pipeline();
   pipe.call('FLUSHALL');
   for (const s of steps) {
     pipe.call('DEBUG', 'CLOCK', 'SET', clockMs(s.at_us));
@@ -227,7 +214,7 @@ describe('CL.THROTTLE errors and edges (redis-cell 0.5, with cellgate\'s stricte
       });
       // The key was never created.
       const key = c.steps[0].cmd[1];
-      if (key !== undefined) expect(await redis.exists(key)).toBe(0);
+      if (key !== undefined) expect(await env.redis.exists(key)).toBe(0);
     });
   };
 
