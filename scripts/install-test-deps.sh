@@ -6,6 +6,10 @@ set -eu
 missing=""
 command -v redis-cli >/dev/null 2>&1 || missing="$missing redis-tools"
 command -v redis-benchmark >/dev/null 2>&1 || case "$missing" in *redis-tools*) ;; *) missing="$missing redis-tools" ;; esac
+# openssl makes the TLS tests' certificates; ip (iproute2) gives the protected-mode test its own
+# network namespace. Without them those tests skip, saying why.
+command -v openssl >/dev/null 2>&1 || missing="$missing openssl"
+command -v ip >/dev/null 2>&1 || missing="$missing iproute2"
 PY=/usr/bin/python3; [ -x $PY ] || PY=python3
 $PY -c 'import redis' >/dev/null 2>&1 || missing="$missing python3-redis"
 [ -z "$missing" ] && exit 0
