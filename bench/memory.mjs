@@ -13,6 +13,7 @@ import os from 'node:os';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { NODE_FLAGS } from './node-flags.mjs';
 
 const KEYS = Number(process.env.KEYS ?? 1_000_000);
 const SECONDS = Number(process.env.SECONDS ?? 10);
@@ -22,7 +23,7 @@ console.log(`$ ${process.argv.map((a) => a.split('/').slice(-2).join('/')).join(
 console.log(`machine: ${os.cpus()[0]?.model ?? '?'} x${os.cpus().length}, ${(os.totalmem() / 2 ** 30).toFixed(1)} GiB, node ${process.version}, load ${os.loadavg().map((l) => l.toFixed(2)).join(' ')}`);
 
 const dir = mkdtempSync(join(os.tmpdir(), 'cellgate-mem-'));
-const server = spawn(process.execPath, ['--trace-gc', MAIN, '--port', '0', '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--log-format', 'json', '--enable-debug-command', 'yes'], { stdio: ['ignore', 'pipe', 'inherit'] });
+const server = spawn(process.execPath, [...NODE_FLAGS, '--trace-gc', MAIN, '--port', '0', '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--log-format', 'json', '--enable-debug-command', 'yes'], { stdio: ['ignore', 'pipe', 'inherit'] });
 const pauses = [];
 let recording = false;
 let port = 0;

@@ -24,6 +24,7 @@ import net from 'node:net';
 import os from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { NODE_FLAGS } from './node-flags.mjs';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 const MAIN = join(ROOT, 'dist', 'main.js');
@@ -133,7 +134,7 @@ async function startCellgate() {
   const dir = mkdtempSync(join(os.tmpdir(), 'cellgate-rlbench-'));
   tempDirs.push(dir);
   const [cmd, args] = pinned(0, process.execPath, [
-    '--max-old-space-size=8192', MAIN, '--port', '0', '--bind', '127.0.0.1', '--dir', dir, '--save', '',
+    ...NODE_FLAGS, '--max-old-space-size=8192', MAIN, '--port', '0', '--bind', '127.0.0.1', '--dir', dir, '--save', '',
     '--log-format', 'json', '--enable-debug-command', 'yes', '--maxclients', '1000',
   ]);
   const child = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'] });

@@ -29,6 +29,7 @@ import net from 'node:net';
 import os from 'node:os';
 import { dirname, join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { NODE_FLAGS } from './node-flags.mjs';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 const MAIN = join(ROOT, 'dist', 'main.js');
@@ -244,7 +245,7 @@ async function startCellgate(extraNodeArgs = [], cwd = ROOT) {
   const dir = mkdtempSync(join(os.tmpdir(), 'cellgate-bench-'));
   tempDirs.push(dir);
   const [cmd, args] = pinned(0, process.execPath, [
-    ...extraNodeArgs, MAIN, '--port', '0', '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--log-format', 'json',
+    ...NODE_FLAGS, ...extraNodeArgs, MAIN, '--port', '0', '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--log-format', 'json',
   ]);
   const child = track(spawn(cmd, args, { cwd, stdio: ['ignore', 'pipe', 'pipe'] }));
   const logs = [];

@@ -1,0 +1,6 @@
+/**
+ * The V8 flags cellgate runs with: `npm start`, the `cellgate-server` bin (its shebang) and the
+ * Docker image pass the same ones (test/server/node-flags.test.ts keeps them in step), so the
+ * benchmarks measure what users run. Why these: see the top of src/main.ts.
+ */
+export const NODE_FLAGS = ['--max-semi-space-size=8'];

@@ -1,0 +1,22 @@
+/**
+ * cellgate's V8 flags are written in four places (npm start, the bin's shebang, the Docker image,
+ * the benchmarks); they must say the same thing, or the benchmarks measure something users don't run.
+ */
+import { describe, expect, it } from 'vitest';
+import { readFileSync } from 'node:fs';
+
+const root = new URL('../../', import.meta.url);
+const read = (path: string): string => readFileSync(new URL(path, root), 'utf8');
+
+describe('node flags', () => {
+  it('are the same in npm start, the shebang, the Dockerfile and bench/node-flags.mjs', () => {
+    const flags = JSON.parse(/NODE_FLAGS = (\[.*\]);/.exec(read('bench/node-flags.mjs'))![1].replace(/'/g, '"')) as string[];
+    expect(flags.length).toBeGreaterThan(0);
+    const start = (JSON.parse(read('package.json')) as { scripts: Record<string, string> }).scripts.start;
+    const shebang = read('src/main.ts').split('\n')[0];
+    const entrypoint = /^ENTRYPOINT (.*)$/m.exec(read('Dockerfile'))![1];
+    expect(start).toBe(`node ${flags.join(' ')} dist/main.js`);
+    expect(shebang).toBe(`#!/usr/bin/env -S node ${flags.join(' ')}`);
+    expect(JSON.parse(entrypoint)).toEqual(['node', ...flags, '/app/dist/main.js']);
+  });
+});
