@@ -113,7 +113,7 @@ export class Keyspace {
     return this.index.size - (this.expiredSlot === -1 ? 0 : 1);
   }
 
-  /** The slot of a live key, or -1. An expired key found here is deleted on the spot. */
+  /** The slot of a live key, or -1. An expired key found here is gone from then on (see expiredKey). */
   lookup(key: string, nowMs: number): number {
     // Commands look a key up before creating it: create() stamps the clock seen here.
     this.nowSec = (nowMs / 1000) >>> 0;
