@@ -7,11 +7,11 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
-import { runToExit, startOn, tempDir } from './helpers.js';
+import { runToExit, startOn, tempDir, T0_AHEAD_MS } from './helpers.js';
 
 let dir: string;
 let good: Buffer;
-const T0 = Math.floor(Date.now() / 1000) * 1000 + 600_000;
+const T0 = T0_AHEAD_MS;
 
 beforeAll(async () => {
   dir = tempDir();

@@ -32,9 +32,13 @@ export function tempDirsForFile(): () => string {
   };
 }
 
-/** A frozen instant ten minutes ahead of the real clock, so saved keys (which live about a minute of
- * server time) are still unexpired by real time when the next process loads them. */
-export const T0_AHEAD_MS = Math.floor(Date.now() / 1000) * 1000 + 600_000;
+/**
+ * A frozen instant ten minutes ahead of the real clock, so saved keys (which live about a minute of
+ * server time) are still unexpired by real time when the next process loads them. It is a whole
+ * minute: fixed and sliding windows of 60 s are aligned to minutes, and a test that spends a few
+ * seconds of server time after T0 must not cross a window end (the key would expire in between).
+ */
+export const T0_AHEAD_MS = Math.floor(Date.now() / 60_000) * 60_000 + 600_000;
 
 /** Starts a server whose snapshot directory is `dir` (later flags win over the helper's own --dir). */
 export function startOn(dir: string, args: string[] = []): Promise<RunningServer> {
