@@ -14,6 +14,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { NODE_FLAGS } from './node-flags.mjs';
+import { fillThrottleKeys } from './fill.mjs';
 
 const KEYS = Number(process.env.KEYS ?? 1_000_000);
 const MAIN = fileURLToPath(new URL('../dist/main.js', import.meta.url));
@@ -65,26 +66,9 @@ async function dbsize() {
 
 try {
   const idle = await probe(3000);
-  // Fill: CL.THROTTLE key 0 1 1 → fresh again (and expired) 1 s after the call.
-  const sock = net.connect(port, '127.0.0.1');
-  await new Promise((r) => sock.once('connect', r));
-  let pending = 0;
-  let wake = null;
-  sock.on('data', (d) => {
-    for (let i = 0; i < d.length; i++) if (d[i] === 42) pending--;
-    if (wake && pending < 20000) wake();
-  });
+  // Fill: CL.THROTTLE exp:<i> 0 1 1 → fresh again (and expired) 1 s after the call.
   const t0 = Date.now();
-  for (let i = 0; i < KEYS; i += 1000) {
-    let batch = '';
-    for (let j = i; j < Math.min(KEYS, i + 1000); j++) batch += cmd('CL.THROTTLE', `exp:${j}`, 0, 1, 1);
-    pending += Math.min(1000, KEYS - i);
-    sock.write(batch);
-    if (pending > 50000) await new Promise((r) => { wake = r; });
-    wake = null;
-  }
-  while (pending > 0) await new Promise((r) => setTimeout(r, 5));
-  sock.destroy();
+  await fillThrottleKeys(port, KEYS, { prefix: 'exp:', burst: 0, count: 1, period: 1 });
   const fillMs = Date.now() - t0;
   const before = await dbsize();
   const during = await probe(Math.max(3000, fillMs + 2000));

@@ -16,6 +16,7 @@ import net from 'node:net';
 import os from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { fillThrottleKeys } from './fill.mjs';
 
 const MAIN = fileURLToPath(new URL('../dist/main.js', import.meta.url));
 const SIZES = (process.env.SNAPSHOT_SIZES ?? '1000000,5000000').split(',').map(Number);
@@ -119,41 +120,6 @@ function complete(s) {
   return false;
 }
 
-/** Creates `n` long-lived CL.THROTTLE keys over one pipelined socket. */
-function fill(port, n) {
-  return new Promise((resolve, reject) => {
-    const sock = net.connect(port, '127.0.0.1');
-    let replies = 0;
-    let carry = '';
-    sock.on('error', reject);
-    sock.on('data', (d) => {
-      const s = carry + d.toString('latin1');
-      let i = 0;
-      for (;;) {
-        const j = s.indexOf('*5\r\n', i);
-        if (j < 0) break;
-        replies++;
-        i = j + 4;
-      }
-      carry = s.slice(Math.max(i, s.length - 3));
-      if (replies >= n) {
-        sock.end();
-        resolve();
-      }
-    });
-    sock.on('connect', async () => {
-      for (let i = 0; i < n; i += 10_000) {
-        let out = '';
-        for (let k = i; k < Math.min(n, i + 10_000); k++) {
-          const key = `key:${k}`;
-          out += `*5\r\n$11\r\nCL.THROTTLE\r\n$${key.length}\r\n${key}\r\n$3\r\n100\r\n$1\r\n1\r\n$4\r\n3600\r\n`;
-        }
-        if (!sock.write(out)) await new Promise((r) => sock.once('drain', r));
-      }
-    });
-  });
-}
-
 function infoField(text, name) {
   const m = new RegExp(`\\r\\n${name}:([^\\r]*)`).exec(text);
   return m ? m[1] : undefined;
@@ -193,7 +159,7 @@ async function main() {
     const dir = mkdtempSync(join(os.tmpdir(), 'cellgate-bench-'));
     try {
       let s = await startServer(dir);
-      await fill(s.port, n);
+      await fillThrottleKeys(s.port, n);
       const c = new Conn(s.port);
       await c.ready();
       const saves = [];
@@ -234,7 +200,7 @@ async function main() {
   let latency;
   try {
     const s = await startServer(dir);
-    await fill(s.port, LATENCY_KEYS);
+    await fillThrottleKeys(s.port, LATENCY_KEYS);
     const ctl = new Conn(s.port);
     await ctl.ready();
     const summary = (lat) => {

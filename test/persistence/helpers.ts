@@ -4,10 +4,10 @@
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { afterAll } from 'vitest';
-import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Redis } from 'ioredis';
+import { fillThrottleKeys } from '../../bench/fill.mjs';
 import { MAIN, startServer, type RunningServer } from '../helpers/server.js';
 
 export { MAIN };
@@ -79,36 +79,5 @@ export async function waitForBgsave(redis: Redis): Promise<Record<string, string
  * few seconds). Each key is a bucket of 101 tokens refilled one per hour, so it lives about an hour.
  */
 export function fillKeys(port: number, n: number, prefix = 'k:'): Promise<void> {
-  return new Promise((resolve, reject) => {
-    const sock = net.connect(port, '127.0.0.1');
-    let replies = 0;
-    let carry = '';
-    sock.on('error', reject);
-    sock.on('data', (d: Buffer) => {
-      const s = carry + d.toString('latin1');
-      let i = 0;
-      for (;;) {
-        const j = s.indexOf('*5\r\n', i);
-        if (j < 0) break;
-        replies++;
-        i = j + 4;
-      }
-      carry = s.slice(Math.max(i, s.length - 3));
-      if (replies >= n) {
-        sock.end();
-        resolve();
-      }
-    });
-    sock.on('connect', async () => {
-      const batch = 10_000;
-      for (let i = 0; i < n; i += batch) {
-        let out = '';
-        for (let k = i; k < Math.min(n, i + batch); k++) {
-          const key = prefix + k;
-          out += `*5\r\n$11\r\nCL.THROTTLE\r\n$${key.length}\r\n${key}\r\n$3\r\n100\r\n$1\r\n1\r\n$4\r\n3600\r\n`;
-        }
-        if (!sock.write(out)) await new Promise((r) => sock.once('drain', r));
-      }
-    });
-  });
+  return fillThrottleKeys(port, n, { prefix });
 }
