@@ -75,7 +75,8 @@ function scan(ctx: CommandContext, argv: CommandArgs): void {
   }
   const ks = ctx.server.keyspace;
   const found: string[] = [];
-  const next = ks.scan(Math.min(Number(cursorText), Number.MAX_SAFE_INTEGER), count, ctx.nowMs, (key, slot) => {
+  const next = ks.scan(Math.min(Number(cursorText), Number.MAX_SAFE_INTEGER), count, ctx.nowMs, (slot) => {
+    const key = ks.keyOf(slot);
     if (pattern !== null && !globMatch(pattern, key)) return;
     if (typeFilter !== null && TYPE_NAMES[ks.typeOf(slot)] !== typeFilter) return;
     found.push(key);
@@ -89,9 +90,11 @@ function keys(ctx: CommandContext, argv: CommandArgs): void {
   const pattern = argv.str(1);
   const all = pattern === '*';
   const found: string[] = [];
+  const ks = ctx.server.keyspace;
   let cursor = 0;
   do {
-    cursor = ctx.server.keyspace.scan(cursor, 1 << 20, ctx.nowMs, (key) => {
+    cursor = ks.scan(cursor, 1 << 20, ctx.nowMs, (slot) => {
+      const key = ks.keyOf(slot);
       if (all || globMatch(pattern, key)) found.push(key);
     });
   } while (cursor !== 0);

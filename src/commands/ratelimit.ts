@@ -53,7 +53,8 @@ const BY_NAME = new Map(ALGORITHMS.map((a) => [a.name.toLowerCase(), a]));
 /** One limit of a call, parsed. Reused between calls. */
 interface Limit {
   algo: Algorithm;
-  key: string;
+  /** The argument holding the key. */
+  keyArg: number;
   limit: number;
   periodMs: number;
   burst: number;
@@ -64,7 +65,7 @@ interface Limit {
 }
 
 function newLimit(): Limit {
-  return { algo: ALGORITHMS[0], key: '', limit: 0, periodMs: 0, burst: 0, gcra: newGcraMsParams(), slot: -1, decision: newRateDecision() };
+  return { algo: ALGORITHMS[0], keyArg: 1, limit: 0, periodMs: 0, burst: 0, gcra: newGcraMsParams(), slot: -1, decision: newRateDecision() };
 }
 
 /** Limits of the current call: index 0 serves the single-algorithm commands. */
@@ -166,9 +167,10 @@ function parseLimit(ctx: CommandContext, argv: CommandArgs, i: number, l: Limit,
 }
 
 /** Finds the key's slot; false after a WRONGTYPE reply. */
-function lookupLimit(ctx: CommandContext, l: Limit): boolean {
+function lookupLimit(ctx: CommandContext, argv: CommandArgs, l: Limit): boolean {
   const ks = ctx.server.keyspace;
-  const slot = ks.lookup(l.key, ctx.nowMs);
+  const k = l.keyArg;
+  const slot = ks.lookupKey(argv.source(k), argv.start(k), argv.end(k), ctx.nowMs);
   if (slot !== -1 && ks.typeOf(slot) !== l.algo.type) {
     ctx.reply.error(WRONGTYPE);
     return false;
@@ -206,17 +208,18 @@ function decide(ks: Keyspace, l: Limit, cost: number, nowMs: number, nowUs: numb
 }
 
 /** Stores what `decide` allowed (call only when `decision.write`). */
-function commit(ks: Keyspace, l: Limit, cost: number, nowMs: number): void {
+function commit(ks: Keyspace, argv: CommandArgs, l: Limit, cost: number, nowMs: number): void {
   const d = l.decision;
   let slot = l.slot;
   const has = slot !== -1;
+  const k = l.keyArg;
   if (l.algo.type === KeyType.SlidingLog) {
     const log = slidingLogRecord(l.limit, l.periodMs, cost, has, has ? ks.getA(slot) : 0, has ? ks.getB(slot) : 0,
       has ? ks.getC(slot) : 0, has ? ks.getBlob(slot) : undefined, nowMs, d);
-    if (!has) slot = ks.create(l.key, l.algo.type);
+    if (!has) slot = ks.createKey(argv.source(k), argv.start(k), argv.end(k), l.algo.type);
     ks.setBlob(slot, log);
   } else if (!has) {
-    slot = ks.create(l.key, l.algo.type);
+    slot = ks.createKey(argv.source(k), argv.start(k), argv.end(k), l.algo.type);
   }
   ks.setState(slot, d.a, d.b, d.c);
   ks.setExpireAtMs(slot, d.expireAtMs);
@@ -265,11 +268,11 @@ function single(algo: Algorithm): (ctx: CommandContext, argv: CommandArgs) => vo
     parsedCost = 1;
     if (parseLimit(ctx, argv, 2, l, '', true) === -1) return;
     const cost = parsedCost;
-    l.key = argv.str(1);
-    if (!lookupLimit(ctx, l)) return;
+    l.keyArg = 1;
+    if (!lookupLimit(ctx, argv, l)) return;
     const ks = ctx.server.keyspace;
     decide(ks, l, cost, ctx.nowMs, ctx.nowUs);
-    if (l.decision.write) commit(ks, l, cost, ctx.nowMs);
+    if (l.decision.write) commit(ks, argv, l, cost, ctx.nowMs);
     countDecision(ctx, statName, l.decision.limited);
     replySix(ctx, l.decision);
   };
@@ -297,10 +300,10 @@ function rlAll(ctx: CommandContext, argv: CommandArgs): void {
       return;
     }
     l.algo = algo;
-    l.key = argv.str(i);
+    l.keyArg = i;
     for (let m = 0; m < n; m++) {
-      if (limits[m].key === l.key) {
-        ctx.reply.error(`ERR duplicate key '${l.key}'${where}: each limit needs its own key`);
+      if (argv.argsEqual(limits[m].keyArg, i)) {
+        ctx.reply.error(`ERR duplicate key '${argv.str(i)}'${where}: each limit needs its own key`);
         return;
       }
     }
@@ -317,7 +320,7 @@ function rlAll(ctx: CommandContext, argv: CommandArgs): void {
     if (c === null) return;
     cost = c;
   }
-  for (let n = 0; n < count; n++) if (!lookupLimit(ctx, limits[n])) return;
+  for (let n = 0; n < count; n++) if (!lookupLimit(ctx, argv, limits[n])) return;
   const ks = ctx.server.keyspace;
   let limited = false;
   for (let n = 0; n < count; n++) {
@@ -325,7 +328,7 @@ function rlAll(ctx: CommandContext, argv: CommandArgs): void {
     if (limits[n].decision.limited) limited = true;
   }
   if (!limited) {
-    for (let n = 0; n < count; n++) if (limits[n].decision.write) commit(ks, limits[n], cost, ctx.nowMs);
+    for (let n = 0; n < count; n++) if (limits[n].decision.write) commit(ks, argv, limits[n], cost, ctx.nowMs);
   }
   countDecision(ctx, 'rl.all', limited);
   const r = ctx.reply;

@@ -54,10 +54,10 @@ function cellInteger(ctx: CommandContext, argv: CommandArgs, i: number, name: st
   return n;
 }
 
-/** Looks up `key` for a GCRA-family command: slot, -1 when absent, or null after a WRONGTYPE reply. */
-function gcraSlot(ctx: CommandContext, key: string): number | null {
+/** Looks up the key (argument 1) for a GCRA-family command: slot, -1 when absent, or null after a WRONGTYPE reply. */
+function gcraSlot(ctx: CommandContext, argv: CommandArgs): number | null {
   const ks = ctx.server.keyspace;
-  const slot = ks.lookup(key, ctx.nowMs);
+  const slot = ks.lookupKey(argv.source(1), argv.start(1), argv.end(1), ctx.nowMs);
   if (slot !== -1 && ks.typeOf(slot) !== KeyType.Gcra) {
     ctx.reply.error(WRONGTYPE);
     return null;
@@ -65,10 +65,10 @@ function gcraSlot(ctx: CommandContext, key: string): number | null {
   return slot;
 }
 
-/** Stores a TAT and expiry, creating the key if needed. */
-function storeTat(ctx: CommandContext, key: string, slot: number, tatUs: number, tatNs: number, expireAtMs: number): void {
+/** Stores a TAT and expiry, creating the key (argument 1) if needed. */
+function storeTat(ctx: CommandContext, argv: CommandArgs, slot: number, tatUs: number, tatNs: number, expireAtMs: number): void {
   const ks = ctx.server.keyspace;
-  if (slot === -1) slot = ks.create(key, KeyType.Gcra);
+  if (slot === -1) slot = ks.createKey(argv.source(1), argv.start(1), argv.end(1), KeyType.Gcra);
   ks.setState(slot, tatUs, tatNs);
   ks.setExpireAtMs(slot, expireAtMs);
 }
@@ -126,13 +126,12 @@ function clThrottle(ctx: CommandContext, argv: CommandArgs): void {
     ctx.reply.error(`ERR invalid max_burst/period: the burst tolerance (period / count_per_period * (max_burst + 1)) exceeds ${MAX_TOLERANCE_US / (365 * 86400 * 1e6)} years`);
     return;
   }
-  const key = argv.str(1);
-  const slot = gcraSlot(ctx, key);
+  const slot = gcraSlot(ctx, argv);
   if (slot === null) return;
   const ks = ctx.server.keyspace;
   const d = cellDecision;
   cellThrottle(params, quantity, slot !== -1, slot !== -1 ? ks.getA(slot) : 0, slot !== -1 ? ks.getB(slot) : 0, ctx.nowUs, d);
-  if (d.write) storeTat(ctx, key, slot, d.tatUs, d.tatNs, d.expireAtMs);
+  if (d.write) storeTat(ctx, argv, slot, d.tatUs, d.tatNs, d.expireAtMs);
   countDecision(ctx, 'cl.throttle', d.limited);
   replyFive(ctx, d.limited, d.limit, d.remaining, d.retryAfterSec, d.resetAfterSec);
 }
@@ -193,8 +192,7 @@ function gcra(ctx: CommandContext, argv: CommandArgs): void {
     if (t === null) return;
     tokens = t;
   }
-  const key = argv.str(1);
-  const slot = gcraSlot(ctx, key);
+  const slot = gcraSlot(ctx, argv);
   if (slot === null) return;
   const params = gcraParams(maxBurst, tokensPerPeriod, period, tokens);
   if (params === 'tokens-overflow' || params === 'burst-overflow') {
@@ -205,7 +203,7 @@ function gcra(ctx: CommandContext, argv: CommandArgs): void {
   const ks = ctx.server.keyspace;
   const d = gcraDecision;
   gcraDecide(params, slot !== -1, slot !== -1 ? ks.getA(slot) : 0, ctx.nowUs, d);
-  if (d.write) storeTat(ctx, key, slot, d.tatUs, 0, d.expireAtMs);
+  if (d.write) storeTat(ctx, argv, slot, d.tatUs, 0, d.expireAtMs);
   countDecision(ctx, 'gcra', d.limited);
   replyFive(ctx, d.limited, d.limit, d.remaining, d.retryAfterSec, d.resetAfterSec);
 }

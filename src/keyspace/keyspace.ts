@@ -1,10 +1,15 @@
 /**
  * The keyspace: every limiter key, its algorithm, its state and its absolute expiry.
  *
- * Layout: a `Map<string, slot>` from the key (a binary string, one char per byte) to a slot number,
- * and one typed-array column per field, indexed by slot. Updating a key writes numbers into typed
- * arrays and allocates nothing, so a million keys updated continuously create no garbage for the GC
- * to trace (boxed per-update objects made minor GCs take tens of ms at that size).
+ * Layout: a KeyTable (key-table.ts: an open-addressing hash table over the key's bytes, which it
+ * keeps in an arena) from the key to a slot number, and one typed-array column per field, indexed by
+ * slot. Looking a key up hashes and compares the request's bytes in place; updating a key writes
+ * numbers into typed arrays; neither allocates, and the keys themselves are not JavaScript objects,
+ * so a million keys updated continuously give the GC nothing to trace (boxed per-update objects made
+ * minor GCs take tens of ms at that size).
+ *
+ * Keys are named two ways: by bytes (`lookupKey(bytes, start, end)`, the commands' path, straight
+ * from the request) and by binary strings, one char per byte (`lookup(key)`, for everything else).
  *
  * Expiry follows Redis: a key is visible while `nowMs <= expireAtMs` and gone once `nowMs >
  * expireAtMs` (lazily on access, and by the active cycle, which does bounded work per call). A slot
@@ -31,7 +36,11 @@ export const TYPE_NAMES: Record<number, string> = {
   [KeyType.SlidingWindow]: 'slidingwindow',
 };
 
+import { hashKey } from './key-hash.js';
+import { KeyTable } from './key-table.js';
+
 const INITIAL_SLOTS = 1024;
+const LRU_MASK = 0xffffff;
 /** Eviction candidates kept between evictions (Redis's EVPOOL_SIZE). */
 const EVICTION_POOL_SIZE = 16;
 
@@ -39,29 +48,38 @@ const EVICTION_POOL_SIZE = 16;
 export type EvictionPolicy = 'volatile-ttl' | 'allkeys-lru' | 'allkeys-random';
 
 export class Keyspace {
-  private readonly index = new Map<string, number>();
-  /** slot → key, for SCAN, KEYS and the expiry cycle. */
-  private keys: (string | null)[] = [];
-  private types = new Uint8Array(INITIAL_SLOTS);
-  private expireAt = new Float64Array(INITIAL_SLOTS);
+  private readonly index = new KeyTable(INITIAL_SLOTS);
+  /** Holds a string key's bytes for the string-named methods. */
+  private scratch = Buffer.alloc(256);
+  /** Slots with room in `state` and in the index's records. */
+  private capacity = INITIAL_SLOTS;
   /**
-   * Three numeric state fields per slot (A, B, C); each algorithm documents what they hold.
-   * Variable-size state (a sliding log's timestamps) goes in `blobs`, which only such keys pay for.
+   * Per slot, four numbers in a row (one 32-byte record, so a command's reads and writes of a key
+   * hit one cache line): the absolute expiry in ms, then three state fields A, B, C, whose meaning
+   * each algorithm documents. Variable-size state (a sliding log's timestamps) goes in `blobs`,
+   * which only such keys pay for.
+   *
+   * A slot's type and last access live in the spare word of its index record (see meta()).
    */
-  private stateA = new Float64Array(INITIAL_SLOTS);
-  private stateB = new Float64Array(INITIAL_SLOTS);
-  private stateC = new Float64Array(INITIAL_SLOTS);
-  /**
-   * Last access per slot in whole seconds of the server clock (for allkeys-lru): 4 bytes a key. It
-   * is not persisted (snapshots carry type, expiry, A/B/C and blobs); loaded keys start at the time
-   * of loading.
-   */
-  private lru = new Uint32Array(INITIAL_SLOTS);
+  private state = new Float64Array(INITIAL_SLOTS * 4);
   /** The server clock's second at the latest lookup, which is what create() stamps on a new key. */
   private nowSec = Math.floor(Date.now() / 1000);
+
+  /**
+   * A slot's type and last access, packed in its index record's spare word: the type in the low 8
+   * bits (0 = free slot) and the last access in the 24 above, in whole seconds of the server clock
+   * modulo 2^24 (Redis's LRU clock has the same width: idle times are exact up to 194 days). The
+   * access time is for allkeys-lru; it is not persisted, so loaded keys start at the time of loading.
+   */
+  private meta(type: KeyType): number {
+    return type | ((this.nowSec & LRU_MASK) << 8);
+  }
+  private typeAt(slot: number): KeyType {
+    return this.index.spare(slot) & 0xff;
+  }
   private readonly blobs = new Map<number, Float64Array>();
   /** The best eviction candidates seen so far, lowest score first (see sampleVictim). */
-  private pool: { slot: number; key: string; score: number }[] = [];
+  private pool: { slot: number; hash: number; score: number }[] = [];
   private freeSlots: number[] = [];
   /** Slots ever used: [0, highWater). */
   private highWater = 0;
@@ -87,21 +105,17 @@ export class Keyspace {
 
   /**
    * An expired key that lookup() found, whose removal waits one step: a limiter looks a key up and,
-   * usually, creates it again at once, and create() of that same key then reuses its slot and Map
-   * entry instead of a Map delete plus a Map set (on a busy server with keys expiring between calls
-   * those two were a tenth of the CPU). The key is already gone for every purpose: its type is Free
-   * and its counts are taken off; every other operation settles (really removes) it first.
+   * usually, creates it again at once, and create() of that same key then reuses its slot and table
+   * entry instead of a removal plus an insertion. The key is already gone for every purpose: its type
+   * is Free and its counts are taken off; every other operation settles (really removes) it first.
    */
-  private expiredKey: string | null = null;
   private expiredSlot = -1;
 
   private settle(): void {
     const slot = this.expiredSlot;
     if (slot === -1) return;
     this.expiredSlot = -1;
-    this.expiredKey = null;
-    this.index.delete(this.keys[slot]!);
-    this.keys[slot] = null;
+    this.index.remove(slot);
     this.freeSlots.push(slot);
   }
 
@@ -113,52 +127,88 @@ export class Keyspace {
     return this.index.size - (this.expiredSlot === -1 ? 0 : 1);
   }
 
-  /** The slot of a live key, or -1. An expired key found here is gone from then on (see expiredKey). */
-  lookup(key: string, nowMs: number): number {
+  /**
+   * The slot of the live key `bytes[start, end)`, or -1. An expired key found here is gone from then
+   * on (see expiredSlot).
+   */
+  lookupKey(bytes: Uint8Array, start: number, end: number, nowMs: number): number {
     // Commands look a key up before creating it: create() stamps the clock seen here.
     this.nowSec = (nowMs / 1000) >>> 0;
     this.settle();
-    const slot = this.index.get(key);
-    if (slot === undefined) return -1;
-    if (nowMs > this.expireAt[slot]) {
+    const slot = this.index.find(bytes, start, end, hashKey(bytes, start, end));
+    if (slot === -1) return -1;
+    if (nowMs > this.state[slot << 2]) {
       this.expiredCount++;
-      this.typeCounts[this.types[slot]]--;
-      this.types[slot] = KeyType.Free;
+      this.typeCounts[this.typeAt(slot)]--;
+      this.index.setSpare(slot, KeyType.Free);
       if (this.blobs.size > 0) this.blobs.delete(slot);
-      this.expiredKey = key;
       this.expiredSlot = slot;
       return -1;
     }
-    this.lru[slot] = this.nowSec;
+    this.index.setSpare(slot, this.meta(this.typeAt(slot)));
     return slot;
   }
 
-  /** Creates a key (it must not exist) and returns its slot; the caller sets state and expiry. */
-  create(key: string, type: KeyType): number {
+  /** lookupKey of a binary string key. */
+  lookup(key: string, nowMs: number): number {
+    const n = this.toScratch(key);
+    return this.lookupKey(this.scratch, 0, n, nowMs);
+  }
+
+  /**
+   * Creates the key `bytes[start, end)` (it must not exist) and returns its slot; the caller sets
+   * state and expiry.
+   */
+  createKey(bytes: Uint8Array, start: number, end: number, type: KeyType): number {
     let slot: number | undefined;
-    if (this.expiredSlot !== -1 && this.expiredKey === key) {
-      // The key lookup() just found expired: same slot, same Map entry.
+    const hash = hashKey(bytes, start, end);
+    if (this.expiredSlot !== -1 && this.index.holds(this.expiredSlot, bytes, start, end, hash)) {
+      // The key lookup() just found expired: same slot, same table entry.
       slot = this.expiredSlot;
       this.expiredSlot = -1;
-      this.expiredKey = null;
     } else {
       this.settle();
       slot = this.freeSlots.pop();
       if (slot === undefined) {
-        if (this.highWater === this.types.length) this.grow();
+        if (this.highWater === this.capacity) this.grow();
         slot = this.highWater++;
       }
-      this.index.set(key, slot);
-      this.keys[slot] = key;
+      this.index.insert(bytes, start, end, hash, slot);
     }
-    this.types[slot] = type;
+    this.index.setSpare(slot, this.meta(type));
     this.typeCounts[type]++;
-    this.expireAt[slot] = 0;
-    this.lru[slot] = this.nowSec;
-    this.stateA[slot] = 0;
-    this.stateB[slot] = 0;
-    this.stateC[slot] = 0;
+    const at = slot << 2;
+    this.state[at] = 0;
+    this.state[at + 1] = 0;
+    this.state[at + 2] = 0;
+    this.state[at + 3] = 0;
     return slot;
+  }
+
+  /** createKey of a binary string key. */
+  create(key: string, type: KeyType): number {
+    const n = this.toScratch(key);
+    return this.createKey(this.scratch, 0, n, type);
+  }
+
+  /** The key of a slot, as a binary string (one char per byte). */
+  keyOf(slot: number): string {
+    return this.index.keyOf(slot);
+  }
+
+  keyLength(slot: number): number {
+    return this.index.keyLength(slot);
+  }
+
+  /** Copies the key of a slot into `target` at `offset` (for snapshots); returns its length. */
+  copyKey(slot: number, target: Buffer, offset: number): number {
+    return this.index.copyKey(slot, target, offset);
+  }
+
+  /** Writes a binary string key into the scratch buffer; returns its length. */
+  private toScratch(key: string): number {
+    if (key.length > this.scratch.length) this.scratch = Buffer.alloc(key.length * 2);
+    return this.scratch.write(key, 0, 'latin1');
   }
 
   /** Deletes a key if present (expired or not: DEL counts only live ones, so check first). */
@@ -173,46 +223,42 @@ export class Keyspace {
   clear(): void {
     this.settle();
     this.dirty += this.index.size;
-    this.index.clear();
-    this.keys = [];
+    this.index.clear(INITIAL_SLOTS);
     this.freeSlots = [];
     this.highWater = 0;
     this.sweepCursor = 0;
     this.typeCounts.fill(0);
     this.avgTtlMs = 0;
-    this.types = new Uint8Array(INITIAL_SLOTS);
-    this.expireAt = new Float64Array(INITIAL_SLOTS);
-    this.stateA = new Float64Array(INITIAL_SLOTS);
-    this.stateB = new Float64Array(INITIAL_SLOTS);
-    this.stateC = new Float64Array(INITIAL_SLOTS);
-    this.lru = new Uint32Array(INITIAL_SLOTS);
+    this.capacity = INITIAL_SLOTS;
+    this.state = new Float64Array(INITIAL_SLOTS * 4);
     this.pool = [];
     this.blobs.clear();
   }
 
   typeOf(slot: number): KeyType {
-    return this.types[slot];
+    return this.typeAt(slot);
   }
   expireAtMs(slot: number): number {
-    return this.expireAt[slot];
+    return this.state[slot << 2];
   }
   setExpireAtMs(slot: number, ms: number): void {
-    this.expireAt[slot] = ms;
+    this.state[slot << 2] = ms;
   }
   getA(slot: number): number {
-    return this.stateA[slot];
+    return this.state[(slot << 2) + 1];
   }
   getB(slot: number): number {
-    return this.stateB[slot];
+    return this.state[(slot << 2) + 2];
   }
   getC(slot: number): number {
-    return this.stateC[slot];
+    return this.state[(slot << 2) + 3];
   }
   setState(slot: number, a: number, b: number, c = 0): void {
     this.dirty++;
-    this.stateA[slot] = a;
-    this.stateB[slot] = b;
-    this.stateC[slot] = c;
+    const at = slot << 2;
+    this.state[at + 1] = a;
+    this.state[at + 2] = b;
+    this.state[at + 3] = c;
   }
   /** The variable-size state of a slot, or undefined. */
   getBlob(slot: number): Float64Array | undefined {
@@ -224,32 +270,30 @@ export class Keyspace {
     else this.blobs.set(slot, blob);
   }
 
-  /** Calls `visit(key, slot)` for every live key (for snapshots and INFO); skips expired ones. */
-  forEachLive(nowMs: number, visit: (key: string, slot: number) => void): void {
+  /** Calls `visit(slot)` for every live key (for snapshots); skips expired ones. */
+  forEachLive(nowMs: number, visit: (slot: number) => void): void {
     this.settle();
     for (let slot = 0; slot < this.highWater; slot++) {
-      const key = this.keys[slot];
-      if (key != null && nowMs <= this.expireAt[slot]) visit(key, slot);
+      if (this.typeAt(slot) !== KeyType.Free && nowMs <= this.state[slot << 2]) visit(slot);
     }
   }
 
   /**
-   * Visits live keys from slot `cursor` on, calling `visit(key, slot)` for up to `count` slots.
-   * Returns the next cursor (0 when the walk is complete), as SCAN needs.
+   * Visits live keys from slot `cursor` on, calling `visit(slot)` for up to `count` slots (keyOf
+   * names the key). Returns the next cursor (0 when the walk is complete), as SCAN needs.
    */
-  scan(cursor: number, count: number, nowMs: number, visit: (key: string, slot: number) => void): number {
+  scan(cursor: number, count: number, nowMs: number, visit: (slot: number) => void): number {
     this.settle();
     let slot = cursor;
     let seen = 0;
     while (slot < this.highWater && seen < count) {
-      const key = this.keys[slot];
-      if (key != null) {
+      if (this.typeAt(slot) !== KeyType.Free) {
         seen++;
-        if (nowMs > this.expireAt[slot]) {
+        if (nowMs > this.state[slot << 2]) {
           this.removeSlot(slot);
           this.expiredCount++;
         } else {
-          visit(key, slot);
+          visit(slot);
         }
       }
       slot++;
@@ -272,12 +316,12 @@ export class Keyspace {
     for (let i = 0; i < limit; i++) {
       if (this.sweepCursor >= this.highWater) this.sweepCursor = 0;
       const slot = this.sweepCursor++;
-      if (this.keys[slot] != null) {
-        if (nowMs > this.expireAt[slot]) {
+      if (this.typeAt(slot) !== KeyType.Free) {
+        if (nowMs > this.state[slot << 2]) {
           this.removeSlot(slot);
           removed++;
         } else {
-          ttlSum += this.expireAt[slot] - nowMs;
+          ttlSum += this.state[slot << 2] - nowMs;
           ttlCount++;
         }
       }
@@ -296,7 +340,7 @@ export class Keyspace {
 
   /** The last access of a slot, in seconds of the server clock (allkeys-lru; OBJECT IDLETIME-like). */
   lastAccessSec(slot: number): number {
-    return this.lru[slot];
+    return this.lruScore(slot);
   }
 
   /**
@@ -314,74 +358,70 @@ export class Keyspace {
     let found = 0;
     for (let probe = 0; probe < samples * 4 && found < samples; probe++) {
       const slot = Math.floor(random() * this.highWater);
-      const key = this.keys[slot];
-      if (key == null) continue;
+      if (this.typeAt(slot) === KeyType.Free) continue;
       found++;
       if (policy === 'allkeys-random') return slot;
-      this.poolOffer(slot, key, this.evictionScore(policy, slot));
+      this.poolOffer(slot, this.index.hashOf(slot), this.evictionScore(policy, slot));
     }
-    // The best pooled candidate that still holds the same key with the same score (it may have
-    // been deleted, replaced or touched since it was pooled).
+    // The best pooled candidate that still holds a key with the same hash and score (it may have
+    // been deleted, replaced or touched since it was pooled; a different key with the same 32-bit
+    // hash and score would do as well as a victim).
     while (this.pool.length > 0) {
       const c = this.pool.shift()!;
-      if (this.keys[c.slot] === c.key && this.evictionScore(policy, c.slot) === c.score) return c.slot;
+      if (this.typeAt(c.slot) !== KeyType.Free && this.index.hashOf(c.slot) === c.hash && this.evictionScore(policy, c.slot) === c.score) return c.slot;
     }
     // A sparse slot range (after mass deletes): the first live key from a random slot.
     const start = Math.floor(random() * this.highWater);
     for (let i = 0; i < this.highWater; i++) {
       const slot = (start + i) % this.highWater;
-      if (this.keys[slot] != null) return slot;
+      if (this.typeAt(slot) !== KeyType.Free) return slot;
     }
     return -1;
   }
 
   /** Lower is evicted first. */
   private evictionScore(policy: EvictionPolicy, slot: number): number {
-    return policy === 'volatile-ttl' ? this.expireAt[slot] : this.lru[slot];
+    return policy === 'volatile-ttl' ? this.state[slot << 2] : this.lruScore(slot);
+  }
+
+  /** The last access in seconds, unwrapped: now minus the idle time the 24-bit clock gives. */
+  private lruScore(slot: number): number {
+    return this.nowSec - ((this.nowSec - (this.index.spare(slot) >>> 8)) & LRU_MASK);
   }
 
   /** Keeps the EVICTION_POOL_SIZE lowest-scored candidates, sorted, each slot once. */
-  private poolOffer(slot: number, key: string, score: number): void {
+  private poolOffer(slot: number, hash: number, score: number): void {
     const pool = this.pool;
     if (pool.length === EVICTION_POOL_SIZE && score >= pool[pool.length - 1].score) return;
     for (let i = 0; i < pool.length; i++) if (pool[i].slot === slot) return;
     let at = pool.length;
     while (at > 0 && pool[at - 1].score > score) at--;
-    pool.splice(at, 0, { slot, key, score });
+    pool.splice(at, 0, { slot, hash, score });
     if (pool.length > EVICTION_POOL_SIZE) pool.pop();
   }
 
   /** Removes a key for maxmemory (counted in evictedCount and as a write, as Redis's dirty++). */
   evictSlot(slot: number): void {
     this.settle();
-    if (this.keys[slot] == null) return;
+    if (this.typeAt(slot) === KeyType.Free) return;
     this.removeSlot(slot);
     this.evictedCount++;
     this.dirty++;
   }
 
   private removeSlot(slot: number): void {
-    const key = this.keys[slot]!;
-    this.index.delete(key);
-    this.keys[slot] = null;
-    this.typeCounts[this.types[slot]]--;
-    this.types[slot] = KeyType.Free;
+    this.index.remove(slot);
+    this.typeCounts[this.typeAt(slot)]--;
+    this.index.setSpare(slot, KeyType.Free);
     if (this.blobs.size > 0) this.blobs.delete(slot);
     this.freeSlots.push(slot);
   }
 
   private grow(): void {
-    const size = this.types.length * 2;
-    this.types = growTyped(this.types, new Uint8Array(size));
-    this.expireAt = growTyped(this.expireAt, new Float64Array(size));
-    this.stateA = growTyped(this.stateA, new Float64Array(size));
-    this.stateB = growTyped(this.stateB, new Float64Array(size));
-    this.stateC = growTyped(this.stateC, new Float64Array(size));
-    this.lru = growTyped(this.lru, new Uint32Array(size));
+    this.capacity *= 2;
+    const state = new Float64Array(this.capacity * 4);
+    state.set(this.state);
+    this.state = state;
+    this.index.growSlots(this.capacity);
   }
-}
-
-function growTyped<T extends Uint8Array | Uint32Array | Float64Array>(from: T, to: T): T {
-  to.set(from);
-  return to;
 }

@@ -15,6 +15,7 @@
  * written), the same polynomial as zlib, gzip and PNG.
  */
 import zlib from 'node:zlib';
+import type { Keyspace } from '../keyspace/keyspace.js';
 
 export const MAGIC = Buffer.from('CGSNAP\r\n', 'latin1');
 export const FORMAT_VERSION = 1;
@@ -68,21 +69,23 @@ export class EntryEncoder {
     return this.pos;
   }
 
-  add(key: string, type: number, expireAtMs: number, a: number, b: number, c: number, blob: Float64Array | undefined): void {
-    const need = ENTRY_PREFIX_BYTES + key.length + ENTRY_NUMBERS_BYTES + (blob === undefined ? 0 : 4 + blob.length * 8);
+  /** Appends the entry of a keyspace slot (its key bytes are copied straight from the keyspace). */
+  add(ks: Keyspace, slot: number): void {
+    const blob = ks.getBlob(slot);
+    const keyLength = ks.keyLength(slot);
+    const need = ENTRY_PREFIX_BYTES + keyLength + ENTRY_NUMBERS_BYTES + (blob === undefined ? 0 : 4 + blob.length * 8);
     if (this.pos + need > this.buf.length) this.growFor(need);
     const v = this.view;
     let p = this.pos;
-    v.setUint8(p, type);
+    v.setUint8(p, ks.typeOf(slot));
     v.setUint8(p + 1, blob === undefined ? 0 : FLAG_BLOB);
-    v.setUint32(p + 2, key.length, true);
+    v.setUint32(p + 2, keyLength, true);
     p += ENTRY_PREFIX_BYTES;
-    // Keys are binary strings, one char per byte: latin1 writes them back byte for byte.
-    p += this.buf.write(key, p, 'latin1');
-    v.setFloat64(p, expireAtMs, true);
-    v.setFloat64(p + 8, a, true);
-    v.setFloat64(p + 16, b, true);
-    v.setFloat64(p + 24, c, true);
+    p += ks.copyKey(slot, this.buf, p);
+    v.setFloat64(p, ks.expireAtMs(slot), true);
+    v.setFloat64(p + 8, ks.getA(slot), true);
+    v.setFloat64(p + 16, ks.getB(slot), true);
+    v.setFloat64(p + 24, ks.getC(slot), true);
     p += ENTRY_NUMBERS_BYTES;
     if (blob !== undefined) {
       v.setUint32(p, blob.length, true);

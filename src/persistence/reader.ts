@@ -20,10 +20,11 @@ export class SnapshotError extends Error {
 }
 
 /**
- * Receives each entry; `blob` is a fresh copy the visitor may keep. Returning a string refuses the
+ * Receives each entry: its key is `bytes[keyStart, keyEnd)` (copy what you keep); `blob` is a fresh
+ * copy the visitor may keep. Returning a string refuses the
  * entry: the read fails with that problem at the entry's offset (the loader refuses duplicate keys).
  */
-export type EntryVisitor = (key: string, type: number, expireAtMs: number, a: number, b: number, c: number, blob: Float64Array | undefined) => string | void;
+export type EntryVisitor = (bytes: Buffer, keyStart: number, keyEnd: number, type: number, expireAtMs: number, a: number, b: number, c: number, blob: Float64Array | undefined) => string | void;
 
 export interface SnapshotSummary {
   formatVersion: number;
@@ -72,7 +73,7 @@ export function parseSnapshot(buf: Buffer, file: string, visit: EntryVisitor): S
     if (p + keyLength + ENTRY_NUMBERS_BYTES > size) {
       fail(p, `truncated or corrupt: entry ${count} (key length ${keyLength}) runs past the end of the file (${size} bytes)`);
     }
-    const key = buf.toString('latin1', p, p + keyLength);
+    const keyStart = p;
     p += keyLength;
     const expireAtMs = view.getFloat64(p, true);
     const a = view.getFloat64(p + 8, true);
@@ -89,7 +90,7 @@ export function parseSnapshot(buf: Buffer, file: string, visit: EntryVisitor): S
       blob = new Float64Array(blobLength);
       for (let i = 0; i < blobLength; i++, p += 8) blob[i] = view.getFloat64(p, true);
     }
-    const refused = visit(key, type, expireAtMs, a, b, c, blob);
+    const refused = visit(buf, keyStart, keyStart + keyLength, type, expireAtMs, a, b, c, blob);
     if (refused !== undefined) fail(entryStart, `corrupt entry ${count}: ${refused}`);
     perType.set(type, (perType.get(type) ?? 0) + 1);
     count++;

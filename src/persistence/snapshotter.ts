@@ -110,16 +110,13 @@ export class Snapshotter {
     let expired = 0;
     let summary: SnapshotSummary;
     try {
-      summary = readSnapshotFile(file, (key, type, expireAtMs, a, b, c, blob) => {
+      summary = readSnapshotFile(file, (bytes, keyStart, keyEnd, type, expireAtMs, a, b, c, blob) => {
         if (nowMs > expireAtMs) {
           expired++;
           return;
         }
-        // A key already loaded makes create() replace its index entry without growing the keyspace:
-        // cheaper to notice afterwards than to look every key up first (the start fails anyway).
-        const sizeBefore = ks.size;
-        const slot = ks.create(key, type);
-        if (ks.size === sizeBefore) return 'duplicate key';
+        if (ks.lookupKey(bytes, keyStart, keyEnd, nowMs) !== -1) return 'duplicate key';
+        const slot = ks.createKey(bytes, keyStart, keyEnd, type);
         ks.setState(slot, a, b, c);
         ks.setExpireAtMs(slot, expireAtMs);
         if (blob !== undefined) ks.setBlob(slot, blob);

@@ -55,8 +55,8 @@ export function writeSnapshotSync(keyspace: Keyspace, nowMs: number, dir: string
     bytes += header.length;
     const enc = new EntryEncoder(BACKGROUND_WRITE_BYTES + 64 * 1024, crc32(header));
     let keys = 0;
-    keyspace.forEachLive(nowMs, (key, slot) => {
-      enc.add(key, keyspace.typeOf(slot), keyspace.expireAtMs(slot), keyspace.getA(slot), keyspace.getB(slot), keyspace.getC(slot), keyspace.getBlob(slot));
+    keyspace.forEachLive(nowMs, (slot) => {
+      enc.add(keyspace, slot);
       keys++;
       if (enc.length >= BACKGROUND_WRITE_BYTES) {
         const chunk = enc.take();
@@ -146,8 +146,8 @@ export class BackgroundSave {
       let sinceCheck = 0;
       let deadline = 0;
       let sliceFull = false;
-      const visit = (key: string, slot: number): void => {
-        enc.add(key, ks.typeOf(slot), ks.expireAtMs(slot), ks.getA(slot), ks.getB(slot), ks.getC(slot), ks.getBlob(slot));
+      const visit = (slot: number): void => {
+        enc.add(ks, slot);
         keys++;
         if (++sinceCheck >= KEYS_PER_CHECK) {
           sinceCheck = 0;

@@ -71,6 +71,32 @@ export class CommandArgs {
     return out;
   }
 
+  /**
+   * Where argument `i` lies: bytes [start(i), end(i)) of source(i), the buffer received (for the
+   * keyspace, which hashes and compares keys in place).
+   */
+  source(i: number): Buffer {
+    return this.bufs[i];
+  }
+  start(i: number): number {
+    return this.starts[i];
+  }
+  end(i: number): number {
+    return this.ends[i];
+  }
+
+  /** Whether arguments `i` and `j` have the same bytes. */
+  argsEqual(i: number, j: number): boolean {
+    const n = this.ends[i] - this.starts[i];
+    if (n !== this.ends[j] - this.starts[j]) return false;
+    const a = this.bufs[i];
+    const b = this.bufs[j];
+    const ai = this.starts[i];
+    const bj = this.starts[j];
+    for (let k = 0; k < n; k++) if (a[ai + k] !== b[bj + k]) return false;
+    return true;
+  }
+
   byteLength(i: number): number {
     return this.ends[i] - this.starts[i];
   }

@@ -14,7 +14,8 @@
  * garbage). Measuring only downwards between major GCs keeps a burst of short-lived garbage (reply
  * buffers, parsed arguments) from evicting keys that nothing needs to evict; growth that is not keys
  * shows up at the next major GC, which V8 triggers as the old generation grows. BYTES_PER_KEY is
- * bench/RESULTS.md's measured cost of a limiter key (107 B at 1M keys) rounded up.
+ * bench/RESULTS.md's measured cost of a limiter key (77 B at 1M keys) plus a share of the room the
+ * keyspace's arrays keep for growth (they double).
  *
  * Evicting: before a command runs (as Redis's processCommand → performEvictions) and in the periodic
  * task, keys are removed one sampled victim at a time until the estimate is under the limit, at most
@@ -26,8 +27,8 @@ import { PerformanceObserver, constants as perfConstants, performance } from 'no
 import type { EvictionPolicy, Keyspace } from '../keyspace/keyspace.js';
 import type { Config } from '../config.js';
 
-/** Estimated heap bytes per limiter key (bench/RESULTS.md "Memory per key": 107 B; sliding logs more). */
-export const BYTES_PER_KEY = 128;
+/** Estimated bytes per limiter key (bench/RESULTS.md "Memory per key": 77 B at 1M keys, more while its arrays have room to grow; sliding logs more). */
+export const BYTES_PER_KEY = 96;
 /** At most this many keys are evicted before one command; the periodic task continues the work. */
 const EVICT_PER_COMMAND = 64;
 /** Time budget of eviction in one periodic tick. */

@@ -13,7 +13,7 @@ import { startServer, type RunningServer } from '../helpers/server.js';
 import { Checker, RawConnection, infoField, mbulk, parseReplies, startPingProbe } from '../helpers/raw.js';
 
 const OOM = "OOM command not allowed when used memory > 'maxmemory'.";
-const BYTES_PER_KEY = 128; // src/server/memory.ts
+const BYTES_PER_KEY = 96; // src/server/memory.ts
 
 let server: RunningServer;
 let c: Checker;

@@ -37,7 +37,7 @@ describe('Keyspace', () => {
     // Found expired, then not re-created: every other operation sees it gone.
     expect(ks.lookup('a', 1e9)).toBe(-1);
     const seen: string[] = [];
-    ks.scan(0, 100, 1e9, (key) => seen.push(key));
+    ks.scan(0, 100, 1e9, (slot) => seen.push(ks.keyOf(slot)));
     expect(seen).toEqual(['b']);
     expect(ks.size).toBe(1);
     // Found expired, then another key created: the new key does not take over the old entry.
@@ -96,7 +96,7 @@ describe('Keyspace', () => {
     let cursor = 0;
     let round = 0;
     do {
-      cursor = ks.scan(cursor, 100, 0, (key) => seen.set(key, (seen.get(key) ?? 0) + 1));
+      cursor = ks.scan(cursor, 100, 0, (slot) => seen.set(ks.keyOf(slot), (seen.get(ks.keyOf(slot)) ?? 0) + 1));
       // Churn during the walk: delete some keys, add others.
       ks.delete(`k${2999 - round}`, 0);
       put(ks, `new${round}`, 1e12);

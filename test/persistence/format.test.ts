@@ -21,8 +21,8 @@ type Entry = { type: number; expireAtMs: number; a: number; b: number; c: number
 
 function readAll(file: string): Map<string, Entry> {
   const out = new Map<string, Entry>();
-  readSnapshotFile(file, (key, type, expireAtMs, a, b, c, blob) => {
-    out.set(key, { type, expireAtMs, a, b, c, ...(blob ? { blob: [...blob] } : {}) });
+  readSnapshotFile(file, (bytes, keyStart, keyEnd, type, expireAtMs, a, b, c, blob) => {
+    out.set(bytes.toString('latin1', keyStart, keyEnd), { type, expireAtMs, a, b, c, ...(blob ? { blob: [...blob] } : {}) });
   });
   return out;
 }
