@@ -42,5 +42,5 @@ EXPOSE 6379
 # CELLGATE_REQUIREPASS when it is set.
 HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 CMD ["node", "/app/healthcheck.mjs"]
 STOPSIGNAL SIGTERM
-ENTRYPOINT ["node", "--max-semi-space-size=8", "/app/dist/main.js"]
+ENTRYPOINT ["node", "--max-semi-space-size=8", "--single-threaded-gc", "/app/dist/main.js"]
 CMD []

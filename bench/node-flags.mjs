@@ -3,4 +3,4 @@
  * Docker image pass the same ones (test/server/node-flags.test.ts keeps them in step), so the
  * benchmarks measure what users run. Why these: see the top of src/main.ts.
  */
-export const NODE_FLAGS = ['--max-semi-space-size=8'];
+export const NODE_FLAGS = ['--max-semi-space-size=8', '--single-threaded-gc'];
