@@ -80,7 +80,7 @@ export class Snapshotter {
   }
 
   /**
-   * Removes `temp-<pid>.snap` files left in `dir` by processes that died mid-save (`kill -9`, power
+   * Removes `temp-<pid>.snap` and `temp-<pid>-<n>.snap` files left in `dir` by processes that died mid-save (`kill -9`, power
    * loss), when no process with that pid is running: a live pid may be another cellgate saving into a
    * shared dir, so its file is left alone. Returns the files removed.
    */
@@ -88,7 +88,7 @@ export class Snapshotter {
     const dir = this.server.config.get('dir');
     const removed: string[] = [];
     for (const name of readdirSync(dir)) {
-      const m = /^temp-(\d+)\.snap$/.exec(name);
+      const m = /^temp-(\d+)(?:-\d+)?\.snap$/.exec(name);
       if (m === null || Number(m[1]) === process.pid || processAlive(Number(m[1]))) continue;
       rmSync(join(dir, name), { force: true });
       removed.push(join(dir, name));
@@ -212,22 +212,28 @@ export class Snapshotter {
   /**
    * The snapshot at shutdown. `default` saves when save points are configured (as Redis: `save ""`
    * turns persistence off), `save` always, `nosave` never. A running background save is abandoned
-   * first (its temp file is left for the blocking save to replace). Returns false if the save failed.
+   * first, and its temp file removed once the final save is done (the process exits before the
+   * abandoned save's own cleanup would run). Returns false if the save failed.
    */
   saveForShutdown(mode: SaveMode): boolean {
+    let abandoned: string | null = null;
     if (this.background !== null) {
       this.server.log.warning('There is a background save in progress: stopping it to save synchronously');
       this.background.abort();
+      abandoned = this.background.tempFile;
       this.background = null;
     }
-    if (mode === 'nosave' || (mode === 'default' && this.savePoints().length === 0)) return true;
-    this.server.log.notice('Saving the final snapshot before exiting.');
-    try {
-      this.save();
-      return true;
-    } catch {
-      return false;
+    let ok = true;
+    if (!(mode === 'nosave' || (mode === 'default' && this.savePoints().length === 0))) {
+      this.server.log.notice('Saving the final snapshot before exiting.');
+      try {
+        this.save();
+      } catch {
+        ok = false;
+      }
     }
+    if (abandoned !== null) rmSync(abandoned, { force: true });
+    return ok;
   }
 
   private succeeded(result: SaveResult, dirtyAtStart: number): void {

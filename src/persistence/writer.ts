@@ -1,6 +1,6 @@
 /**
  * Writes snapshots so that a crash at any moment leaves the previous file or the new one, never a
- * broken one: the bytes go to `dir/temp-<pid>.snap`, which is fsynced, renamed over
+ * broken one: the bytes go to a temp file in `dir` (see tempPath), which is fsynced, renamed over
  * `dir/dbfilename`, and then the directory is fsynced so the rename itself is durable.
  *
  * Two writers share that discipline:
@@ -36,9 +36,18 @@ export function snapshotPath(dir: string, dbfilename: string): string {
   return resolve(dir, dbfilename);
 }
 
-export function tempPath(dir: string): string {
-  return join(dir, `temp-${process.pid}.snap`);
+/**
+ * The temp file of a save: `temp-<pid>.snap` for a synchronous save, `temp-<pid>-<n>.snap` for the
+ * n-th background save of this process. Never the same path twice at once: an aborted background
+ * save still has file operations queued in libuv's thread pool (open with O_TRUNC, writes, its
+ * cleanup's unlink), which run while the synchronous save at SIGTERM writes its own file; when both
+ * used one path, that open truncated the final snapshot under the synchronous writer.
+ */
+export function tempPath(dir: string, backgroundSave = 0): string {
+  return join(dir, backgroundSave === 0 ? `temp-${process.pid}.snap` : `temp-${process.pid}-${backgroundSave}.snap`);
 }
+
+let backgroundSaves = 0;
 
 /** Serializes every live key at `nowMs` and installs the file, blocking. Throws on failure (the old snapshot stays). */
 export function writeSnapshotSync(keyspace: Keyspace, nowMs: number, dir: string, dbfilename: string): SaveResult {
@@ -105,13 +114,17 @@ function fsyncDirSync(dir: string): void {
 export class BackgroundSave {
   private aborted = false;
   readonly startedPerfMs = performance.now();
+  /** Where this save writes before the rename. */
+  readonly tempFile: string;
 
   constructor(
     private readonly keyspace: Keyspace,
     private readonly nowMs: () => number,
     private readonly dir: string,
     private readonly dbfilename: string,
-  ) {}
+  ) {
+    this.tempFile = tempPath(dir, ++backgroundSaves);
+  }
 
   /** Stops the save at its next step; it then removes its temp file. */
   abort(): void {
@@ -119,7 +132,7 @@ export class BackgroundSave {
   }
 
   async run(): Promise<SaveResult> {
-    const temp = tempPath(this.dir);
+    const temp = this.tempFile;
     const file = snapshotPath(this.dir, this.dbfilename);
     await fsp.rm(temp, { force: true });
     const fh = await fsp.open(temp, 'w', 0o644);
