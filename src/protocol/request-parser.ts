@@ -136,6 +136,7 @@ export class RequestParser {
   /** Reads the `$<len>\r\n<bytes>\r\n` arguments of the current multibulk. */
   private parseBulks(authenticated: boolean): true | null | ProtocolError {
     while (this.argsLeft > 0) {
+      if (this.bulkLen === -1 && this.shortBulk()) continue;
       if (this.bulkLen === -1) {
         const cr = lineEnd(this.buf, this.pos, CR);
         if (cr === -1) {
@@ -168,6 +169,38 @@ export class RequestParser {
       this.bulkLen = -1;
       this.argsLeft--;
     }
+    return true;
+  }
+
+  /**
+   * The common case in one pass: a whole `$<1 to 4 digits>\r\n<bytes>\r\n` argument already in the
+   * buffer, its length without a leading zero (so within every limit: under the pre-auth 16 KiB, the
+   * big-argument threshold and any proto-max-bulk-len, which is at least 1 MB). Takes the argument and
+   * returns true; anything else (a longer or odd header, an incomplete argument) returns false and
+   * leaves it to the general path, which applies every rule and error.
+   */
+  private shortBulk(): boolean {
+    const buf = this.buf;
+    const pos = this.pos;
+    const n = buf.length;
+    if (pos + 3 >= n || buf[pos] !== 0x24 /* '$' */) return false;
+    let c = buf[pos + 1];
+    if (c < 0x31 || c > 0x39) return false;
+    let len = c - 0x30;
+    let i = pos + 2;
+    c = buf[i];
+    while (c >= 0x30 && c <= 0x39) {
+      if (i === pos + 5) return false; // a fifth digit
+      len = len * 10 + (c - 0x30);
+      c = ++i < n ? buf[i] : -1;
+    }
+    if (c !== CR) return false;
+    const start = i + 2; // Redis skips the byte after \r without checking it
+    if (start + len + 2 > n) return false;
+    this.argv.push(buf, start, start + len);
+    if (this.argsLeft > 1) this.argvBytes += len + ARG_OVERHEAD_BYTES;
+    this.pos = start + len + 2;
+    this.argsLeft--;
     return true;
   }
 
