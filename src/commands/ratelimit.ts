@@ -27,6 +27,7 @@ import { slidingWindowDecide } from '../limiters/sliding-window.js';
 import { tokenBucketDecide } from '../limiters/token-bucket.js';
 import { WRONGTYPE } from './throttle.js';
 import { firstKeyOnly, type ArgDoc, type CommandContext, type CommandSpec } from './types.js';
+import { LimiterCounter } from '../server/stats.js';
 
 /** The longest period accepted: 10^12 ms, about 31.7 years. */
 export const MAX_PERIOD_MS = 1e12;
@@ -253,15 +254,11 @@ function replySix(ctx: CommandContext, d: RateDecision): void {
   }
 }
 
-function countDecision(ctx: CommandContext, name: string, limited: boolean): void {
-  const s = ctx.server.stats.limiter(name);
-  if (limited) s.limited++;
-  else s.allowed++;
-}
+const rlAllCounter = new LimiterCounter('rl.all');
 
 /** The handler of `RL.<algo>`. */
 function single(algo: Algorithm): (ctx: CommandContext, argv: CommandArgs) => void {
-  const statName = `rl.${algo.name.toLowerCase()}`;
+  const counter = new LimiterCounter(`rl.${algo.name.toLowerCase()}`);
   return (ctx, argv) => {
     const l = limits[0];
     l.algo = algo;
@@ -273,7 +270,7 @@ function single(algo: Algorithm): (ctx: CommandContext, argv: CommandArgs) => vo
     const ks = ctx.server.keyspace;
     decide(ks, l, cost, ctx.nowMs, ctx.nowUs);
     if (l.decision.write) commit(ks, argv, l, cost, ctx.nowMs);
-    countDecision(ctx, statName, l.decision.limited);
+    counter.count(ctx.server.stats, l.decision.limited);
     replySix(ctx, l.decision);
   };
 }
@@ -330,7 +327,7 @@ function rlAll(ctx: CommandContext, argv: CommandArgs): void {
   if (!limited) {
     for (let n = 0; n < count; n++) if (limits[n].decision.write) commit(ks, argv, limits[n], cost, ctx.nowMs);
   }
-  countDecision(ctx, 'rl.all', limited);
+  rlAllCounter.count(ctx.server.stats, limited);
   const r = ctx.reply;
   r.arrayHeader(count + 1);
   r.integer(limited ? 1 : 0);

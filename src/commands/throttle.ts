@@ -7,6 +7,7 @@ import { KeyType } from '../keyspace/keyspace.js';
 import { cellParams, cellThrottle, newCellDecision, MAX_BURST, MAX_PERIOD_SEC, MAX_TOLERANCE_US } from '../limiters/cell-throttle.js';
 import { gcraDecide, gcraParams, newGcraDecision } from '../limiters/redis-gcra.js';
 import { firstKeyOnly, type CommandContext, type CommandSpec } from './types.js';
+import { LimiterCounter } from '../server/stats.js';
 
 export const WRONGTYPE = 'WRONGTYPE Operation against a key holding the wrong kind of value';
 
@@ -132,15 +133,12 @@ function clThrottle(ctx: CommandContext, argv: CommandArgs): void {
   const d = cellDecision;
   cellThrottle(params, quantity, slot !== -1, slot !== -1 ? ks.getA(slot) : 0, slot !== -1 ? ks.getB(slot) : 0, ctx.nowUs, d);
   if (d.write) storeTat(ctx, argv, slot, d.tatUs, d.tatNs, d.expireAtMs);
-  countDecision(ctx, 'cl.throttle', d.limited);
+  clThrottleCounter.count(ctx.server.stats, d.limited);
   replyFive(ctx, d.limited, d.limit, d.remaining, d.retryAfterSec, d.resetAfterSec);
 }
 
-function countDecision(ctx: CommandContext, name: string, limited: boolean): void {
-  const s = ctx.server.stats.limiter(name);
-  if (limited) s.limited++;
-  else s.allowed++;
-}
+const clThrottleCounter = new LimiterCounter('cl.throttle');
+const gcraCounter = new LimiterCounter('gcra');
 
 /** Redis's getRangeLongFromObjectOrReply(c, o, 1, LONG_MAX, ..., NULL). */
 function positiveLong(ctx: CommandContext, argv: CommandArgs, i: number): number | null {
@@ -204,7 +202,7 @@ function gcra(ctx: CommandContext, argv: CommandArgs): void {
   const d = gcraDecision;
   gcraDecide(params, slot !== -1, slot !== -1 ? ks.getA(slot) : 0, ctx.nowUs, d);
   if (d.write) storeTat(ctx, argv, slot, d.tatUs, 0, d.expireAtMs);
-  countDecision(ctx, 'gcra', d.limited);
+  gcraCounter.count(ctx.server.stats, d.limited);
   replyFive(ctx, d.limited, d.limit, d.remaining, d.retryAfterSec, d.resetAfterSec);
 }
 
