@@ -102,6 +102,8 @@ export class Keyspace {
   evictedCount = 0;
   /** Estimated average TTL of live keys in ms (INFO keyspace avg_ttl), from the expiry sweep's samples. */
   avgTtlMs = 0;
+  /** Keys examined by the last expireStep. */
+  lastStepKeys = 0;
 
   /**
    * An expired key that lookup() found, whose removal waits one step: a limiter looks a key up and,
@@ -305,7 +307,7 @@ export class Keyspace {
    * One step of the active expiry cycle: examines slots round-robin and deletes expired keys,
    * stopping after `maxSlots` slots or when `deadline()` says time is up (checked every 256 slots),
    * so a million keys expiring together are reclaimed over many short steps. Returns the number of
-   * keys deleted.
+   * keys deleted; `lastStepKeys` tells how many keys (live or expired) the step examined.
    */
   expireStep(nowMs: number, maxSlots: number, timeUp: () => boolean): number {
     this.settle();
@@ -328,6 +330,7 @@ export class Keyspace {
       if ((i & 255) === 255 && timeUp()) break;
     }
     this.expiredCount += removed;
+    this.lastStepKeys = removed + ttlCount;
     if (this.index.size === 0) {
       this.avgTtlMs = 0;
     } else if (ttlCount > 0) {
