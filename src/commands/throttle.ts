@@ -4,7 +4,7 @@
  */
 import type { CommandArgs } from '../protocol/command-args.js';
 import { KeyType } from '../keyspace/keyspace.js';
-import { cellParams, cellThrottle, newCellDecision, MAX_BURST, MAX_PERIOD_SEC, MAX_TOLERANCE_US } from '../limiters/cell-throttle.js';
+import { cellParams, cellThrottle, newCellDecision, MAX_BURST, MAX_PERIOD_SEC, MAX_TOLERANCE_US, type CellParams } from '../limiters/cell-throttle.js';
 import { gcraDecide, gcraParams, newGcraDecision } from '../limiters/redis-gcra.js';
 import { firstKeyOnly, type CommandContext, type CommandSpec } from './types.js';
 import { LimiterCounter } from '../server/stats.js';
@@ -84,11 +84,50 @@ function replyFive(ctx: CommandContext, limited: boolean, limit: number, remaini
   r.integer(reset);
 }
 
+/**
+ * The arguments after the key of the last valid CL.THROTTLE (as received) and what they parsed to.
+ * Callers repeat one limit for many keys, so most calls compare ~25 bytes here instead of parsing
+ * four integers and checking the limit again.
+ */
+let lastLimitBytes: Buffer | null = null;
+let lastLimitArgc = 0;
+let lastParams: CellParams | null = null;
+let lastQuantity = 1;
+
 function clThrottle(ctx: CommandContext, argv: CommandArgs): void {
   if (argv.length > 6) {
     ctx.reply.error("ERR wrong number of arguments for 'cl.throttle' command");
     return;
   }
+  let params: CellParams;
+  let quantity: number;
+  if (lastParams !== null && lastLimitBytes !== null && argv.length === lastLimitArgc && argv.restEquals(2, lastLimitBytes)) {
+    params = lastParams;
+    quantity = lastQuantity;
+  } else {
+    if (!parseClThrottle(ctx, argv)) return;
+    params = parsedParams!;
+    quantity = parsedQuantity;
+    lastParams = params;
+    lastQuantity = quantity;
+    lastLimitArgc = argv.length;
+    lastLimitBytes = argv.restBytes(2);
+  }
+  const slot = gcraSlot(ctx, argv);
+  if (slot === null) return;
+  const ks = ctx.server.keyspace;
+  const d = cellDecision;
+  cellThrottle(params, quantity, slot !== -1, slot !== -1 ? ks.getA(slot) : 0, slot !== -1 ? ks.getB(slot) : 0, ctx.nowUs, d);
+  if (d.write) storeTat(ctx, argv, slot, d.tatUs, d.tatNs, d.expireAtMs);
+  clThrottleCounter.count(ctx.server.stats, d.limited);
+  replyFive(ctx, d.limited, d.limit, d.remaining, d.retryAfterSec, d.resetAfterSec);
+}
+
+let parsedParams: CellParams | null = null;
+let parsedQuantity = 1;
+
+/** Parses CL.THROTTLE's numbers into parsedParams/parsedQuantity; false after an error reply. */
+function parseClThrottle(ctx: CommandContext, argv: CommandArgs): boolean {
   let maxBurst: number | null;
   let count: number | null;
   let period: number | null;
@@ -101,40 +140,35 @@ function clThrottle(ctx: CommandContext, argv: CommandArgs): void {
   if (shortForm) {
     // Short form: CL.THROTTLE key capacity rate_per_second.
     const capacity = cellInteger(ctx, argv, 2, 'capacity', 1, 'must be >= 1', MAX_BURST + 1, CAPACITY_RULE);
-    if (capacity === null) return;
+    if (capacity === null) return false;
     maxBurst = capacity - 1;
     count = cellInteger(ctx, argv, 3, countName, 1, 'must be >= 1');
     period = 1;
   } else {
     maxBurst = cellInteger(ctx, argv, 2, 'max_burst', 0, 'must be >= 0', MAX_BURST, BURST_RULE);
-    if (maxBurst === null) return;
+    if (maxBurst === null) return false;
     count = cellInteger(ctx, argv, 3, countName, 1, 'must be >= 1');
-    if (count === null) return;
+    if (count === null) return false;
     period = cellInteger(ctx, argv, 4, 'period', 1, 'must be >= 1 second', MAX_PERIOD_SEC, PERIOD_RULE);
-    if (period === null) return;
+    if (period === null) return false;
     if (argv.length === 6) quantity = cellInteger(ctx, argv, 5, 'quantity', 0, 'must be >= 0');
   }
-  if (count === null || quantity === null) return;
+  if (count === null || quantity === null) return false;
   const params = memoCellParams(maxBurst, count, period);
   if (params === 'zero-interval') {
     // redis-cell: "Zero rates are not supported" (T = trunc(period·1e9/count) is 0 ns).
     ctx.reply.error(`ERR invalid ${countName} '${argv.str(3)}': more than 10^9 per second (the emission interval would be 0 ns)`);
-    return;
+    return false;
   }
   if (typeof params === 'string') {
     // 'tolerance-overflow' ('out-of-range' was ruled out above, argument by argument). ASCII only:
     // error text goes out byte for byte (latin1), and a '×' would not be valid UTF-8.
     ctx.reply.error(`ERR invalid max_burst/period: the burst tolerance (period / count_per_period * (max_burst + 1)) exceeds ${MAX_TOLERANCE_US / (365 * 86400 * 1e6)} years`);
-    return;
+    return false;
   }
-  const slot = gcraSlot(ctx, argv);
-  if (slot === null) return;
-  const ks = ctx.server.keyspace;
-  const d = cellDecision;
-  cellThrottle(params, quantity, slot !== -1, slot !== -1 ? ks.getA(slot) : 0, slot !== -1 ? ks.getB(slot) : 0, ctx.nowUs, d);
-  if (d.write) storeTat(ctx, argv, slot, d.tatUs, d.tatNs, d.expireAtMs);
-  clThrottleCounter.count(ctx.server.stats, d.limited);
-  replyFive(ctx, d.limited, d.limit, d.remaining, d.retryAfterSec, d.resetAfterSec);
+  parsedParams = params;
+  parsedQuantity = quantity;
+  return true;
 }
 
 const clThrottleCounter = new LimiterCounter('cl.throttle');

@@ -85,6 +85,29 @@ export class CommandArgs {
     return this.ends[i];
   }
 
+  /**
+   * A copy of the bytes from argument `from` to the last one, as received (their RESP headers
+   * included), or null when they are not in one buffer (inline commands) or there are none. Equal
+   * copies mean equal arguments: see restEquals.
+   */
+  restBytes(from: number): Buffer | null {
+    const last = this.length - 1;
+    if (from > last || this.bufs[from] !== this.bufs[last]) return null;
+    return Buffer.from(this.bufs[from].subarray(this.starts[from], this.ends[last]));
+  }
+
+  /** Whether the arguments from `from` on are, byte for byte, the ones `restBytes(from)` copied. */
+  restEquals(from: number, copy: Buffer): boolean {
+    const last = this.length - 1;
+    if (from > last || this.bufs[from] !== this.bufs[last]) return false;
+    const start = this.starts[from];
+    const n = this.ends[last] - start;
+    if (n !== copy.length) return false;
+    const buf = this.bufs[from];
+    for (let j = 0; j < n; j++) if (buf[start + j] !== copy[j]) return false;
+    return true;
+  }
+
   /** Whether arguments `i` and `j` have the same bytes. */
   argsEqual(i: number, j: number): boolean {
     const n = this.ends[i] - this.starts[i];

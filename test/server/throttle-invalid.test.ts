@@ -7,6 +7,7 @@
 import { describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
 import { useServer } from '../helpers/server.js';
+import { exchange } from '../helpers/raw.js';
 
 const AT_MS = '1800000000000.250';
 
@@ -146,5 +147,25 @@ describe('CL.THROTTLE: invalid input is refused and never changes state', () => 
     // period 9223372036 s with count 10^10: T = 922337203 ns.
     expect(await send('CL.THROTTLE', 'long', '0', '10000000000', '9223372036')).toEqual([0, 1, 0, -1, 1]);
     expect(await send('PTTL', 'long')).toBe(922);
+  });
+  it('the same limit repeated, changed, refused and repeated again (the parsed-limit memo) answers as parsed afresh', async () => {
+    expect(await send('DEBUG', 'CLOCK', 'SET', AT_MS)).toBe('OK');
+    expect(await send('FLUSHALL')).toBe('OK');
+    expect(await send('CL.THROTTLE', 'm', '4', '5', '10')).toEqual([0, 5, 4, -1, 2]);
+    expect(await send('CL.THROTTLE', 'm', '4', '5', '10')).toEqual([0, 5, 3, -1, 4]);
+    // Same bytes after a longer key, then one more argument, then the short form with those numbers.
+    expect(await send('CL.THROTTLE', 'longer-key', '4', '5', '10')).toEqual([0, 5, 4, -1, 2]);
+    expect(await send('CL.THROTTLE', 'm', '4', '5', '10', '2')).toEqual([0, 5, 1, -1, 8]);
+    expect(await send('CL.THROTTLE', 's', '4', '5')).toEqual([0, 4, 3, -1, 1]);
+    expect(await send('CL.THROTTLE', 'm', '4', '5', '-10')).toEqual({ error: "ERR invalid period '-10': must be >= 1 second" });
+    expect(await send('CL.THROTTLE', 'm', '4', '5', '10')).toEqual([0, 5, 0, -1, 10]);
+    expect(await send('CL.THROTTLE', 'm', '4', '5', '10')).toEqual([1, 5, 0, 2, 10]);
+    // Inline commands keep each argument in its own buffer (parsed every time): same answers, and
+    // the memo of the multibulk calls around them is not disturbed.
+    const expected = '*5\r\n:1\r\n:5\r\n:0\r\n:2\r\n:10\r\n*5\r\n:0\r\n:5\r\n:4\r\n:-1\r\n:2\r\n';
+    const { text, conn } = await exchange(env.server.port, 'CL.THROTTLE m 4 5 10\r\nCL.THROTTLE i 4 5 10\r\n', expected);
+    conn.destroy();
+    expect(text).toBe(expected);
+    expect(await send('CL.THROTTLE', 'i', '4', '5', '10')).toEqual([0, 5, 3, -1, 4]);
   });
 });
