@@ -51,17 +51,14 @@ export class Keyspace {
   private readonly index = new KeyTable(INITIAL_SLOTS);
   /** Holds a string key's bytes for the string-named methods. */
   private scratch = Buffer.alloc(256);
-  /** Slots with room in `state` and in the index's records. */
-  private capacity = INITIAL_SLOTS;
   /**
-   * Per slot, four numbers in a row (one 32-byte record, so a command's reads and writes of a key
-   * hit one cache line): the absolute expiry in ms, then three state fields A, B, C, whose meaning
-   * each algorithm documents. Variable-size state (a sliding log's timestamps) goes in `blobs`,
-   * which only such keys pay for.
-   *
-   * A slot's type and last access live in the spare word of its index record (see meta()).
+   * Slots with room in the index's records. Each record (key-table.ts) holds, for the keyspace, four
+   * numbers at `index.state[slot * 8 + 0..3]`: the absolute expiry in ms, then three state fields A,
+   * B, C, whose meaning each algorithm documents; and the slot's type and last access in its spare
+   * word (see meta()). Variable-size state (a sliding log's timestamps) goes in `blobs`, which only
+   * such keys pay for.
    */
-  private state = new Float64Array(INITIAL_SLOTS * 4);
+  private capacity = INITIAL_SLOTS;
   /** The server clock's second at the latest lookup, which is what create() stamps on a new key. */
   private nowSec = Math.floor(Date.now() / 1000);
 
@@ -139,7 +136,7 @@ export class Keyspace {
     this.settle();
     const slot = this.index.find(bytes, start, end, hashKey(bytes, start, end));
     if (slot === -1) return -1;
-    if (nowMs > this.state[slot << 2]) {
+    if (nowMs > this.index.state[slot << 3]) {
       this.expiredCount++;
       this.typeCounts[this.typeAt(slot)]--;
       this.index.setSpare(slot, KeyType.Free);
@@ -179,11 +176,12 @@ export class Keyspace {
     }
     this.index.setSpare(slot, this.meta(type));
     this.typeCounts[type]++;
-    const at = slot << 2;
-    this.state[at] = 0;
-    this.state[at + 1] = 0;
-    this.state[at + 2] = 0;
-    this.state[at + 3] = 0;
+    const state = this.index.state;
+    const at = slot << 3;
+    state[at] = 0;
+    state[at + 1] = 0;
+    state[at + 2] = 0;
+    state[at + 3] = 0;
     return slot;
   }
 
@@ -232,7 +230,6 @@ export class Keyspace {
     this.typeCounts.fill(0);
     this.avgTtlMs = 0;
     this.capacity = INITIAL_SLOTS;
-    this.state = new Float64Array(INITIAL_SLOTS * 4);
     this.pool = [];
     this.blobs.clear();
   }
@@ -241,26 +238,27 @@ export class Keyspace {
     return this.typeAt(slot);
   }
   expireAtMs(slot: number): number {
-    return this.state[slot << 2];
+    return this.index.state[slot << 3];
   }
   setExpireAtMs(slot: number, ms: number): void {
-    this.state[slot << 2] = ms;
+    this.index.state[slot << 3] = ms;
   }
   getA(slot: number): number {
-    return this.state[(slot << 2) + 1];
+    return this.index.state[(slot << 3) + 1];
   }
   getB(slot: number): number {
-    return this.state[(slot << 2) + 2];
+    return this.index.state[(slot << 3) + 2];
   }
   getC(slot: number): number {
-    return this.state[(slot << 2) + 3];
+    return this.index.state[(slot << 3) + 3];
   }
   setState(slot: number, a: number, b: number, c = 0): void {
     this.dirty++;
-    const at = slot << 2;
-    this.state[at + 1] = a;
-    this.state[at + 2] = b;
-    this.state[at + 3] = c;
+    const state = this.index.state;
+    const at = slot << 3;
+    state[at + 1] = a;
+    state[at + 2] = b;
+    state[at + 3] = c;
   }
   /** The variable-size state of a slot, or undefined. */
   getBlob(slot: number): Float64Array | undefined {
@@ -276,7 +274,7 @@ export class Keyspace {
   forEachLive(nowMs: number, visit: (slot: number) => void): void {
     this.settle();
     for (let slot = 0; slot < this.highWater; slot++) {
-      if (this.typeAt(slot) !== KeyType.Free && nowMs <= this.state[slot << 2]) visit(slot);
+      if (this.typeAt(slot) !== KeyType.Free && nowMs <= this.index.state[slot << 3]) visit(slot);
     }
   }
 
@@ -291,7 +289,7 @@ export class Keyspace {
     while (slot < this.highWater && seen < count) {
       if (this.typeAt(slot) !== KeyType.Free) {
         seen++;
-        if (nowMs > this.state[slot << 2]) {
+        if (nowMs > this.index.state[slot << 3]) {
           this.removeSlot(slot);
           this.expiredCount++;
         } else {
@@ -319,11 +317,11 @@ export class Keyspace {
       if (this.sweepCursor >= this.highWater) this.sweepCursor = 0;
       const slot = this.sweepCursor++;
       if (this.typeAt(slot) !== KeyType.Free) {
-        if (nowMs > this.state[slot << 2]) {
+        if (nowMs > this.index.state[slot << 3]) {
           this.removeSlot(slot);
           removed++;
         } else {
-          ttlSum += this.state[slot << 2] - nowMs;
+          ttlSum += this.index.state[slot << 3] - nowMs;
           ttlCount++;
         }
       }
@@ -384,7 +382,7 @@ export class Keyspace {
 
   /** Lower is evicted first. */
   private evictionScore(policy: EvictionPolicy, slot: number): number {
-    return policy === 'volatile-ttl' ? this.state[slot << 2] : this.lruScore(slot);
+    return policy === 'volatile-ttl' ? this.index.state[slot << 3] : this.lruScore(slot);
   }
 
   /** The last access in seconds, unwrapped: now minus the idle time the 24-bit clock gives. */
@@ -422,9 +420,6 @@ export class Keyspace {
 
   private grow(): void {
     this.capacity *= 2;
-    const state = new Float64Array(this.capacity * 4);
-    state.set(this.state);
-    this.state = state;
     this.index.growSlots(this.capacity);
   }
 }

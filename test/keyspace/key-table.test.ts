@@ -77,7 +77,7 @@ describe('KeyTable', () => {
   });
 
   it('keeps keys of every size class and binary bytes exactly', () => {
-    const lengths = [0, 1, 3, 4, 5, 7, 8, 9, 15, 16, 17, 63, 64, 65, 80, 81, 1000, 4095, 4096, 4097, 70_000];
+    const lengths = [0, 1, 3, 4, 5, 7, 8, 9, 15, 16, 17, 19, 20, 21, 24, 25, 63, 64, 65, 80, 81, 1000, 4095, 4096, 4097, 70_000];
     const t = new KeyTable(64);
     const keys = lengths.map((len, i) => Array.from({ length: len }, (_, j) => String.fromCharCode((i * 31 + j * 7) & 255)).join(''));
     keys.forEach((key, slot) => insert(t, key, slot));
