@@ -25,7 +25,10 @@ FROM node:20-bookworm-slim
 # Listen on every interface so other containers can connect (IPv6 too where the network has it: the
 # leading '-' makes that address optional), but stay protected: clients from outside the container
 # get -DENIED until CELLGATE_REQUIREPASS is set or CELLGATE_PROTECTED_MODE=no is given explicitly.
+# MALLOC_MMAP_THRESHOLD_: glibc gives freed big blocks back (the keyspace's arrays double as it
+# grows), see the top of src/main.ts and bench/node-flags.mjs.
 ENV NODE_ENV=production \
+    MALLOC_MMAP_THRESHOLD_=131072 \
     CELLGATE_BIND="0.0.0.0 -::" \
     CELLGATE_PROTECTED_MODE=yes \
     CELLGATE_DIR=/data

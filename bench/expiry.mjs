@@ -13,7 +13,7 @@ import os from 'node:os';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { NODE_FLAGS } from './node-flags.mjs';
+import { NODE_ENV, NODE_FLAGS } from './node-flags.mjs';
 import { fillThrottleKeys } from './fill.mjs';
 
 const KEYS = Number(process.env.KEYS ?? 1_000_000);
@@ -23,7 +23,7 @@ console.log(`$ node bench/expiry.mjs  (KEYS=${KEYS})`);
 console.log(`machine: ${os.cpus()[0]?.model ?? '?'} x${os.cpus().length}, ${(os.totalmem() / 2 ** 30).toFixed(1)} GiB, node ${process.version}, load ${os.loadavg().map((l) => l.toFixed(2)).join(' ')}`);
 
 const dir = mkdtempSync(join(os.tmpdir(), 'cellgate-expiry-'));
-const server = spawn(process.execPath, [...NODE_FLAGS, MAIN, '--port', '0', '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--log-format', 'json'], { stdio: ['ignore', 'pipe', 'inherit'] });
+const server = spawn(process.execPath, [...NODE_FLAGS, MAIN, '--port', '0', '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--log-format', 'json'], { env: { ...process.env, ...NODE_ENV }, stdio: ['ignore', 'pipe', 'inherit'] });
 const port = await new Promise((resolve) => {
   let buf = '';
   server.stdout.on('data', (d) => {

@@ -24,7 +24,7 @@ import net from 'node:net';
 import os from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { NODE_FLAGS } from './node-flags.mjs';
+import { NODE_ENV, NODE_FLAGS } from './node-flags.mjs';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 const MAIN = join(ROOT, 'dist', 'main.js');
@@ -137,7 +137,7 @@ async function startCellgate() {
     ...NODE_FLAGS, '--max-old-space-size=8192', MAIN, '--port', '0', '--bind', '127.0.0.1', '--dir', dir, '--save', '',
     '--log-format', 'json', '--enable-debug-command', 'yes', '--maxclients', '1000',
   ]);
-  const child = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(cmd, args, { env: { ...process.env, ...NODE_ENV }, stdio: ['ignore', 'pipe', 'pipe'] });
   children.add(child);
   const port = await new Promise((resolve, reject) => {
     let buf = '';

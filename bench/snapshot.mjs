@@ -17,7 +17,7 @@ import os from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { fillThrottleKeys } from './fill.mjs';
-import { NODE_FLAGS } from './node-flags.mjs';
+import { NODE_ENV, NODE_FLAGS } from './node-flags.mjs';
 
 const MAIN = fileURLToPath(new URL('../dist/main.js', import.meta.url));
 const SIZES = (process.env.SNAPSHOT_SIZES ?? '1000000,5000000').split(',').map(Number);
@@ -45,6 +45,7 @@ function startServer(dir) {
   const pin = PIN ? ['taskset', '-c', '0'] : [];
   const [cmd, ...pre] = [...pin, process.execPath];
   const proc = spawn(cmd, [...pre, ...NODE_FLAGS, '--max-old-space-size=8192', MAIN, '--port', '0', '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--log-format', 'json'], {
+    env: { ...process.env, ...NODE_ENV },
     stdio: ['ignore', 'pipe', 'inherit'],
   });
   const logs = [];

@@ -29,7 +29,7 @@ import net from 'node:net';
 import os from 'node:os';
 import { dirname, join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { NODE_FLAGS } from './node-flags.mjs';
+import { NODE_ENV, NODE_FLAGS } from './node-flags.mjs';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 const MAIN = join(ROOT, 'dist', 'main.js');
@@ -252,7 +252,7 @@ async function startCellgate(extraNodeArgs = [], cwd = ROOT) {
   const [cmd, args] = pinned(0, process.execPath, [
     ...NODE_FLAGS, ...extraNodeArgs, MAIN, '--port', '0', '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--log-format', 'json',
   ]);
-  const child = track(spawn(cmd, args, { cwd, stdio: ['ignore', 'pipe', 'pipe'] }));
+  const child = track(spawn(cmd, args, { cwd, env: { ...process.env, ...NODE_ENV }, stdio: ['ignore', 'pipe', 'pipe'] }));
   const logs = [];
   const port = await new Promise((resolve, reject) => {
     let buf = '';
@@ -629,7 +629,7 @@ Produced by \`npm run bench\` (\`${invocation}\`) on ${started.toISOString()} ($
 
 ## What runs
 
-Both servers on 127.0.0.1, started by the script: cellgate \`node ${NODE_FLAGS.join(' ')} dist/main.js --port 0 --bind 127.0.0.1 --dir <tmp> --save ''\`,
+Both servers on 127.0.0.1, started by the script: cellgate \`${Object.entries(NODE_ENV).map(([k, v]) => `${k}=${v}`).join(' ')} node ${NODE_FLAGS.join(' ')} dist/main.js --port 0 --bind 127.0.0.1 --dir <tmp> --save ''\`,
 redis-server \`--save '' --appendonly no --dir <tmp>\`. ${CLIENTS} clients, ${KEYS.toLocaleString('en-US')} random keys,
 one calibration/warm-up run per target and pipeline sizing \`-n\` for ≈ ${SECONDS} s, then ${ROUNDS} measured rounds
 interleaved (cellgate, Lua, INCR, then reversed). Medians reported. redis-server is FLUSHALLed before each run.

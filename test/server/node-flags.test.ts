@@ -9,14 +9,19 @@ const root = new URL('../../', import.meta.url);
 const read = (path: string): string => readFileSync(new URL(path, root), 'utf8');
 
 describe('node flags', () => {
-  it('are the same in npm start, the shebang, the Dockerfile and bench/node-flags.mjs', () => {
+  it('are the same in npm start, the shebang, the Dockerfile and bench/node-flags.mjs (flags and environment)', () => {
     const flags = JSON.parse(/NODE_FLAGS = (\[.*\]);/.exec(read('bench/node-flags.mjs'))![1].replace(/'/g, '"')) as string[];
     expect(flags.length).toBeGreaterThan(0);
     const start = (JSON.parse(read('package.json')) as { scripts: Record<string, string> }).scripts.start;
     const shebang = read('src/main.ts').split('\n')[0];
     const entrypoint = /^ENTRYPOINT (.*)$/m.exec(read('Dockerfile'))![1];
-    expect(start).toBe(`node ${flags.join(' ')} dist/main.js`);
-    expect(shebang).toBe(`#!/usr/bin/env -S node ${flags.join(' ')}`);
+    const env = [...read('bench/node-flags.mjs').matchAll(/(\w+): '([^']*)'/g)].map((m) => `${m[1]}=${m[2]}`);
+    expect(env.length).toBeGreaterThan(0);
+    expect(start).toBe(`${env.join(' ')} node ${flags.join(' ')} dist/main.js`);
+    expect(shebang).toBe(`#!/usr/bin/env -S ${env.join(' ')} node ${flags.join(' ')}`);
     expect(JSON.parse(entrypoint)).toEqual(['node', ...flags, '/app/dist/main.js']);
+    // The image's ENV instruction: from `ENV ` to the first line not ending in a backslash.
+    const envBlock = /^ENV (?:.*\\\n)*.*$/m.exec(read('Dockerfile'))![0];
+    for (const e of env) expect(envBlock.split(/\s+/)).toContain(e);
   });
 });
