@@ -7,13 +7,13 @@
  *   node bench/memory.mjs            # 1,000,000 keys, 10 s of updates
  *   KEYS=200000 SECONDS=5 node bench/memory.mjs
  */
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import net from 'node:net';
 import os from 'node:os';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { NODE_FLAGS } from './node-flags.mjs';
+import { NODE_ENV, NODE_FLAGS } from './node-flags.mjs';
 
 const KEYS = Number(process.env.KEYS ?? 1_000_000);
 const SECONDS = Number(process.env.SECONDS ?? 10);
@@ -22,8 +22,17 @@ const MAIN = fileURLToPath(new URL('../dist/main.js', import.meta.url));
 console.log(`$ ${process.argv.map((a) => a.split('/').slice(-2).join('/')).join(' ')}  (KEYS=${KEYS} SECONDS=${SECONDS})`);
 console.log(`machine: ${os.cpus()[0]?.model ?? '?'} x${os.cpus().length}, ${(os.totalmem() / 2 ** 30).toFixed(1)} GiB, node ${process.version}, load ${os.loadavg().map((l) => l.toFixed(2)).join(' ')}`);
 
+// With 2+ CPUs, the server on CPU 0 and this client on CPU 1 (BENCH_PIN=0: not): unpinned, the client
+// is sometimes scheduled on the server's CPU in the middle of a scavenge, which then "lasts" 3–8 ms.
+const PIN = process.env.BENCH_PIN !== '0' && os.cpus().length >= 2 && spawnSync('taskset', ['-V']).status === 0;
+if (PIN) spawnSync('taskset', ['-cp', '1', String(process.pid)]);
+console.log(`pinning: ${PIN ? 'server on CPU 0, this client on CPU 1 (taskset)' : 'none'}`);
+
 const dir = mkdtempSync(join(os.tmpdir(), 'cellgate-mem-'));
-const server = spawn(process.execPath, [...NODE_FLAGS, '--trace-gc', MAIN, '--port', '0', '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--log-format', 'json', '--enable-debug-command', 'yes'], { stdio: ['ignore', 'pipe', 'inherit'] });
+const serverArgs = [...NODE_FLAGS, '--trace-gc', MAIN, '--port', '0', '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--log-format', 'json', '--enable-debug-command', 'yes'];
+const server = PIN
+  ? spawn('taskset', ['-c', '0', process.execPath, ...serverArgs], { env: { ...process.env, ...NODE_ENV }, stdio: ['ignore', 'pipe', 'inherit'] })
+  : spawn(process.execPath, serverArgs, { env: { ...process.env, ...NODE_ENV }, stdio: ['ignore', 'pipe', 'inherit'] });
 const pauses = [];
 let recording = false;
 let port = 0;
@@ -37,7 +46,7 @@ const ready = new Promise((resolve) => {
       buf = buf.slice(nl + 1);
       // e.g. "[123:0x5f]   2047 ms: Scavenge 61.3 (75.2) -> 60.9 (76.2) MB, 1.25 / 0.00 ms  (average mu = ..."
       const gc = /(Scavenge|Mark-Compact|Mark-sweep|Minor Mark-Compact)\b.*?MB, ([\d.]+) \/ [\d.]+ ms/.exec(line);
-      if (gc && recording) pauses.push({ kind: gc[1], ms: Number(gc[2]) });
+      if (gc && recording) pauses.push({ kind: gc[1], ms: Number(gc[2]), line: line.trim() });
       if (line.includes('ready to accept connections')) {
         port = JSON.parse(line).port;
         resolve();
@@ -126,6 +135,8 @@ try {
   const ms = pauses.map((p) => p.ms).sort((a, b) => a - b);
   const q = (f) => (ms.length ? ms[Math.min(ms.length - 1, Math.floor(f * ms.length))] : 0);
   console.log(`updates: ${updates} random-key CL.THROTTLE over ${SECONDS} s`);
+  const slowest = [...pauses].sort((a, b) => b.ms - a.ms).slice(0, 3);
+  for (const p of slowest) console.log(`  slow: ${p.line}`);
   console.log(`GC pauses while updating: ${ms.length} (${pauses.filter((p) => p.kind === 'Scavenge').length} scavenges), p50 ${q(0.5)} ms, p99 ${q(0.99)} ms, max ${ms.at(-1) ?? 0} ms`);
 } finally {
   server.kill('SIGKILL');
