@@ -60,7 +60,7 @@ export class Client {
 
   /** Unsent reply bytes (CLIENT LIST omem, output limits). */
   get outputBytes(): number {
-    return this.socket.writableLength;
+    return this.socket.writableLength + (this.pendingOut === null ? 0 : this.pendingOut.length);
   }
 
   /** Whether reading is stopped for backpressure (CLIENT LIST events). */
@@ -90,7 +90,7 @@ export class Client {
     const writer = this.server.writer;
     writer.proto = this.proto;
     const { hardBytes } = this.server.outputLimit;
-    const queued = this.socket.writableLength;
+    const queued = this.outputBytes;
     // The replies of this batch stop at whichever comes first: the hard limit (disconnect) or the
     // backpressure threshold (pause).
     const stopAt = hardBytes > 0 ? Math.min(hardBytes, OUTPUT_BACKPRESSURE_BYTES) : OUTPUT_BACKPRESSURE_BYTES;
@@ -118,6 +118,13 @@ export class Client {
     }
     if (!this.closing && hardBytes > 0 && queued + writer.length > hardBytes) {
       this.closeForOutputLimit(queued + writer.length);
+      return;
+    }
+    if (!this.closing && !backpressure && this.socket.writableLength === 0) {
+      // The usual case: nothing queued on the socket, so no limit can be near; the replies go out at
+      // the end of this event-loop turn (Server.toFlush).
+      this.deferFlush();
+      this.checkQueryBuffer();
       return;
     }
     this.flush();
@@ -181,12 +188,34 @@ export class Client {
 
   /** Sends everything the shared writer holds for this client in one socket write. */
   flush(): void {
+    this.sendPending();
     const writer = this.server.writer;
     if (writer.length === 0) return;
     const out = writer.take();
     this.server.stats.netOutputBytes += out.length;
     if (this.socket.destroyed) return;
     this.socket.write(out);
+  }
+
+  /** Replies of this event-loop turn, sent once every readable client has been served. */
+  private pendingOut: Buffer | null = null;
+
+  /** Takes the shared writer's replies for this client and has the server send them later this turn. */
+  private deferFlush(): void {
+    this.sendPending();
+    const writer = this.server.writer;
+    if (writer.length === 0) return;
+    this.pendingOut = writer.take();
+    this.server.stats.netOutputBytes += this.pendingOut.length;
+    this.server.flushLater(this);
+  }
+
+  /** Sends the deferred replies, if any (before anything written after them). */
+  sendPending(): void {
+    const out = this.pendingOut;
+    if (out === null) return;
+    this.pendingOut = null;
+    if (!this.socket.destroyed) this.socket.write(out);
   }
 
   /** Closes the connection now, replies or not (CLIENT KILL of another client, timeouts). */
