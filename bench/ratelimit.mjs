@@ -270,7 +270,8 @@ const fmt = (l) => l.map((x) => x.toFixed(2)).join(' ');
 
 let md = `\n# RL.* family benchmark\n\nProduced by \`node bench/ratelimit.mjs\` (after \`npm run build\`; BENCH_ROUNDS=${ROUNDS}, BENCH_SECONDS=${SECONDS}) on ${started.toISOString()}.\n\n`;
 md += `## Machine\n\n${machineLines.join('\n')}\n`;
-md += `- Load average (1, 5, 15 min): at start ${fmt(load0)}; after throughput ${fmt(load1)}; after memory ${fmt(load2)}. Other engineers' CPU-heavy work shared this 2-core machine: treat the numbers as a lower bound and compare rows with each other, not with other sections.\n\n`;
+const CPUS_FOR_NOTE = os.cpus().length;
+md += `- Load average (1, 5, 15 min): at start ${fmt(load0)}; after throughput ${fmt(load1)}; after memory ${fmt(load2)}. The benchmark's own load counts in these; a load well above ${CPUS_FOR_NOTE} at the start means other work shared the machine: then treat the numbers as a lower bound and compare rows with each other, not with other sections.\n\n`;
 if (tp.length > 0) {
   md += `## Throughput (pipeline 16, 50 clients, ${KEYS.toLocaleString('en-US')} random keys; medians of ${ROUNDS} interleaved rounds)\n\n`;
   md += '```\n' + `${PIN ? 'taskset -c 1 ' : ''}redis-benchmark -h 127.0.0.1 -p <port> -c 50 -n <n> -r ${KEYS} -P 16 --csv <command>\n` + '```\n\n';

@@ -257,9 +257,9 @@ async function main() {
   out.push(`Produced by \`node bench/snapshot.mjs\` (SNAPSHOT_SIZES=${SIZES.join(',')}, ${ROUNDS} rounds, medians) on ${new Date().toISOString()}.`);
   out.push('');
   out.push(`- Machine: ${cpus[0]?.model ?? '?'}, ${cpus.length} CPUs; RAM ${(os.totalmem() / 2 ** 30).toFixed(1)} GiB; ${os.type()} ${os.release()}; node ${process.version}; cellgate commit ${commit}`);
-  out.push(`- Load average at start: ${loadStart}; at end: ${loadEnd} (other engineers' CPU-heavy work shares these 2 cores)`);
+  out.push(`- Load average at start: ${loadStart}; at end: ${loadEnd} (the benchmark's own load included)`);
   out.push(`- Pinning: ${PIN ? 'server on CPU 0, this client on CPU 1 (`taskset`)' : 'none'}`);
-  out.push(`- Server: \`node dist/main.js --port 0 --bind 127.0.0.1 --dir <tmp> --save ''\`; keys are \`CL.THROTTLE key:<i> 100 1 3600\` (≈48 bytes each on disk), filled over one pipelined socket`);
+  out.push(`- Server: \`${Object.entries(NODE_ENV).map(([k, v]) => `${k}=${v}`).join(' ')} node ${[...NODE_FLAGS, '--max-old-space-size=8192'].join(' ')} dist/main.js --port 0 --bind 127.0.0.1 --dir <tmp> --save ''\`; keys are \`CL.THROTTLE key:<i> 100 1 3600\` (≈48 bytes each on disk), filled over one pipelined socket`);
   out.push('');
   out.push('| keys | file | SAVE | BGSAVE (idle server) | load at start |');
   out.push('|---:|---:|---:|---:|---:|');

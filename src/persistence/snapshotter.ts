@@ -155,7 +155,7 @@ export class Snapshotter {
     if (this.background !== null) return false;
     const { server } = this;
     const dirtyAtStart = server.keyspace.dirty;
-    const job = new BackgroundSave(server.keyspace, () => server.clock.nowMs(), server.config.get('dir'), server.config.get('dbfilename'));
+    const job = new BackgroundSave(server.keyspace, () => server.clock.nowMs(), server.config.get('dir'), server.config.get('dbfilename'), () => server.flushPending());
     this.background = job;
     this.backgroundScheduled = false;
     this.lastBgsaveTryMs = server.clock.nowMs();

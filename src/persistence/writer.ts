@@ -122,6 +122,8 @@ export class BackgroundSave {
     private readonly nowMs: () => number,
     private readonly dir: string,
     private readonly dbfilename: string,
+    /** Called before each slice: the server sends the replies waiting for the end of the turn. */
+    private readonly beforeSlice: () => void = () => {},
   ) {
     this.tempFile = tempPath(dir, ++backgroundSaves);
   }
@@ -170,6 +172,7 @@ export class BackgroundSave {
       let cursor = 0;
       do {
         // One slice: keys are visited in slot order, each read whole between two event-loop turns.
+        this.beforeSlice();
         deadline = performance.now() + SLICE_BUDGET_MS;
         sliceFull = false;
         const nowMs = this.nowMs();

@@ -292,6 +292,11 @@ export class Server {
     for (const c of clients) c.sendPending();
   };
 
+  /** Sends the replies waiting for the end of this turn now (before background work that may take a while). */
+  flushPending(): void {
+    this.flushAll();
+  }
+
   /** Sends `client`'s pending replies at the end of this turn (see toFlush). */
   flushLater(client: Client): void {
     if (this.toFlush.length === 0) setImmediate(this.flushAll);
