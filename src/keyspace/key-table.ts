@@ -1,6 +1,6 @@
 /**
- * The keyspace's storage and index: one 64-byte record per slot, and an open-addressing hash table
- * (linear probing, one Int32Array) from key bytes to slot.
+ * The keyspace's storage and index: one 64-byte record per slot, in pages of PAGE_SLOTS records, and
+ * an open-addressing hash table (linear probing, one Int32Array) from key bytes to slot.
  *
  * A slot's record holds everything a command touches, in one cache line:
  *
@@ -21,11 +21,25 @@
  * keys expire together) in one go. Here a short key costs its record (64 B) and 4–8 bytes of table;
  * the request bytes are hashed and compared in place; deletion shifts the following run back (no
  * tombstones) and the table never shrinks while keys come and go.
+ *
+ * Growing never stops the world. Records live in fixed pages (a new page per PAGE_SLOTS slots,
+ * nothing copied), and when the table must double, the new table takes inserts at once while the old
+ * one's entries move over a little at every write (and at every active-expiry step), as Redis's
+ * incremental rehash does: copying a 64 MB record array and rehashing a million entries in one go had
+ * stalled the server for 37–78 ms at 1M keys. Lookups meanwhile probe the new table, then the old.
+ * With linear probing an entry is reachable only through the run of full positions ("cluster") from
+ * its home to it, so entries move a whole cluster at a time: a cluster left in the old table is intact.
  */
 import { KeyArena } from './key-arena.js';
 
 /** Grow the table when it would be fuller than this (linear probing stays short below it). */
 const MAX_LOAD = 0.7;
+/** Slots per page of records (256 KiB). */
+export const PAGE_SLOTS = 4096;
+const PAGE_BITS = 12;
+const PAGE_MASK = PAGE_SLOTS - 1;
+/** Old-table positions moved per write while the table grows (whole clusters: a few more). */
+const MIGRATE_STEP = 128;
 /** Bytes per slot record, and their layout (offsets in bytes; Int32 words are offset / 4). */
 const RECORD_BYTES = 64;
 const HASH = 32 / 4;
@@ -40,97 +54,129 @@ export class KeyTable {
   /** Entries: slot + 1, or 0 for empty. Its length is a power of two. */
   private table = new Int32Array(1024);
   private mask = 1023;
+  /** While the table grows: the previous table, whose entries are moving to `table` (see above). */
+  private old: Int32Array | null = null;
+  private oldMask = 0;
+  /** Where the move started (just after an empty position of `old`) and how many positions it did. */
+  private moveFrom = 0;
+  private moved = 0;
   private count = 0;
   private arena = new KeyArena();
-  /** The records, seen as bytes, as Int32 (16 per slot) and as Float64 (8 per slot). */
-  private bytes: Buffer;
-  private words: Int32Array;
-  /**
-   * The keyspace's four numbers per slot at `state[slot * 8 + 0..3]`. Re-read it after a slot is
-   * added: growing replaces it.
-   */
-  state: Float64Array;
+  /** Record pages, seen as bytes, as Int32 (16 per slot) and as Float64 (8 per slot). */
+  private bytePages: Buffer[] = [];
+  private wordPages: Int32Array[] = [];
+  private statePages: Float64Array[] = [];
 
-  constructor(slotCapacity: number) {
-    const records = new ArrayBuffer(slotCapacity * RECORD_BYTES);
-    this.bytes = Buffer.from(records);
-    this.words = new Int32Array(records);
-    this.state = new Float64Array(records);
-  }
+  constructor(private readonly migrateStep = MIGRATE_STEP) {}
 
   get size(): number {
     return this.count;
   }
 
-  /** Makes room for slots [0, capacity). */
-  growSlots(capacity: number): void {
-    if (this.bytes.length >= capacity * RECORD_BYTES) return;
-    const records = new ArrayBuffer(capacity * RECORD_BYTES);
-    const bytes = Buffer.from(records);
-    this.bytes.copy(bytes);
-    this.bytes = bytes;
-    this.words = new Int32Array(records);
-    this.state = new Float64Array(records);
+  /** Slots with a record: [0, capacity). */
+  get capacity(): number {
+    return this.bytePages.length * PAGE_SLOTS;
+  }
+
+  /** Adds a page of records: PAGE_SLOTS more slots. */
+  addPage(): void {
+    const records = new ArrayBuffer(PAGE_SLOTS * RECORD_BYTES);
+    this.bytePages.push(Buffer.from(records));
+    this.wordPages.push(new Int32Array(records));
+    this.statePages.push(new Float64Array(records));
+  }
+
+  /** Field 0..3 of the keyspace's numbers in `slot`'s record (see Keyspace). */
+  getState(slot: number, field: number): number {
+    return this.statePages[slot >>> PAGE_BITS][((slot & PAGE_MASK) << 3) + field];
+  }
+
+  setState(slot: number, field: number, value: number): void {
+    this.statePages[slot >>> PAGE_BITS][((slot & PAGE_MASK) << 3) + field] = value;
+  }
+
+  /** Word `w` of `slot`'s record. */
+  private word(slot: number, w: number): number {
+    return this.wordPages[slot >>> PAGE_BITS][((slot & PAGE_MASK) << 4) + w];
+  }
+
+  private setWord(slot: number, w: number, value: number): void {
+    this.wordPages[slot >>> PAGE_BITS][((slot & PAGE_MASK) << 4) + w] = value;
   }
 
   /** The slot holding key `bytes[start, end)` (whose hashKey is `hash`), or −1. */
   find(bytes: Uint8Array, start: number, end: number, hash: number): number {
-    const table = this.table;
-    const mask = this.mask;
-    const words = this.words;
+    const slot = this.findIn(this.table, this.mask, bytes, start, end, hash);
+    if (slot !== -1 || this.old === null) return slot;
+    return this.findIn(this.old, this.oldMask, bytes, start, end, hash);
+  }
+
+  private findIn(table: Int32Array, mask: number, bytes: Uint8Array, start: number, end: number, hash: number): number {
     const len = end - start;
     for (let at = hash & mask; ; at = (at + 1) & mask) {
       const entry = table[at];
       if (entry === 0) return -1;
-      const w = (entry - 1) << 4;
-      if (words[w + HASH] === hash && words[w + LENGTH] === len && this.keyEquals(entry - 1, len, bytes, start)) return entry - 1;
+      if (this.holdsKey(entry - 1, bytes, start, len, hash)) return entry - 1;
     }
   }
 
   /** Whether `slot` holds key `bytes[start, end)` with hash `hash`. */
   holds(slot: number, bytes: Uint8Array, start: number, end: number, hash: number): boolean {
-    const len = end - start;
-    const w = slot << 4;
-    return this.words[w + HASH] === hash && this.words[w + LENGTH] === len && this.keyEquals(slot, len, bytes, start);
+    return this.holdsKey(slot, bytes, start, end - start, hash);
   }
 
-  private keyEquals(slot: number, len: number, bytes: Uint8Array, start: number): boolean {
-    if (len > INLINE_BYTES) return this.arena.equals(this.words[(slot << 4) + REF], len, bytes, start);
-    const mine = this.bytes;
-    const at = slot * RECORD_BYTES + INLINE_AT;
+  private holdsKey(slot: number, bytes: Uint8Array, start: number, len: number, hash: number): boolean {
+    const words = this.wordPages[slot >>> PAGE_BITS];
+    const w = (slot & PAGE_MASK) << 4;
+    if (words[w + HASH] !== hash || words[w + LENGTH] !== len) return false;
+    if (len > INLINE_BYTES) return this.arena.equals(words[w + REF], len, bytes, start);
+    const mine = this.bytePages[slot >>> PAGE_BITS];
+    const at = (slot & PAGE_MASK) * RECORD_BYTES + INLINE_AT;
     for (let i = 0; i < len; i++) if (mine[at + i] !== bytes[start + i]) return false;
     return true;
   }
 
   /** Files key `bytes[start, end)` under `slot`; the key must not be in the table. */
   insert(bytes: Uint8Array, start: number, end: number, hash: number, slot: number): void {
-    if (this.count + 1 > this.table.length * MAX_LOAD) this.rehash(this.table.length * 2);
-    const w = slot << 4;
+    if (this.old !== null) this.moveSome(this.migrateStep);
+    if (this.count + 1 > this.table.length * MAX_LOAD) this.startGrowing();
+    const words = this.wordPages[slot >>> PAGE_BITS];
+    const w = (slot & PAGE_MASK) << 4;
     const len = end - start;
-    this.words[w + HASH] = hash;
-    this.words[w + LENGTH] = len;
+    words[w + HASH] = hash;
+    words[w + LENGTH] = len;
     if (len > INLINE_BYTES) {
-      this.words[w + REF] = this.arena.store(bytes, start, end);
+      words[w + REF] = this.arena.store(bytes, start, end);
     } else {
-      const mine = this.bytes;
-      const at = slot * RECORD_BYTES + INLINE_AT;
+      const mine = this.bytePages[slot >>> PAGE_BITS];
+      const at = (slot & PAGE_MASK) * RECORD_BYTES + INLINE_AT;
       for (let i = 0; i < len; i++) mine[at + i] = bytes[start + i];
     }
-    this.place(slot);
+    this.place(this.table, this.mask, slot);
     this.count++;
   }
 
   /** Removes the key of `slot` (which must be in the table) and frees its bytes. */
   remove(slot: number): void {
-    const table = this.table;
-    const mask = this.mask;
-    const words = this.words;
-    let hole = words[(slot << 4) + HASH] & mask;
-    while (table[hole] !== slot + 1) hole = (hole + 1) & mask;
-    // Backward-shift deletion: move later entries of the run into the hole when their home position
-    // is not between the hole and themselves, so every key stays reachable from its home.
+    if (this.old !== null) this.moveSome(this.migrateStep);
+    const hash = this.word(slot, HASH);
+    if (!this.removeFrom(this.table, this.mask, slot, hash)) this.removeFrom(this.old!, this.oldMask, slot, hash);
+    const len = this.word(slot, LENGTH);
+    if (len > INLINE_BYTES) this.arena.release(this.word(slot, REF), len);
+    this.count--;
+  }
+
+  /** Removes `slot`'s entry from `table` if it is there (backward-shift deletion). */
+  private removeFrom(table: Int32Array, mask: number, slot: number, hash: number): boolean {
+    let hole = hash & mask;
+    while (table[hole] !== slot + 1) {
+      if (table[hole] === 0) return false;
+      hole = (hole + 1) & mask;
+    }
+    // Move later entries of the run into the hole when their home position is not between the hole
+    // and themselves, so every key stays reachable from its home (no tombstones).
     for (let at = (hole + 1) & mask; table[at] !== 0; at = (at + 1) & mask) {
-      const home = words[((table[at] - 1) << 4) + HASH] & mask;
+      const home = this.word(table[at] - 1, HASH) & mask;
       const stays = hole <= at ? hole < home && home <= at : hole < home || home <= at;
       if (!stays) {
         table[hole] = table[at];
@@ -138,68 +184,93 @@ export class KeyTable {
       }
     }
     table[hole] = 0;
-    const len = words[(slot << 4) + LENGTH];
-    if (len > INLINE_BYTES) this.arena.release(words[(slot << 4) + REF], len);
-    this.count--;
+    return true;
+  }
+
+  /** Moves on with growing the table, if it is growing (the active expiry cycle calls this too). */
+  moveSome(positions: number): void {
+    const old = this.old;
+    if (old === null) return;
+    const mask = this.oldMask;
+    let left = positions;
+    // Whole clusters only: past the budget, keep going to the next empty position.
+    while (this.moved < old.length && (left > 0 || old[(this.moveFrom + this.moved) & mask] !== 0)) {
+      const at = (this.moveFrom + this.moved) & mask;
+      const entry = old[at];
+      if (entry !== 0) {
+        this.place(this.table, this.mask, entry - 1);
+        old[at] = 0;
+      }
+      this.moved++;
+      left--;
+    }
+    if (this.moved >= old.length) this.old = null;
+  }
+
+  /** Doubles the table: a new empty one takes inserts, the old one's entries move over bit by bit. */
+  private startGrowing(): void {
+    // A table growing again before it is done moving (it cannot at MAX_LOAD 0.7 and MIGRATE_STEP 128,
+    // but a small step in a test could): finish that first.
+    if (this.old !== null) this.moveSome(this.old.length);
+    const old = this.table;
+    let empty = 0;
+    while (old[empty] !== 0) empty++;
+    this.old = old;
+    this.oldMask = this.mask;
+    this.moveFrom = (empty + 1) & this.oldMask;
+    this.moved = 0;
+    this.table = new Int32Array(old.length * 2);
+    this.mask = old.length * 2 - 1;
   }
 
   hashOf(slot: number): number {
-    return this.words[(slot << 4) + HASH];
+    return this.word(slot, HASH);
   }
 
   /** The key of `slot` as a binary string (one char per byte). */
   keyOf(slot: number): string {
-    const len = this.words[(slot << 4) + LENGTH];
-    if (len > INLINE_BYTES) return this.arena.toString(this.words[(slot << 4) + REF], len);
-    const at = slot * RECORD_BYTES + INLINE_AT;
-    return this.bytes.toString('latin1', at, at + len);
+    const len = this.word(slot, LENGTH);
+    if (len > INLINE_BYTES) return this.arena.toString(this.word(slot, REF), len);
+    const at = (slot & PAGE_MASK) * RECORD_BYTES + INLINE_AT;
+    return this.bytePages[slot >>> PAGE_BITS].toString('latin1', at, at + len);
   }
 
   keyLength(slot: number): number {
-    return this.words[(slot << 4) + LENGTH];
+    return this.word(slot, LENGTH);
   }
 
   /** Copies the key of `slot` into `target` at `offset`; returns its length. */
   copyKey(slot: number, target: Buffer, offset: number): number {
-    const len = this.words[(slot << 4) + LENGTH];
-    if (len > INLINE_BYTES) return this.arena.copy(this.words[(slot << 4) + REF], len, target, offset);
-    const at = slot * RECORD_BYTES + INLINE_AT;
-    return this.bytes.copy(target, offset, at, at + len);
+    const len = this.word(slot, LENGTH);
+    if (len > INLINE_BYTES) return this.arena.copy(this.word(slot, REF), len, target, offset);
+    const at = (slot & PAGE_MASK) * RECORD_BYTES + INLINE_AT;
+    return this.bytePages[slot >>> PAGE_BITS].copy(target, offset, at, at + len);
   }
 
   /** The spare word of `slot`'s record (the keyspace keeps type and access time there; 0 initially). */
   spare(slot: number): number {
-    return this.words[(slot << 4) + SPARE];
+    return this.word(slot, SPARE);
   }
 
   setSpare(slot: number, value: number): void {
-    this.words[(slot << 4) + SPARE] = value;
+    this.setWord(slot, SPARE, value);
   }
 
-  /** Forgets every key. */
-  clear(slotCapacity: number): void {
+  /** Forgets every key and every page. */
+  clear(): void {
     this.table = new Int32Array(1024);
     this.mask = 1023;
+    this.old = null;
     this.count = 0;
     this.arena = new KeyArena();
-    const records = new ArrayBuffer(slotCapacity * RECORD_BYTES);
-    this.bytes = Buffer.from(records);
-    this.words = new Int32Array(records);
-    this.state = new Float64Array(records);
+    this.bytePages = [];
+    this.wordPages = [];
+    this.statePages = [];
   }
 
-  private place(slot: number): void {
-    const table = this.table;
-    const mask = this.mask;
-    let at = this.words[(slot << 4) + HASH] & mask;
+  private place(table: Int32Array, mask: number, slot: number): void {
+    let at = this.word(slot, HASH) & mask;
     while (table[at] !== 0) at = (at + 1) & mask;
     table[at] = slot + 1;
-  }
-
-  private rehash(size: number): void {
-    const old = this.table;
-    this.table = new Int32Array(size);
-    this.mask = size - 1;
-    for (let i = 0; i < old.length; i++) if (old[i] !== 0) this.place(old[i] - 1);
   }
 }

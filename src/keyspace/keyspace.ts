@@ -39,8 +39,9 @@ export const TYPE_NAMES: Record<number, string> = {
 import { hashKey } from './key-hash.js';
 import { KeyTable } from './key-table.js';
 
-const INITIAL_SLOTS = 1024;
 const LRU_MASK = 0xffffff;
+/** Index-table positions an active-expiry step moves while the table grows (~0.1 ms). */
+const EXPIRE_STEP_TABLE_MOVES = 4096;
 /** Eviction candidates kept between evictions (Redis's EVPOOL_SIZE). */
 const EVICTION_POOL_SIZE = 16;
 
@@ -48,17 +49,16 @@ const EVICTION_POOL_SIZE = 16;
 export type EvictionPolicy = 'volatile-ttl' | 'allkeys-lru' | 'allkeys-random';
 
 export class Keyspace {
-  private readonly index = new KeyTable(INITIAL_SLOTS);
+  /**
+   * The keys and their records. Each slot's record (key-table.ts) holds, for the keyspace, four
+   * numbers (index.getState(slot, 0..3)): the absolute expiry in ms, then three state fields A, B, C,
+   * whose meaning each algorithm documents; and the slot's type and last access in its spare word
+   * (see meta()). Variable-size state (a sliding log's timestamps) goes in `blobs`, which only such
+   * keys pay for.
+   */
+  private readonly index = new KeyTable();
   /** Holds a string key's bytes for the string-named methods. */
   private scratch = Buffer.alloc(256);
-  /**
-   * Slots with room in the index's records. Each record (key-table.ts) holds, for the keyspace, four
-   * numbers at `index.state[slot * 8 + 0..3]`: the absolute expiry in ms, then three state fields A,
-   * B, C, whose meaning each algorithm documents; and the slot's type and last access in its spare
-   * word (see meta()). Variable-size state (a sliding log's timestamps) goes in `blobs`, which only
-   * such keys pay for.
-   */
-  private capacity = INITIAL_SLOTS;
   /** The server clock's second at the latest lookup, which is what create() stamps on a new key. */
   private nowSec = Math.floor(Date.now() / 1000);
 
@@ -136,7 +136,7 @@ export class Keyspace {
     this.settle();
     const slot = this.index.find(bytes, start, end, hashKey(bytes, start, end));
     if (slot === -1) return -1;
-    if (nowMs > this.index.state[slot << 3]) {
+    if (nowMs > this.index.getState(slot, 0)) {
       this.expiredCount++;
       this.typeCounts[this.typeAt(slot)]--;
       this.index.setSpare(slot, KeyType.Free);
@@ -169,19 +169,18 @@ export class Keyspace {
       this.settle();
       slot = this.freeSlots.pop();
       if (slot === undefined) {
-        if (this.highWater === this.capacity) this.grow();
+        if (this.highWater === this.index.capacity) this.index.addPage();
         slot = this.highWater++;
       }
       this.index.insert(bytes, start, end, hash, slot);
     }
     this.index.setSpare(slot, this.meta(type));
     this.typeCounts[type]++;
-    const state = this.index.state;
-    const at = slot << 3;
-    state[at] = 0;
-    state[at + 1] = 0;
-    state[at + 2] = 0;
-    state[at + 3] = 0;
+    const index = this.index;
+    index.setState(slot, 0, 0);
+    index.setState(slot, 1, 0);
+    index.setState(slot, 2, 0);
+    index.setState(slot, 3, 0);
     return slot;
   }
 
@@ -223,13 +222,12 @@ export class Keyspace {
   clear(): void {
     this.settle();
     this.dirty += this.index.size;
-    this.index.clear(INITIAL_SLOTS);
+    this.index.clear();
     this.freeSlots = [];
     this.highWater = 0;
     this.sweepCursor = 0;
     this.typeCounts.fill(0);
     this.avgTtlMs = 0;
-    this.capacity = INITIAL_SLOTS;
     this.pool = [];
     this.blobs.clear();
   }
@@ -238,27 +236,26 @@ export class Keyspace {
     return this.typeAt(slot);
   }
   expireAtMs(slot: number): number {
-    return this.index.state[slot << 3];
+    return this.index.getState(slot, 0);
   }
   setExpireAtMs(slot: number, ms: number): void {
-    this.index.state[slot << 3] = ms;
+    this.index.setState(slot, 0, ms);
   }
   getA(slot: number): number {
-    return this.index.state[(slot << 3) + 1];
+    return this.index.getState(slot, 1);
   }
   getB(slot: number): number {
-    return this.index.state[(slot << 3) + 2];
+    return this.index.getState(slot, 2);
   }
   getC(slot: number): number {
-    return this.index.state[(slot << 3) + 3];
+    return this.index.getState(slot, 3);
   }
   setState(slot: number, a: number, b: number, c = 0): void {
     this.dirty++;
-    const state = this.index.state;
-    const at = slot << 3;
-    state[at + 1] = a;
-    state[at + 2] = b;
-    state[at + 3] = c;
+    const index = this.index;
+    index.setState(slot, 1, a);
+    index.setState(slot, 2, b);
+    index.setState(slot, 3, c);
   }
   /** The variable-size state of a slot, or undefined. */
   getBlob(slot: number): Float64Array | undefined {
@@ -274,7 +271,7 @@ export class Keyspace {
   forEachLive(nowMs: number, visit: (slot: number) => void): void {
     this.settle();
     for (let slot = 0; slot < this.highWater; slot++) {
-      if (this.typeAt(slot) !== KeyType.Free && nowMs <= this.index.state[slot << 3]) visit(slot);
+      if (this.typeAt(slot) !== KeyType.Free && nowMs <= this.index.getState(slot, 0)) visit(slot);
     }
   }
 
@@ -289,7 +286,7 @@ export class Keyspace {
     while (slot < this.highWater && seen < count) {
       if (this.typeAt(slot) !== KeyType.Free) {
         seen++;
-        if (nowMs > this.index.state[slot << 3]) {
+        if (nowMs > this.index.getState(slot, 0)) {
           this.removeSlot(slot);
           this.expiredCount++;
         } else {
@@ -309,6 +306,8 @@ export class Keyspace {
    */
   expireStep(nowMs: number, maxSlots: number, timeUp: () => boolean): number {
     this.settle();
+    // A growing index table moves on here too, so it finishes even when no key is written.
+    this.index.moveSome(EXPIRE_STEP_TABLE_MOVES);
     let removed = 0;
     let ttlSum = 0;
     let ttlCount = 0;
@@ -317,11 +316,11 @@ export class Keyspace {
       if (this.sweepCursor >= this.highWater) this.sweepCursor = 0;
       const slot = this.sweepCursor++;
       if (this.typeAt(slot) !== KeyType.Free) {
-        if (nowMs > this.index.state[slot << 3]) {
+        if (nowMs > this.index.getState(slot, 0)) {
           this.removeSlot(slot);
           removed++;
         } else {
-          ttlSum += this.index.state[slot << 3] - nowMs;
+          ttlSum += this.index.getState(slot, 0) - nowMs;
           ttlCount++;
         }
       }
@@ -382,7 +381,7 @@ export class Keyspace {
 
   /** Lower is evicted first. */
   private evictionScore(policy: EvictionPolicy, slot: number): number {
-    return policy === 'volatile-ttl' ? this.index.state[slot << 3] : this.lruScore(slot);
+    return policy === 'volatile-ttl' ? this.index.getState(slot, 0) : this.lruScore(slot);
   }
 
   /** The last access in seconds, unwrapped: now minus the idle time the 24-bit clock gives. */
@@ -418,8 +417,5 @@ export class Keyspace {
     this.freeSlots.push(slot);
   }
 
-  private grow(): void {
-    this.capacity *= 2;
-    this.index.growSlots(this.capacity);
-  }
+
 }

@@ -26,6 +26,13 @@ function find(t: KeyTable, key: string): number {
   return t.find(b, 0, b.length, hashKey(b, 0, b.length));
 }
 
+/** A table with records for slots [0, slots), moving `step` old positions per write while it grows. */
+function tableFor(slots: number, step?: number): KeyTable {
+  const t = new KeyTable(step);
+  while (t.capacity < slots) t.addPage();
+  return t;
+}
+
 function insert(t: KeyTable, key: string, slot: number): void {
   // At an offset inside a larger buffer, as keys arrive inside a request.
   const b = Buffer.concat([Buffer.from('*3\r\n$'), bytesOf(key), Buffer.from('\r\n')]);
@@ -35,7 +42,9 @@ function insert(t: KeyTable, key: string, slot: number): void {
 describe('KeyTable', () => {
   it('matches a Map model over random inserts, finds and removals', () => {
     const random = rng(7);
-    const t = new KeyTable(1 << 16);
+    // Three positions per write: the table spends most of its growth moving entries, with lookups,
+    // inserts and removals going on meanwhile.
+    const t = tableFor(1 << 16, 3);
     const model = new Map<string, number>();
     const freeSlots: number[] = [];
     let nextSlot = 0;
@@ -65,8 +74,25 @@ describe('KeyTable', () => {
     }
   });
 
+  it('keeps every key reachable after every write while the table grows one position at a time', () => {
+    const t = tableFor(4096, 1);
+    const live: string[] = [];
+    for (let i = 0; i < 1600; i++) {
+      insert(t, `g:${i}`, i);
+      live.push(`g:${i}`);
+      if (i % 5 === 4) {
+        // Removals mid-move too (backward shifts in whichever table holds the key).
+        const victim = live.splice((i * 7) % live.length, 1)[0];
+        t.remove(Number(victim.slice(2)));
+      }
+      const lost = live.filter((key) => find(t, key) !== Number(key.slice(2)));
+      if (lost.length > 0) expect({ afterInsert: i, lost }).toEqual({ afterInsert: i, lost: [] });
+    }
+    expect(t.size).toBe(live.length);
+  });
+
   it('stays correct when the table fills to its load limit and empties again', () => {
-    const t = new KeyTable(1 << 16);
+    const t = tableFor(1 << 16);
     const n = 50_000;
     for (let i = 0; i < n; i++) insert(t, `user:${i}`, i);
     for (let i = 0; i < n; i += 2) t.remove(i);
@@ -78,7 +104,7 @@ describe('KeyTable', () => {
 
   it('keeps keys of every size class and binary bytes exactly', () => {
     const lengths = [0, 1, 3, 4, 5, 7, 8, 9, 15, 16, 17, 19, 20, 21, 24, 25, 63, 64, 65, 80, 81, 1000, 4095, 4096, 4097, 70_000];
-    const t = new KeyTable(64);
+    const t = tableFor(64);
     const keys = lengths.map((len, i) => Array.from({ length: len }, (_, j) => String.fromCharCode((i * 31 + j * 7) & 255)).join(''));
     keys.forEach((key, slot) => insert(t, key, slot));
     keys.forEach((key, slot) => {
