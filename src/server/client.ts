@@ -151,6 +151,7 @@ export class Client {
    */
   private checkQueryBuffer(): void {
     const pending = this.parser.pendingBytes;
+    if (pending === 0) return; // the usual case after a batch; spares reading the setting
     const limit = this.authenticated ? this.server.config.int('client-query-buffer-limit') : Math.min(UNAUTH_QUERY_BUFFER_BYTES, this.server.config.int('client-query-buffer-limit'));
     if (pending > limit) {
       this.server.stats.queryBufferLimitDisconnections++;
