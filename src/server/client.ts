@@ -190,25 +190,27 @@ export class Client {
   /** Sends everything the shared writer holds for this client in one socket write. */
   flush(): void {
     this.sendPending();
-    const writer = this.server.writer;
-    if (writer.length === 0) return;
-    const out = writer.take();
-    this.server.stats.netOutputBytes += out.length;
-    if (this.socket.destroyed) return;
-    this.socket.write(out);
+    const out = this.takeReplies();
+    if (out !== null && !this.socket.destroyed) this.socket.write(out);
   }
 
   /** Replies of this event-loop turn, sent once every readable client has been served. */
   private pendingOut: Buffer | null = null;
 
-  /** Takes the shared writer's replies for this client and has the server send them later this turn. */
+  /** Has the server send this client's replies at the end of this turn. */
   private deferFlush(): void {
     this.sendPending();
+    this.pendingOut = this.takeReplies();
+    if (this.pendingOut !== null) this.server.flushLater(this);
+  }
+
+  /** The shared writer's replies for this client (counted as output), or null if there are none. */
+  private takeReplies(): Buffer | null {
     const writer = this.server.writer;
-    if (writer.length === 0) return;
-    this.pendingOut = writer.take();
-    this.server.stats.netOutputBytes += this.pendingOut.length;
-    this.server.flushLater(this);
+    if (writer.length === 0) return null;
+    const out = writer.take();
+    this.server.stats.netOutputBytes += out.length;
+    return out;
   }
 
   /** Sends the deferred replies, if any (before anything written after them). */

@@ -285,21 +285,18 @@ export class Server {
    * median latency from 1.5 to 0.95 ms (setImmediate callbacks run right after the poll phase).
    */
   private toFlush: Client[] = [];
-  private readonly flushAll = (): void => {
+
+  /** Sends the replies waiting for the end of this turn (then, or before background work that may take a while). */
+  readonly flushPending = (): void => {
     const clients = this.toFlush;
     if (clients.length === 0) return;
     this.toFlush = [];
     for (const c of clients) c.sendPending();
   };
 
-  /** Sends the replies waiting for the end of this turn now (before background work that may take a while). */
-  flushPending(): void {
-    this.flushAll();
-  }
-
   /** Sends `client`'s pending replies at the end of this turn (see toFlush). */
   flushLater(client: Client): void {
-    if (this.toFlush.length === 0) setImmediate(this.flushAll);
+    if (this.toFlush.length === 0) setImmediate(this.flushPending);
     this.toFlush.push(client);
   }
 
@@ -386,7 +383,7 @@ export class Server {
   private expireCycle(): void {
     if (this.shuttingDown) return;
     // Replies of this turn go out first: the step may take its whole 2 ms budget.
-    this.flushAll();
+    this.flushPending();
     const deadline = performance.now() + EXPIRE_CYCLE_MAX_MS;
     const ks = this.keyspace;
     const removed = ks.expireStep(this.clock.nowMs(), EXPIRE_STEP_SLOTS, () => performance.now() > deadline);
