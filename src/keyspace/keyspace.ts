@@ -1,12 +1,12 @@
 /**
  * The keyspace: every limiter key, its algorithm, its state and its absolute expiry.
  *
- * Layout: a KeyTable (key-table.ts: an open-addressing hash table over the key's bytes, which it
- * keeps in an arena) from the key to a slot number, and one typed-array column per field, indexed by
- * slot. Looking a key up hashes and compares the request's bytes in place; updating a key writes
- * numbers into typed arrays; neither allocates, and the keys themselves are not JavaScript objects,
- * so a million keys updated continuously give the GC nothing to trace (boxed per-update objects made
- * minor GCs take tens of ms at that size).
+ * Layout: a KeyTable (key-table.ts) maps the key's bytes to a slot number and holds each slot's
+ * 64-byte record: the key, its type and last access, its expiry and three numbers of state. Looking a
+ * key up hashes and compares the request's bytes in place; updating a key writes numbers into the
+ * record; neither allocates, and the keys themselves are not JavaScript objects, so a million keys
+ * updated continuously give the GC nothing to trace (boxed per-update objects made minor GCs take
+ * tens of ms at that size).
  *
  * Keys are named two ways: by bytes (`lookupKey(bytes, start, end)`, the commands' path, straight
  * from the request) and by binary strings, one char per byte (`lookup(key)`, for everything else).

@@ -6,9 +6,9 @@
  *              expireAtMs f64 | A f64 | B f64 | C f64 | [blob length u32 | blob f64 × length]
  *     footer   0xFF u8 | key count u64 | CRC-32 u32 of every byte before it
  *
- * Little-endian throughout. Entries are generic: the keyspace's columns (type, expiry, A, B, C and the
- * optional blob) are written as they are, so a new algorithm (a new KeyType using those columns)
- * needs no format change. The key count is in the footer, not the header, because BGSAVE streams
+ * Little-endian throughout. Entries are generic: the keyspace's fields per key (type, expiry, A, B,
+ * C and the optional blob) are written as they are, so a new algorithm (a new KeyType using those
+ * fields) needs no format change. The key count is in the footer, not the header, because BGSAVE streams
  * the file while the server keeps changing: it knows the count only at the end.
  *
  * The checksum is node:zlib's CRC-32 (native in Node ≥ 20.15, fed chunk by chunk as the file is
