@@ -176,6 +176,7 @@ export class Keyspace {
   createKey(bytes: Uint8Array, start: number, end: number, type: KeyType): number {
     let slot: number | undefined;
     const hash = bytes === this.lastBytes && start === this.lastStart && end === this.lastEnd ? this.lastHash : hashKey(bytes, start, end);
+    this.lastBytes = null; // good for one create, and the request buffer need not stay referenced
     if (this.expiredSlot !== -1 && this.index.holds(this.expiredSlot, bytes, start, end, hash)) {
       // The key lookup() just found expired: same slot, same table entry.
       slot = this.expiredSlot;
