@@ -52,6 +52,9 @@ export class Client {
     socket.setNoDelay(true);
     socket.on('data', (chunk: Buffer) => this.onData(chunk));
     socket.on('drain', () => this.onDrain());
+    // The peer closed its side: Node ends ours right after this event, so replies still waiting for
+    // the end of the turn go now (a pipeline read to its FIN in one turn had them refused, EPIPE).
+    socket.on('end', () => this.sendPending());
     socket.on('error', () => {
       /* ECONNRESET and friends: 'close' follows and cleans up. */
     });

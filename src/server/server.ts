@@ -435,6 +435,7 @@ export class Server {
     if (this.timer) clearInterval(this.timer);
     this.memory.stop();
     for (const l of this.listeners) l.close();
+    this.flushPending(); // replies of this turn first, as they would have gone out before the close
     for (const c of this.clients.values()) c.socket.destroy();
     this.log.notice('cellgate is now ready to exit, bye bye...');
     process.exit(code);

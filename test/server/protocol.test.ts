@@ -6,6 +6,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { spawnSync } from 'node:child_process';
+import net from 'node:net';
 import { setTimeout as delay } from 'node:timers/promises';
 import fc from 'fast-check';
 import { startServer, type RunningServer } from '../helpers/server.js';
@@ -363,6 +364,34 @@ describe('framing', () => {
       await checker.call('DEBUG', 'CLOCK', 'REAL');
       await checker.call('DEL', 'pipeline:key');
       checker.close();
+    }
+  });
+
+  it('answers every command of a pipeline followed at once by the client closing its side', async () => {
+    // Node reads 64 KiB at a time and, when a read fills its buffer, reads on: a pipeline of exactly
+    // 64 or 128 KiB is then read to its FIN in the same turn, before the replies of that turn go out.
+    // DEBUG SLEEP on another connection makes sure the bytes and the FIN are all waiting together.
+    const blocker = await Checker.open(server.port);
+    try {
+      for (const total of [65536, 131072]) {
+        const n = Math.floor((total - 16) / 6);
+        const payload = Buffer.concat([Buffer.from('PING\r\n'.repeat(n)), Buffer.from(`PING${' '.repeat(total - n * 6 - 6)}\r\n`)]);
+        expect(payload.length).toBe(total);
+        const sleeping = blocker.call('DEBUG', 'SLEEP', '0.1');
+        await delay(20);
+        const received = await new Promise<Buffer>((resolve, reject) => {
+          const chunks: Buffer[] = [];
+          const socket = net.connect({ port: server.port, host: '127.0.0.1' }, () => socket.end(payload));
+          socket.on('data', (d: Buffer) => chunks.push(d));
+          socket.on('error', reject);
+          socket.on('close', () => resolve(Buffer.concat(chunks)));
+        });
+        await sleeping;
+        expect(received.length / 7).toBe(n + 1);
+        expect(received.equals(Buffer.from('+PONG\r\n'.repeat(n + 1)))).toBe(true);
+      }
+    } finally {
+      blocker.close();
     }
   });
 
