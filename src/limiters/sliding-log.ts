@@ -6,7 +6,7 @@
  * The log is a list of (timestamp ms, units) entries, oldest first. Units accepted in the same
  * millisecond share one entry, so a key never holds more than `limit` entries, however large the
  * costs. Two layouts, chosen on every write:
- * - one entry (the common case for a mostly idle key) lives in the state columns, no blob:
+ * - one entry (the common case for a mostly idle key) lives in the state fields, no blob:
  *     A = its timestamp, B = 1, C = its units;
  * - two or more live in a ring in the key's Float64Array blob, entry i at [2i, 2i+1] (16 bytes):
  *     A = ring index of the oldest entry, B = number of entries, C = units in all entries.
@@ -53,7 +53,7 @@ function unitsAt(k: number): number {
 }
 
 /**
- * Decides one call. `a`, `b`, `c` and `log` are the key's columns and blob (see above); `hasKey`
+ * Decides one call. `a`, `b`, `c` and `log` are the key's state fields and blob (see above); `hasKey`
  * whether it exists.
  */
 export function slidingLogDecide(

@@ -23,7 +23,7 @@ export function drainedDeficit(deficit: number, sinceMs: number, nowMs: number, 
 }
 
 /**
- * Decides one call. `hasKey` says whether the key exists; then `a`/`b` are its state columns.
+ * Decides one call. `hasKey` says whether the key exists; then `a`/`b` are its state fields.
  * Writes the decision, and the new state when `out.write`, into `out`.
  * Preconditions (checked by the command layer): limit, periodMs, burst ≥ 1, cost ≥ 0,
  * burst·periodMs ≤ MAX_SCALED.
