@@ -2,6 +2,18 @@
  * Argument parsing with the exact rules of the systems cellgate is compatible with. Each parser
  * takes the raw argument bytes and returns a number, or null when the text is not acceptable.
  */
+import type { Keyspace, KeyType } from '../keyspace/keyspace.js';
+import type { CommandArgs } from '../protocol/command-args.js';
+
+/** The keyspace slot of the key in argument `i`, looked up on the request's bytes (see Keyspace.lookupKey). */
+export function lookupKeyArg(ks: Keyspace, argv: CommandArgs, i: number, nowMs: number): number {
+  return ks.lookupKey(argv.source(i), argv.start(i), argv.end(i), nowMs);
+}
+
+/** Creates the key in argument `i` (see Keyspace.createKey). */
+export function createKeyArg(ks: Keyspace, argv: CommandArgs, i: number, type: KeyType): number {
+  return ks.createKey(argv.source(i), argv.start(i), argv.end(i), type);
+}
 
 /** The argument as a binary string (one char per byte): how keys and names are held. */
 export function str(arg: Buffer): string {

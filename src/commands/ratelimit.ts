@@ -16,6 +16,7 @@
  * in each limiter module.
  */
 import type { CommandArgs } from '../protocol/command-args.js';
+import { createKeyArg, lookupKeyArg } from './args.js';
 import { KeyType, type Keyspace } from '../keyspace/keyspace.js';
 import type { CellParams } from '../limiters/cell-throttle.js';
 import { fixedWindowDecide } from '../limiters/fixed-window.js';
@@ -170,8 +171,7 @@ function parseLimit(ctx: CommandContext, argv: CommandArgs, i: number, l: Limit,
 /** Finds the key's slot; false after a WRONGTYPE reply. */
 function lookupLimit(ctx: CommandContext, argv: CommandArgs, l: Limit): boolean {
   const ks = ctx.server.keyspace;
-  const k = l.keyArg;
-  const slot = ks.lookupKey(argv.source(k), argv.start(k), argv.end(k), ctx.nowMs);
+  const slot = lookupKeyArg(ks, argv, l.keyArg, ctx.nowMs);
   if (slot !== -1 && ks.typeOf(slot) !== l.algo.type) {
     ctx.reply.error(WRONGTYPE);
     return false;
@@ -213,14 +213,13 @@ function commit(ks: Keyspace, argv: CommandArgs, l: Limit, cost: number, nowMs: 
   const d = l.decision;
   let slot = l.slot;
   const has = slot !== -1;
-  const k = l.keyArg;
   if (l.algo.type === KeyType.SlidingLog) {
     const log = slidingLogRecord(l.limit, l.periodMs, cost, has, has ? ks.getA(slot) : 0, has ? ks.getB(slot) : 0,
       has ? ks.getC(slot) : 0, has ? ks.getBlob(slot) : undefined, nowMs, d);
-    if (!has) slot = ks.createKey(argv.source(k), argv.start(k), argv.end(k), l.algo.type);
+    if (!has) slot = createKeyArg(ks, argv, l.keyArg, l.algo.type);
     ks.setBlob(slot, log);
   } else if (!has) {
-    slot = ks.createKey(argv.source(k), argv.start(k), argv.end(k), l.algo.type);
+    slot = createKeyArg(ks, argv, l.keyArg, l.algo.type);
   }
   ks.setState(slot, d.a, d.b, d.c);
   ks.setExpireAtMs(slot, d.expireAtMs);

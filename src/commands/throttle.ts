@@ -3,6 +3,7 @@
  * TYPE answers `gcra` for either. State in the keyspace: A = TAT whole µs, B = TAT extra ns (0..999).
  */
 import type { CommandArgs } from '../protocol/command-args.js';
+import { createKeyArg, lookupKeyArg } from './args.js';
 import { KeyType } from '../keyspace/keyspace.js';
 import { cellParams, cellThrottle, newCellDecision, MAX_BURST, MAX_PERIOD_SEC, MAX_TOLERANCE_US, type CellParams } from '../limiters/cell-throttle.js';
 import { gcraDecide, gcraParams, newGcraDecision } from '../limiters/redis-gcra.js';
@@ -58,7 +59,7 @@ function cellInteger(ctx: CommandContext, argv: CommandArgs, i: number, name: st
 /** Looks up the key (argument 1) for a GCRA-family command: slot, -1 when absent, or null after a WRONGTYPE reply. */
 function gcraSlot(ctx: CommandContext, argv: CommandArgs): number | null {
   const ks = ctx.server.keyspace;
-  const slot = ks.lookupKey(argv.source(1), argv.start(1), argv.end(1), ctx.nowMs);
+  const slot = lookupKeyArg(ks, argv, 1, ctx.nowMs);
   if (slot !== -1 && ks.typeOf(slot) !== KeyType.Gcra) {
     ctx.reply.error(WRONGTYPE);
     return null;
@@ -69,7 +70,7 @@ function gcraSlot(ctx: CommandContext, argv: CommandArgs): number | null {
 /** Stores a TAT and expiry, creating the key (argument 1) if needed. */
 function storeTat(ctx: CommandContext, argv: CommandArgs, slot: number, tatUs: number, tatNs: number, expireAtMs: number): void {
   const ks = ctx.server.keyspace;
-  if (slot === -1) slot = ks.createKey(argv.source(1), argv.start(1), argv.end(1), KeyType.Gcra);
+  if (slot === -1) slot = createKeyArg(ks, argv, 1, KeyType.Gcra);
   ks.setState(slot, tatUs, tatNs);
   ks.setExpireAtMs(slot, expireAtMs);
 }
@@ -106,10 +107,8 @@ function clThrottle(ctx: CommandContext, argv: CommandArgs): void {
     quantity = lastQuantity;
   } else {
     if (!parseClThrottle(ctx, argv)) return;
-    params = parsedParams!;
-    quantity = parsedQuantity;
-    lastParams = params;
-    lastQuantity = quantity;
+    params = lastParams!;
+    quantity = lastQuantity;
     lastLimitArgc = argv.length;
     lastLimitBytes = argv.restBytes(2);
   }
@@ -123,10 +122,7 @@ function clThrottle(ctx: CommandContext, argv: CommandArgs): void {
   replyFive(ctx, d.limited, d.limit, d.remaining, d.retryAfterSec, d.resetAfterSec);
 }
 
-let parsedParams: CellParams | null = null;
-let parsedQuantity = 1;
-
-/** Parses CL.THROTTLE's numbers into parsedParams/parsedQuantity; false after an error reply. */
+/** Parses CL.THROTTLE's numbers into lastParams/lastQuantity; false after an error reply (they stay). */
 function parseClThrottle(ctx: CommandContext, argv: CommandArgs): boolean {
   let maxBurst: number | null;
   let count: number | null;
@@ -166,8 +162,8 @@ function parseClThrottle(ctx: CommandContext, argv: CommandArgs): boolean {
     ctx.reply.error(`ERR invalid max_burst/period: the burst tolerance (period / count_per_period * (max_burst + 1)) exceeds ${MAX_TOLERANCE_US / (365 * 86400 * 1e6)} years`);
     return false;
   }
-  parsedParams = params;
-  parsedQuantity = quantity;
+  lastParams = params;
+  lastQuantity = quantity;
   return true;
 }
 
