@@ -80,9 +80,9 @@ export class Snapshotter {
   }
 
   /**
-   * Removes `temp-<pid>.snap` and `temp-<pid>-<n>.snap` files left in `dir` by processes that died mid-save (`kill -9`, power
-   * loss), when no process with that pid is running: a live pid may be another cellgate saving into a
-   * shared dir, so its file is left alone. Returns the files removed.
+   * Removes `temp-<pid>.snap` and `temp-<pid>-<n>.snap` files left in `dir` by processes that died
+   * mid-save (`kill -9`, power loss), when no process with that pid is running: a live pid may be
+   * another cellgate saving into a shared dir, so its file is left alone. Returns the files removed.
    */
   removeStaleTempFiles(): string[] {
     const dir = this.server.config.get('dir');
