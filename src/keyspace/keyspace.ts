@@ -511,11 +511,11 @@ export class Keyspace {
     if (view === null || view.sink !== sink) throw new Error('background save ended before its walk was complete');
     const { source, end, done, startMs } = view;
     const stop = Math.min(end, view.pos + maxSlots);
-    const live = source === this;
+    // Past these slots before reading them: the sink's own reads (getBlob) must not preserve them, and
+    // nothing else runs until the step returns.
+    if (source === this) this.saveCursor = stop;
     let slot = view.pos;
     for (; slot < stop; slot++) {
-      // Past this slot before reading it: the sink's own reads (getBlob) must not preserve it.
-      if (live) this.saveCursor = slot + 1;
       if (done[slot] === 1) continue;
       if (source.typeAt(slot) !== KeyType.Free && startMs <= source.index.getState(slot, 0)) sink(source, slot);
     }
