@@ -40,17 +40,25 @@ async function peek(r: Redis, keys: string[]): Promise<string[]> {
 }
 
 /**
- * Fills a server with N keys, starts a BGSAVE and runs rounds of traffic while it runs (FLUSHDB in
- * round `flushRound`, if given); then loads the file in a second server and compares it with the start.
+ * What happens besides the DEL / re-create rounds while the save runs: nothing more, FLUSHDB (in
+ * round FLUSH_ROUND), maxmemory eviction of random keys (from the first round on), or the clock
+ * jumping past every key's expiry (the active expiry cycle and lookups remove them).
  */
-async function saveUnderTraffic(flushRound: number | null): Promise<void> {
+type Extra = 'none' | 'flush' | 'evict' | 'expire';
+const FLUSH_ROUND = 4;
+
+/**
+ * Fills a server with N keys, starts a BGSAVE and runs rounds of traffic while it runs; then loads the
+ * file in a second server and compares it with the start.
+ */
+async function saveUnderTraffic(extra: Extra): Promise<void> {
   const dir = tempDir();
   dirs.push(dir);
   const a = await startOn(dir, ['--save', '']);
   const ra = new Redis(a.port);
   let expected: string[];
   let sample: string[];
-  let flushedDuringSave = false;
+  let extraDuringSave = extra === 'none';
   let roundsDuringSave = 0;
   try {
     await ra.call('DEBUG', 'CLOCK', 'SET', String(T0_AHEAD_MS));
@@ -68,21 +76,30 @@ async function saveUnderTraffic(flushRound: number | null): Promise<void> {
     expect(await ra.bgsave()).toBe('Background saving started');
     for (let j = 0; j < TOUCHED; j++) {
       const p = ra.pipeline().info('persistence');
-      if (j === flushRound) {
+      if (extra === 'flush' && j === FLUSH_ROUND) {
         // Everything goes; some keys come back (old names and new ones).
         p.flushdb();
         for (let i = 0; i < 100; i++) p.call('CL.THROTTLE', `k:${i}`, ...LIMIT, '3');
       }
+      // Every write evicts (random keys, most of them not reached by the save yet).
+      if (extra === 'evict' && j === 0) p.config('SET', 'maxmemory-policy', 'allkeys-random').config('SET', 'maxmemory', '1');
+      // Two hours on: every key of the start has expired (they live about an hour).
+      if (extra === 'expire' && j === 0) p.call('DEBUG', 'CLOCK', 'SET', String(T0_AHEAD_MS + 7_200_000));
       // A key the save has written (the walk starts at k:0's slot), one it has not reached yet
       // (k:N-1-j is in one of the last slots), then the first again: it takes the slot just freed.
       p.del(`k:${j}`).del(`k:${N - 1 - j}`).call('CL.THROTTLE', `k:${j}`, ...LIMIT, '50');
       p.call('CL.THROTTLE', `new:${j}`, ...LIMIT, '1');
+      p.info('stats');
       const replies = (await p.exec())!;
       // INFO is answered in the same turn as the commands after it: they ran during the save.
       if (!String(replies[0][1]).includes('rdb_bgsave_in_progress:1')) break;
       roundsDuringSave++;
-      if (j === flushRound) flushedDuringSave = true;
+      if (extra === 'flush' && j === FLUSH_ROUND) extraDuringSave = true;
+      const stats = String(replies[replies.length - 1][1]);
+      if (extra === 'evict' && !stats.includes('\r\nevicted_keys:0\r\n')) extraDuringSave = true;
+      if (extra === 'expire' && !stats.includes('\r\nexpired_keys:0\r\n')) extraDuringSave = true;
     }
+    if (extra === 'evict') await ra.config('SET', 'maxmemory', '0');
     for (let i = 0; i < 2000 && (await info(ra)).rdb_bgsave_in_progress !== '0'; i++) await new Promise((res) => setTimeout(res, 5));
     expect((await info(ra)).rdb_last_bgsave_status).toBe('ok');
   } finally {
@@ -91,7 +108,7 @@ async function saveUnderTraffic(flushRound: number | null): Promise<void> {
   }
   // The traffic ran while the save did (it is fast: ~20 ms for 100k keys on a quiet machine).
   expect(roundsDuringSave).toBeGreaterThanOrEqual(5);
-  if (flushRound !== null) expect(flushedDuringSave).toBe(true);
+  expect(extraDuringSave).toBe(true);
 
   // The start refuses a file with a key twice ('duplicate key'); this one loads.
   const b = await startOn(dir, ['--save', '']);
@@ -112,10 +129,18 @@ async function saveUnderTraffic(flushRound: number | null): Promise<void> {
 
 describe('BGSAVE point in time', () => {
   it('keys written by the save, then deleted and re-created in slots it has not reached, are in the file once, as at the start', async () => {
-    await saveUnderTraffic(null);
+    await saveUnderTraffic('none');
   });
 
   it('FLUSHDB and new keys during the save leave the file as the keyspace was at the start', async () => {
-    await saveUnderTraffic(4);
+    await saveUnderTraffic('flush');
+  });
+
+  it('maxmemory eviction during the save leaves the file as the keyspace was at the start', async () => {
+    await saveUnderTraffic('evict');
+  });
+
+  it('keys expiring during the save are written as of the start', async () => {
+    await saveUnderTraffic('expire');
   });
 });
