@@ -79,6 +79,13 @@ export class Keyspace {
   private readonly blobs = new Map<number, Float64Array>();
   /** Bytes of the blobs, with their overhead (datasetBytes). */
   private blobBytes = 0;
+  /**
+   * The slot and blob of the latest getBlob or createKey (a new key has no blob): setBlob, which a
+   * sliding-log write calls right after one of them, learns the blob it replaces (for blobBytes)
+   * without a second Map lookup.
+   */
+  private blobMemoSlot = -1;
+  private blobMemo: Float64Array | undefined = undefined;
   /** The best eviction candidates seen so far, lowest score first (see sampleVictim). */
   private pool: { slot: number; hash: number; score: number }[] = [];
   private freeSlots: number[] = [];
@@ -209,6 +216,8 @@ export class Keyspace {
     index.setState(slot, 1, 0);
     index.setState(slot, 2, 0);
     index.setState(slot, 3, 0);
+    this.blobMemoSlot = slot;
+    this.blobMemo = undefined;
     return slot;
   }
 
@@ -260,6 +269,8 @@ export class Keyspace {
     this.pool = [];
     this.blobs.clear();
     this.blobBytes = 0;
+    this.blobMemoSlot = -1;
+    this.blobMemo = undefined;
   }
 
   typeOf(slot: number): KeyType {
@@ -289,11 +300,16 @@ export class Keyspace {
   }
   /** The variable-size state of a slot, or undefined. */
   getBlob(slot: number): Float64Array | undefined {
-    return this.blobs.get(slot);
+    const blob = this.blobs.get(slot);
+    this.blobMemoSlot = slot;
+    this.blobMemo = blob;
+    return blob;
   }
   setBlob(slot: number, blob: Float64Array | undefined): void {
     this.dirty++;
-    const had = this.blobs.get(slot);
+    const had = slot === this.blobMemoSlot ? this.blobMemo : this.blobs.get(slot);
+    this.blobMemoSlot = slot;
+    this.blobMemo = blob;
     if (had === blob) return; // updated in place
     if (had !== undefined) this.blobBytes -= had.byteLength + BLOB_OVERHEAD_BYTES;
     if (blob === undefined) {
@@ -305,6 +321,7 @@ export class Keyspace {
   }
 
   private dropBlob(slot: number): void {
+    if (slot === this.blobMemoSlot) this.blobMemo = undefined;
     const had = this.blobs.get(slot);
     if (had === undefined) return;
     this.blobBytes -= had.byteLength + BLOB_OVERHEAD_BYTES;
