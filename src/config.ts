@@ -8,7 +8,9 @@ import { splitInlineArgs } from './protocol/inline.js';
 
 type Kind =
   | { type: 'int'; min: number; max: number }
-  | { type: 'memory' }
+  | { type: 'memory'; min?: number }
+  /** Bytes, not text: kept as a binary string (one char per byte), as keys are. */
+  | { type: 'bytes' }
   | { type: 'bool' }
   | { type: 'enum'; values: string[] }
   | { type: 'string' }
@@ -26,17 +28,25 @@ interface ConfigDef {
   help: string;
 }
 
+/**
+ * The least proto-max-bulk-len and client-query-buffer-limit, as Redis (config.c: 1 MiB): below it
+ * ordinary commands of ordinary clients would be refused or their connections closed.
+ */
+const MIN_SIZE_LIMIT = 1024 * 1024;
+/** Redis's upper bound of those (LONG_MAX), for its error text. */
+const MAX_SIZE_LIMIT_TEXT = '9223372036854775807';
+
 const DEFS: ConfigDef[] = [
   { name: 'port', kind: { type: 'int', min: 0, max: 65535 }, default: '6379', mutable: false, help: 'TCP port (0 picks a free one)' },
   { name: 'bind', kind: { type: 'string' }, default: '127.0.0.1 ::1', mutable: false, help: 'addresses to listen on' },
   { name: 'protected-mode', kind: { type: 'bool' }, default: 'yes', mutable: true, help: 'refuse non-loopback clients when no password is set' },
-  { name: 'requirepass', kind: { type: 'string' }, default: '', mutable: true, help: 'password for the default user' },
+  { name: 'requirepass', kind: { type: 'bytes' }, default: '', mutable: true, help: 'password for the default user' },
   { name: 'requirepass-file', kind: { type: 'string' }, default: '', mutable: false, help: 'read requirepass from this file at start (container secrets)' },
   { name: 'maxclients', kind: { type: 'int', min: 1, max: 1_000_000 }, default: '10000', mutable: true, help: 'most connected clients' },
   { name: 'timeout', kind: { type: 'int', min: 0, max: 2_147_483_647 }, default: '0', mutable: true, help: 'close clients idle this many seconds (0 = never)' },
   { name: 'tcp-keepalive', kind: { type: 'int', min: 0, max: 2_147_483_647 }, default: '300', mutable: true, help: 'TCP keepalive seconds' },
-  { name: 'proto-max-bulk-len', kind: { type: 'memory' }, default: '536870912', mutable: true, help: 'largest bulk argument' },
-  { name: 'client-query-buffer-limit', kind: { type: 'memory' }, default: '1073741824', mutable: true, help: 'largest unprocessed input per client' },
+  { name: 'proto-max-bulk-len', kind: { type: 'memory', min: MIN_SIZE_LIMIT }, default: '536870912', mutable: true, help: 'largest bulk argument' },
+  { name: 'client-query-buffer-limit', kind: { type: 'memory', min: MIN_SIZE_LIMIT }, default: '1073741824', mutable: true, help: 'largest unprocessed input per client' },
   // Redis's default for normal clients is 0 0 0 (unlimited); see README "Security model" for ours.
   { name: 'client-output-buffer-limit', kind: { type: 'output-limits' }, default: 'normal 268435456 67108864 60 slave 268435456 67108864 60 pubsub 33554432 8388608 60', mutable: true, help: 'disconnect clients whose unsent output exceeds <hard>, or <soft> for <soft-seconds>' },
   { name: 'maxmemory', kind: { type: 'memory' }, default: '0', mutable: true, help: 'memory limit (0 = none)' },
@@ -68,6 +78,25 @@ const BY_NAME = new Map(DEFS.map((d) => [d.name, d]));
 
 export class ConfigError extends Error {}
 
+const SPACE = Buffer.from(' ');
+
+/** The lines of a file (LF or CRLF), each without leading and trailing spaces and tabs. */
+function splitLines(bytes: Buffer): Buffer[] {
+  const lines: Buffer[] = [];
+  const blank = (b: number): boolean => b === 0x20 || b === 0x09 || b === 0x0d || b === 0x0b || b === 0x0c;
+  for (let start = 0; start <= bytes.length; ) {
+    let end = bytes.indexOf(0x0a, start);
+    if (end === -1) end = bytes.length;
+    let a = start;
+    let b = end;
+    while (a < b && blank(bytes[a])) a++;
+    while (b > a && blank(bytes[b - 1])) b--;
+    lines.push(bytes.subarray(a, b));
+    start = end + 1;
+  }
+  return lines;
+}
+
 /** Parses Redis memory notation: 100, 1k (1000), 1kb (1024), 5mb, 2gb. */
 export function parseMemory(text: string): number | null {
   const m = /^(\d+)(k|kb|m|mb|g|gb)?$/i.exec(text.trim());
@@ -89,6 +118,7 @@ function canonical(def: ConfigDef, value: string): string {
     case 'memory': {
       const n = parseMemory(value);
       if (n === null) throw new ConfigError('argument must be a memory value');
+      if (k.min !== undefined && n < k.min) throw new ConfigError(`argument must be between ${k.min} and ${MAX_SIZE_LIMIT_TEXT} inclusive`);
       return String(n);
     }
     case 'bool': {
@@ -109,6 +139,7 @@ function canonical(def: ConfigDef, value: string): string {
     case 'output-limits':
       return canonicalOutputLimits(value, DEFAULT_OUTPUT_LIMITS);
     case 'string':
+    case 'bytes':
       return value;
     case 'filename':
       // As Redis: the snapshot always lives in `dir`.
@@ -125,6 +156,16 @@ export interface OutputLimit {
 }
 
 const OUTPUT_CLASSES = ['normal', 'slave', 'pubsub'];
+/**
+ * The least non-zero hard or soft limit of the normal class. A limit smaller than a reply closes the
+ * client that gets it, and the normal class applies to every client, the one that sets it included:
+ * `normal 1 1 1` was accepted and closed the administrator at the next reply, with no way to set it
+ * back. Redis never meets this because it does not count its 16 KiB static reply buffer against the
+ * limit (only the reply list beyond it); cellgate counts every reply byte, so it refuses limits below
+ * those 16 KiB instead: every small reply (OK, errors, INFO, CONFIG GET) fits under any accepted
+ * limit. 0 (no limit) stays allowed. The other classes do not apply to clients here.
+ */
+const MIN_NORMAL_OUTPUT_LIMIT = 16 * 1024;
 const DEFAULT_OUTPUT_LIMITS = 'normal 268435456 67108864 60 slave 268435456 67108864 60 pubsub 33554432 8388608 60';
 
 /**
@@ -147,6 +188,9 @@ function canonicalOutputLimits(value: string, current: string): string {
     const soft = parseMemory(parts[i + 2]);
     const seconds = /^\d+$/.test(parts[i + 3]) ? Number(parts[i + 3]) : null;
     if (hard === null || soft === null || seconds === null) throw new ConfigError('Error in hard, soft or soft_seconds setting in buffer limit configuration.');
+    if (cls === 'normal' && ((hard > 0 && hard < MIN_NORMAL_OUTPUT_LIMIT) || (soft > 0 && soft < MIN_NORMAL_OUTPUT_LIMIT))) {
+      throw new ConfigError(`Error in hard or soft setting in buffer limit configuration: normal class limits must be 0 (no limit) or at least ${MIN_NORMAL_OUTPUT_LIMIT} bytes.`);
+    }
     classes.set(cls, [String(hard), String(soft), String(seconds)]);
   }
   return OUTPUT_CLASSES.map((c) => `${c} ${classes.get(c)!.join(' ')}`).join(' ');
@@ -183,16 +227,36 @@ export class Config {
     return this.get(name) === 'yes';
   }
 
-  /** Sets a value from any source. `runtime` applies CONFIG SET's mutability rule. */
-  set(name: string, value: string, runtime = false): void {
+  /**
+   * Sets a value from any source. `runtime` applies CONFIG SET's mutability rule. A Buffer is the
+   * value's bytes (CONFIG SET, the config file); a string is text (flags, environment), taken as
+   * UTF-8. A `bytes` option (requirepass) keeps the bytes as they are, so a password that is not
+   * UTF-8 (`\xff\xfe`) is the same password in CONFIG SET and in AUTH; the others are text.
+   */
+  set(name: string, value: string | Buffer, runtime = false): void {
     const def = BY_NAME.get(name.toLowerCase());
     if (def === undefined) throw new ConfigError(`unknown option '${name}'`);
     if (runtime && !def.mutable) throw new ConfigError('can\'t set immutable config');
-    if (def.kind.type === 'output-limits') {
-      this.values.set(def.name, canonicalOutputLimits(value, this.get(def.name)));
+    if (def.kind.type === 'bytes') {
+      this.values.set(def.name, (typeof value === 'string' ? Buffer.from(value, 'utf8') : value).toString('latin1'));
       return;
     }
-    this.values.set(def.name, canonical(def, value));
+    const text = typeof value === 'string' ? value : value.toString('utf8');
+    if (def.kind.type === 'output-limits') {
+      this.values.set(def.name, canonicalOutputLimits(text, this.get(def.name)));
+      return;
+    }
+    this.values.set(def.name, canonical(def, text));
+  }
+
+  /** A `bytes` option's value (requirepass) as its bytes. */
+  bytes(name: string): Buffer {
+    return Buffer.from(this.get(name), 'latin1');
+  }
+
+  /** Whether CONFIG GET must reply the value's bytes (a `bytes` option) rather than its text. */
+  isBytes(name: string): boolean {
+    return BY_NAME.get(name)?.kind.type === 'bytes';
   }
 
   /** A class of client-output-buffer-limit, parsed. */
@@ -211,15 +275,18 @@ export class Config {
     const file = this.get('requirepass-file');
     if (file === '') return;
     if (this.get('requirepass') !== '') throw new ConfigError('requirepass and requirepass-file are both set: use one of them');
-    let text: string;
+    let bytes: Buffer;
     try {
-      text = readFileSync(file, 'utf8');
+      bytes = readFileSync(file);
     } catch (e) {
       throw new ConfigError(`cannot read requirepass-file '${file}': ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);
     }
-    const password = text.replace(/\r?\n$/, '');
-    if (password === '') throw new ConfigError(`requirepass-file '${file}' is empty`);
-    this.values.set('requirepass', password);
+    // The file's bytes as they are (a password need not be UTF-8), less one trailing newline.
+    let end = bytes.length;
+    if (end > 0 && bytes[end - 1] === 0x0a) end--;
+    if (end > 0 && end < bytes.length && bytes[end - 1] === 0x0d) end--;
+    if (end === 0) throw new ConfigError(`requirepass-file '${file}' is empty`);
+    this.set('requirepass', bytes.subarray(0, end));
   }
 
   isMutable(name: string): boolean {
@@ -228,22 +295,28 @@ export class Config {
 
   /** Reads a redis.conf-syntax file: `name value...` per line, `#` comments, Redis quoting. */
   loadFile(path: string): void {
-    let text: string;
+    let bytes: Buffer;
     try {
-      text = readFileSync(path, 'utf8');
+      bytes = readFileSync(path);
     } catch (e) {
       throw new ConfigError(`cannot read config file '${path}': ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);
     }
     this.configFile = path;
-    const lines = text.split(/\r?\n/);
+    // Split as bytes, not text: a quoted "\xff" value stays the byte 0xff (requirepass is bytes).
+    const lines = splitLines(bytes);
     for (let i = 0; i < lines.length; i++) {
-      const line = lines[i].trim();
-      if (line === '' || line.startsWith('#')) continue;
-      const args = splitInlineArgs(Buffer.from(line, 'utf8'));
+      const line = lines[i];
+      if (line.length === 0 || line[0] === 0x23 /* # */) continue;
+      const args = splitInlineArgs(line);
       if (args === null || args.length === 0) throw new ConfigError(`${path}:${i + 1}: unbalanced quotes`);
-      const [name, ...rest] = args.map((a) => a.toString('utf8'));
+      const name = args[0].toString('utf8');
+      const rest: Buffer[] = [];
+      for (let a = 1; a < args.length; a++) {
+        if (a > 1) rest.push(SPACE);
+        rest.push(args[a]);
+      }
       try {
-        this.set(name, rest.join(' '));
+        this.set(name, Buffer.concat(rest));
       } catch (e) {
         throw new ConfigError(`${path}:${i + 1}: '${name}': ${(e as Error).message}`);
       }

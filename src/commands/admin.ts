@@ -18,7 +18,8 @@ function configGet(ctx: CommandContext, argv: CommandArgs): void {
   ctx.reply.mapHeader(pairs.length);
   for (const [name, value] of pairs) {
     ctx.reply.bulk(name);
-    ctx.reply.text(value);
+    if (ctx.server.config.isBytes(name)) ctx.reply.bulk(ctx.server.config.bytes(name));
+    else ctx.reply.text(value);
   }
 }
 
@@ -29,7 +30,8 @@ function configSet(ctx: CommandContext, argv: CommandArgs): void {
     ctx.reply.error("ERR wrong number of arguments for 'config|set' command");
     return;
   }
-  const pairs: [string, string][] = [];
+  // Values as bytes: Config.set decodes text options as UTF-8 and keeps requirepass's bytes.
+  const pairs: [string, Buffer][] = [];
   for (let i = 2; i < argv.length; i += 2) {
     const name = argv.lower(i);
     if (!config.has(name)) {
@@ -40,7 +42,7 @@ function configSet(ctx: CommandContext, argv: CommandArgs): void {
       ctx.reply.error(`ERR CONFIG SET failed (possibly related to argument '${name}') - duplicate parameter`);
       return;
     }
-    pairs.push([name, argv.buffer(i + 1).toString('utf8')]);
+    pairs.push([name, argv.buffer(i + 1)]);
   }
   // Validate everything on a scratch copy first, so a bad pair changes nothing.
   const scratch = new Config();

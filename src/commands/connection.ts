@@ -11,15 +11,16 @@ import { noKeys, type CommandContext, type CommandSpec } from './types.js';
 const WRONGPASS = 'WRONGPASS invalid username-password pair or user is disabled.';
 
 /**
- * Checks a username/password against `requirepass` in constant time (SPEC §6): both sides are
- * hashed first so neither the length nor the content leaks through timing.
+ * Checks a username/password against `requirepass` in constant time: both sides are hashed first so
+ * neither the length nor the content leaks through timing. Both are bytes (Config keeps requirepass's
+ * bytes as set), so a password that is not UTF-8 works as it does in Redis.
  */
 function credentialsValid(ctx: CommandContext, user: string, pass: Buffer): boolean {
   const required = ctx.server.config.get('requirepass');
   if (user !== 'default') return false;
   if (required === '') return true; // the default user is "nopass"
   const a = createHash('sha256').update(pass).digest();
-  const b = createHash('sha256').update(Buffer.from(required, 'utf8')).digest();
+  const b = createHash('sha256').update(ctx.server.config.bytes('requirepass')).digest();
   return timingSafeEqual(a, b);
 }
 

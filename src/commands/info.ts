@@ -48,14 +48,24 @@ const SECTIONS: Record<string, Section> = {
   ],
   memory: (s) => {
     const m = process.memoryUsage();
+    const used = m.heapUsed + m.arrayBuffers;
+    // maxmemory limits the keys (src/server/memory.ts): startup + dataset, counted; the rest of the
+    // process (client buffers, garbage not yet collected) is Redis's mem_not_counted_for_evict.
+    const counted = s.memory.countedBytes;
+    let clientBytes = 0;
+    for (const c of s.clients.values()) clientBytes += c.parser.pendingBytes + c.outputBytes;
     return [
-      ['used_memory', m.heapUsed + m.arrayBuffers],
-      ['used_memory_human', human(m.heapUsed + m.arrayBuffers)],
+      ['used_memory', used],
+      ['used_memory_human', human(used)],
       ['used_memory_rss', m.rss],
       ['used_memory_rss_human', human(m.rss)],
       ['used_memory_heap_total', m.heapTotal],
-      // What maxmemory is compared with (src/server/memory.ts: measured, plus keys since the measurement).
-      ['used_memory_maxmemory_estimate', Math.round(s.memory.estimatedBytes)],
+      ['used_memory_startup', s.memory.startupBytes],
+      ['used_memory_dataset', s.keyspace.datasetBytes],
+      ['used_memory_counted_for_evict', counted],
+      ['mem_not_counted_for_evict', Math.max(0, used - counted)],
+      ['mem_clients_normal', clientBytes],
+      ['eviction_step_max_keys', s.memory.largestStep],
       ['maxmemory', s.config.int('maxmemory')],
       ['maxmemory_human', human(s.config.int('maxmemory'))],
       ['maxmemory_policy', s.config.get('maxmemory-policy')],

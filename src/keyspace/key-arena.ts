@@ -45,6 +45,12 @@ export class KeyArena {
   private classes = CLASS_SIZES.map((size) => new ChunkClass(size));
   private big = new Map<number, Buffer>();
   private nextBig = 0;
+  /**
+   * Bytes of the chunks (and big keys) holding live keys: what maxmemory counts for them. The class
+   * arrays' unused room (they double, and freed chunks stay for reuse) is not in it, as an allocator's
+   * free space is not in Redis's used_memory.
+   */
+  bytes = 0;
 
   /** Copies `src[start, end)` in and returns its ref (the length is the caller's to keep). */
   store(src: Uint8Array, start: number, end: number): number {
@@ -52,10 +58,12 @@ export class KeyArena {
     if (len > MAX_CHUNK) {
       const ref = this.nextBig++;
       this.big.set(ref, Buffer.from(src.subarray(start, end)));
+      this.bytes += len;
       return ref;
     }
     const cls = this.classes[CLASS_OF_LENGTH[len]];
     const ref = cls.alloc();
+    this.bytes += cls.size;
     const data = cls.data;
     const at = ref * cls.size;
     for (let i = 0; i < len; i++) data[at + i] = src[start + i];
@@ -63,8 +71,14 @@ export class KeyArena {
   }
 
   release(ref: number, len: number): void {
-    if (len > MAX_CHUNK) this.big.delete(ref);
-    else this.classes[CLASS_OF_LENGTH[len]].free.push(ref);
+    if (len > MAX_CHUNK) {
+      this.big.delete(ref);
+      this.bytes -= len;
+    } else {
+      const cls = this.classes[CLASS_OF_LENGTH[len]];
+      cls.free.push(ref);
+      this.bytes -= cls.size;
+    }
   }
 
   /** Whether the stored key (ref, len) has the bytes `src[start, start + len)`. */

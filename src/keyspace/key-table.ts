@@ -73,6 +73,17 @@ export class KeyTable {
     return this.count;
   }
 
+  /**
+   * Bytes the keys use, counted exactly: a record per key, the index table (both while it grows) and
+   * the arena chunks of long keys. Records of free slots in allocated pages are not counted (as an
+   * allocator's free space is not): a slot freed by a delete or an eviction is what the next key
+   * takes, so this figure falls by a key's cost with every key removed, which is what lets
+   * maxmemory converge (src/server/memory.ts).
+   */
+  get usedBytes(): number {
+    return this.count * RECORD_BYTES + (this.table.length + (this.old === null ? 0 : this.old.length)) * 4 + this.arena.bytes;
+  }
+
   /** Slots with a record: [0, capacity). */
   get capacity(): number {
     return this.bytePages.length * PAGE_SLOTS;

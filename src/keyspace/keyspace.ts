@@ -44,6 +44,8 @@ const LRU_MASK = 0xffffff;
 const EXPIRE_STEP_TABLE_MOVES = 4096;
 /** Eviction candidates kept between evictions (Redis's EVPOOL_SIZE). */
 const EVICTION_POOL_SIZE = 16;
+/** What a blob costs beyond its numbers: the Float64Array and its ArrayBuffer objects, its Map entry. */
+const BLOB_OVERHEAD_BYTES = 160;
 
 /** How a victim is chosen when `maxmemory` is reached (the policies other than noeviction). */
 export type EvictionPolicy = 'volatile-ttl' | 'allkeys-lru' | 'allkeys-random';
@@ -96,6 +98,15 @@ export class Keyspace {
     return this.index.spare(slot) & 0xff;
   }
   private blobs = new Map<number, Float64Array>();
+  /** Bytes of the blobs, with their overhead (datasetBytes). */
+  private blobBytes = 0;
+  /**
+   * The slot and blob of the latest getBlob or createKey (a new key has no blob): setBlob, which a
+   * sliding-log write calls right after one of them, learns the blob it replaces (for blobBytes)
+   * without a second Map lookup.
+   */
+  private blobMemoSlot = -1;
+  private blobMemo: Float64Array | undefined = undefined;
   /** The best eviction candidates seen so far, lowest score first (see sampleVictim). */
   private pool: { slot: number; hash: number; score: number }[] = [];
   private freeSlots: number[] = [];
@@ -167,6 +178,14 @@ export class Keyspace {
   }
 
   /**
+   * Bytes the keys use, counted rather than measured (INFO used_memory_dataset, what maxmemory
+   * limits): their records, index table and arena bytes (KeyTable.usedBytes) and their blobs. O(1).
+   */
+  get datasetBytes(): number {
+    return this.index.usedBytes + this.blobBytes;
+  }
+
+  /**
    * The slot of the live key `bytes[start, end)`, or -1. An expired key found here is gone from then
    * on (see expiredSlot).
    */
@@ -186,7 +205,7 @@ export class Keyspace {
       this.expiredCount++;
       this.typeCounts[this.typeAt(slot)]--;
       this.index.setSpare(slot, KeyType.Free);
-      if (this.blobs.size > 0) this.blobs.delete(slot);
+      if (this.blobs.size > 0) this.dropBlob(slot);
       this.expiredSlot = slot;
       return -1;
     }
@@ -230,6 +249,8 @@ export class Keyspace {
     index.setState(slot, 1, 0);
     index.setState(slot, 2, 0);
     index.setState(slot, 3, 0);
+    this.blobMemoSlot = slot;
+    this.blobMemo = undefined;
     return slot;
   }
 
@@ -288,6 +309,9 @@ export class Keyspace {
     this.typeCounts.fill(0);
     this.avgTtlMs = 0;
     this.pool = [];
+    this.blobBytes = 0;
+    this.blobMemoSlot = -1;
+    this.blobMemo = undefined;
   }
 
   typeOf(slot: number): KeyType {
@@ -323,13 +347,33 @@ export class Keyspace {
    */
   getBlob(slot: number): Float64Array | undefined {
     if (slot >= this.saveCursor) this.preserve(slot);
-    return this.blobs.get(slot);
+    const blob = this.blobs.get(slot);
+    this.blobMemoSlot = slot;
+    this.blobMemo = blob;
+    return blob;
   }
   setBlob(slot: number, blob: Float64Array | undefined): void {
     if (slot >= this.saveCursor) this.preserve(slot);
     this.dirty++;
-    if (blob === undefined) this.blobs.delete(slot);
-    else this.blobs.set(slot, blob);
+    const had = slot === this.blobMemoSlot ? this.blobMemo : this.blobs.get(slot);
+    this.blobMemoSlot = slot;
+    this.blobMemo = blob;
+    if (had === blob) return; // updated in place
+    if (had !== undefined) this.blobBytes -= had.byteLength + BLOB_OVERHEAD_BYTES;
+    if (blob === undefined) {
+      this.blobs.delete(slot);
+    } else {
+      this.blobs.set(slot, blob);
+      this.blobBytes += blob.byteLength + BLOB_OVERHEAD_BYTES;
+    }
+  }
+
+  private dropBlob(slot: number): void {
+    if (slot === this.blobMemoSlot) this.blobMemo = undefined;
+    const had = this.blobs.get(slot);
+    if (had === undefined) return;
+    this.blobBytes -= had.byteLength + BLOB_OVERHEAD_BYTES;
+    this.blobs.delete(slot);
   }
 
   /** Calls `visit(slot)` for every live key (for snapshots); skips expired ones. */
@@ -479,7 +523,7 @@ export class Keyspace {
     this.index.remove(slot);
     this.typeCounts[this.typeAt(slot)]--;
     this.index.setSpare(slot, KeyType.Free);
-    if (this.blobs.size > 0) this.blobs.delete(slot);
+    if (this.blobs.size > 0) this.dropBlob(slot);
     this.freeSlots.push(slot);
   }
 

@@ -7,7 +7,7 @@
  * clock has microsecond resolution, so `now` never has a nanosecond part; the emission interval
  * T = trunc(period·1e9 / count) does.
  *
- * The quirks the recorded vectors pin down (shared/vectors/README.md) are all here on purpose:
+ * The quirks the recorded vectors pin down (test/fixtures/vectors/README.md) are all here on purpose:
  * seconds rounded up only when at least one whole millisecond is left over; `remaining` computed
  * from microsecond-truncated durations in f64; the key's TTL truncated to whole milliseconds and
  * added to the truncated millisecond clock; quantity 0 re-storing the TAT; quantity > limit

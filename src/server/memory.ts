@@ -1,38 +1,47 @@
 /**
- * `maxmemory`: how much memory the server uses, and eviction when it is over the limit (SPEC §4).
+ * `maxmemory`: what counts against the limit, and eviction when it is over (README "Security model").
  *
- * Measuring: `process.memoryUsage()` costs microseconds (it walks V8's heap spaces), too much to call
- * per command, and its heapUsed counts garbage until V8 collects it. So the figure compared with
- * maxmemory is an estimate refreshed from real measurements:
+ * What is counted: the keys, not the process. maxmemory is compared with
  *
- *   used ≈ base + (keys now − keys at base) × BYTES_PER_KEY
+ *   counted = used_memory_startup + used_memory_dataset
  *
- * where `base` is `heapUsed + arrayBuffers` (INFO's used_memory) measured (a) when maxmemory is set,
- * (b) right after every major GC (observed with a PerformanceObserver while maxmemory is set: the heap
- * then holds live data only) and
- * (c) by the periodic task whenever a fresh measurement is below the estimate (a minor GC freed
- * garbage). Measuring only downwards between major GCs keeps a burst of short-lived garbage (reply
- * buffers, parsed arguments) from evicting keys that nothing needs to evict; growth that is not keys
- * shows up at the next major GC, which V8 triggers as the old generation grows. BYTES_PER_KEY is
- * bench/RESULTS.md's measured cost of a limiter key (77 B at 1M keys) plus a share of the room the
- * keyspace's arrays keep for growth (they double).
+ * where used_memory_startup is INFO's used_memory (`heapUsed + arrayBuffers`) measured once, when the
+ * server is built (before the snapshot loads: the code and the empty server), and used_memory_dataset
+ * is Keyspace.datasetBytes: the bytes of the records in use, the index table, the arena chunks of
+ * long keys and the sliding-log blobs, counted exactly as keys come and go (src/keyspace/key-table.ts).
  *
- * Evicting: before a command runs (as Redis's processCommand → performEvictions) and in the periodic
- * task, keys are removed one sampled victim at a time until the estimate is under the limit, at most
- * EVICT_PER_COMMAND keys per command and EVICT_TICK_MS of work per tick, so eviction never stalls the
- * server however far over the limit it is. A denyoom command (the limiter commands, which may create
- * a key) is refused with -OOM under noeviction, or when nothing is left to evict.
+ * Why not a measurement of the process: it drifted and never came back down. The previous version
+ * compared an estimate rebased on `process.memoryUsage()` after each major GC; but V8 keeps freed
+ * pages, a GC measures whatever garbage and client buffers are live at that moment, and each major GC
+ * after a burst of evictions measured higher, so lowering maxmemory below use evicted every key and
+ * then refused every limiter call with -OOM for good. And it counted client buffers: a thousand
+ * unauthenticated clients holding 1 MiB of unparsed input each evicted every limiter key. Client
+ * buffers have their own limits (client-query-buffer-limit, client-output-buffer-limit, the 1 MB
+ * before AUTH) and are shown apart (INFO mem_clients_normal); they are never a reason to forget a
+ * limiter's state (Redis too leaves replica and AOF buffers out of what it compares with maxmemory:
+ * mem_not_counted_for_evict). The counted figure falls by exactly a key's cost when a key goes, so
+ * eviction stops at the limit, keeps the keys that fit, and the next call succeeds.
+ *
+ * Evicting: keys are removed one sampled victim at a time until the count is under the limit:
+ * before a command runs (as Redis's processCommand → performEvictions), at most EVICT_PER_COMMAND
+ * keys, and in background steps of at most EVICT_PER_STEP keys and EVICT_STEP_MS, chained with
+ * setImmediate while the count stays over the limit (started by the periodic task or by a command
+ * that left it over), as Redis continues with its evictionTimeProc. Between two steps the event loop
+ * reads and answers clients, so eviction never stalls the server however far over the limit it is
+ * (INFO eviction_step_max_keys shows the largest step), and lowering maxmemory by a million keys
+ * converges in about a second rather than at the periodic task's pace. A denyoom command (the
+ * limiter commands, which may create a key) is refused with -OOM under noeviction, or when nothing is
+ * left to evict.
  */
-import { PerformanceObserver, constants as perfConstants, performance } from 'node:perf_hooks';
+import { performance } from 'node:perf_hooks';
 import type { EvictionPolicy, Keyspace } from '../keyspace/keyspace.js';
 import type { Config } from '../config.js';
 
-/** Estimated bytes per limiter key (bench/RESULTS.md "Memory per key": 77 B at 1M keys, more while its arrays have room to grow; sliding logs more). */
-export const BYTES_PER_KEY = 96;
 /** At most this many keys are evicted before one command; the periodic task continues the work. */
 const EVICT_PER_COMMAND = 64;
-/** Time budget of eviction in one periodic tick. */
-const EVICT_TICK_MS = 2;
+/** At most this many keys, and this much time, per background step. */
+const EVICT_PER_STEP = 16_384;
+const EVICT_STEP_MS = 2;
 
 export const OOM_MESSAGE = "OOM command not allowed when used memory > 'maxmemory'.";
 
@@ -43,11 +52,15 @@ export function usedMemoryNow(): number {
 }
 
 export class MemoryGuard {
-  private baseBytes = usedMemoryNow();
-  private baseKeys = 0;
-  private observer: PerformanceObserver | null = null;
+  /** INFO used_memory_startup: the process before any key (see the file comment). */
+  readonly startupBytes = usedMemoryNow();
+  /** The most keys evicted by one step (one command's or one tick's share), INFO eviction_step_max_keys. */
+  largestStep = 0;
   /** xorshift32 state for victim sampling (a fixed seed: evictions reproduce for a given history). */
   private seed = 0x9e3779b9;
+  /** A background step is scheduled (setImmediate). */
+  private stepping = false;
+  private readonly stepNow = (): void => this.step();
   private readonly random = (): number => {
     let x = this.seed;
     x ^= x << 13;
@@ -62,43 +75,9 @@ export class MemoryGuard {
     private readonly keyspace: Keyspace,
   ) {}
 
-  /**
-   * Watches major GCs (their aftermath is the best measurement of live memory) while maxmemory is
-   * set, and not otherwise: a GC observer gets an entry for every scavenge too, which cost ~10% of
-   * throughput at 800k PINGs/s (redis-benchmark -P 16). Called at start and after CONFIG SET.
-   */
-  configure(maxmemory: number): void {
-    if (maxmemory > 0 && this.observer === null) {
-      this.rebase(usedMemoryNow());
-      this.observer = new PerformanceObserver((list) => {
-        for (const entry of list.getEntries()) {
-          const kind = (entry as unknown as { detail?: { kind?: number } }).detail?.kind;
-          if (kind === perfConstants.NODE_PERFORMANCE_GC_MAJOR) {
-            this.rebase(usedMemoryNow());
-            return;
-          }
-        }
-      });
-      this.observer.observe({ entryTypes: ['gc'] });
-    } else if (maxmemory === 0 && this.observer !== null) {
-      this.observer.disconnect();
-      this.observer = null;
-    }
-  }
-
-  stop(): void {
-    this.observer?.disconnect();
-    this.observer = null;
-  }
-
-  private rebase(bytes: number): void {
-    this.baseBytes = bytes;
-    this.baseKeys = this.keyspace.size;
-  }
-
-  /** The estimate compared with maxmemory (see the file comment). */
-  get estimatedBytes(): number {
-    return this.baseBytes + (this.keyspace.size - this.baseKeys) * BYTES_PER_KEY;
+  /** What maxmemory is compared with: startup + dataset (O(1): counters, no measurement). */
+  get countedBytes(): number {
+    return this.startupBytes + this.keyspace.datasetBytes;
   }
 
   /**
@@ -106,32 +85,49 @@ export class MemoryGuard {
    * limit; returns false if a denyoom command must be refused (-OOM).
    */
   beforeCommand(maxmemory: number): boolean {
-    if (this.estimatedBytes <= maxmemory) return true;
+    if (this.startupBytes + this.keyspace.datasetBytes <= maxmemory) return true;
     const policy = this.config.get('maxmemory-policy');
     if (policy === 'noeviction') return false;
     this.evict(policy as EvictionPolicy, maxmemory, EVICT_PER_COMMAND, Infinity);
-    // Still over: refuse only if there is nothing left to evict (otherwise the periodic task and the
-    // next commands keep evicting, as Redis lets commands run while eviction is in progress).
-    return this.estimatedBytes <= maxmemory || this.keyspace.size > 0;
+    if (this.countedBytes <= maxmemory) return true;
+    // Still over: background steps continue, and the command is refused only if there is nothing
+    // left to evict (as Redis lets commands run while eviction is in progress).
+    this.schedule();
+    return this.keyspace.size > 0;
   }
 
-  /** The periodic task's share: re-measure (downwards only, see above), then evict within a budget. */
+  /** Called by the periodic task: starts background eviction if the count is over the limit. */
   periodic(): void {
-    const now = usedMemoryNow();
-    if (now < this.estimatedBytes) this.rebase(now);
+    const maxmemory = this.config.int('maxmemory');
+    if (maxmemory > 0 && this.countedBytes > maxmemory) this.schedule();
+  }
+
+  private schedule(): void {
+    if (this.stepping || this.keyspace.size === 0 || this.config.get('maxmemory-policy') === 'noeviction') return;
+    this.stepping = true;
+    setImmediate(this.stepNow);
+  }
+
+  /** One background step; schedules the next while still over the limit. */
+  private step(): void {
+    this.stepping = false;
     const maxmemory = this.config.int('maxmemory');
     const policy = this.config.get('maxmemory-policy');
-    if (maxmemory === 0 || policy === 'noeviction' || this.estimatedBytes <= maxmemory) return;
-    this.evict(policy as EvictionPolicy, maxmemory, Infinity, performance.now() + EVICT_TICK_MS);
+    if (maxmemory === 0 || policy === 'noeviction' || this.countedBytes <= maxmemory) return;
+    this.evict(policy as EvictionPolicy, maxmemory, EVICT_PER_STEP, performance.now() + EVICT_STEP_MS);
+    if (this.countedBytes > maxmemory) this.schedule();
   }
 
   private evict(policy: EvictionPolicy, maxmemory: number, maxKeys: number, deadline: number): void {
     const samples = this.config.int('maxmemory-samples');
-    for (let n = 0; n < maxKeys && this.estimatedBytes > maxmemory; n++) {
+    let n = 0;
+    while (n < maxKeys && this.countedBytes > maxmemory) {
       const slot = this.keyspace.sampleVictim(policy, samples, this.random);
-      if (slot === -1) return;
+      if (slot === -1) break;
       this.keyspace.evictSlot(slot);
-      if ((n & 63) === 63 && performance.now() > deadline) return;
+      n++;
+      if ((n & 63) === 0 && performance.now() > deadline) break;
     }
+    if (n > this.largestStep) this.largestStep = n;
   }
 }

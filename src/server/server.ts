@@ -180,7 +180,6 @@ export class Server {
     this.log.format = this.config.get('log-format') as 'human' | 'json';
     this.snapshots.refreshDenyWrites();
     this.maxmemoryBytes = this.config.int('maxmemory');
-    this.memory.configure(this.maxmemoryBytes);
     this.outputLimit = this.config.outputLimit('normal');
     this.slowlogThresholdUs = this.config.int('slowlog-log-slower-than');
     this.slowlogMaxLen = this.config.int('slowlog-max-len');
@@ -433,7 +432,6 @@ export class Server {
     const code = saved ? 0 : 1;
     this.shuttingDown = true;
     if (this.timer) clearInterval(this.timer);
-    this.memory.stop();
     for (const l of this.listeners) l.close();
     this.flushPending(); // replies of this turn first, as they would have gone out before the close
     for (const c of this.clients.values()) c.socket.destroy();

@@ -17,7 +17,7 @@ import {
 } from '../../src/limiters/cell-throttle.ts';
 import { gcraDecide, gcraParams, newGcraDecision, type GcraParams } from '../../src/limiters/redis-gcra.ts';
 
-const VECTORS = process.env.CELLGATE_VECTORS ?? fileURLToPath(new URL('../../../shared/vectors/', import.meta.url));
+const VECTORS = process.env.CELLGATE_VECTORS ?? fileURLToPath(new URL('../fixtures/vectors/', import.meta.url));
 const EPOCH_US = 1_800_000_000_000_000; // 2027-01-15T08:00:00Z, where the recorded timelines start
 
 function readJsonl<T>(name: string): T[] {

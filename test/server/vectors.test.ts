@@ -1,5 +1,5 @@
 /**
- * Replays the recorded ground-truth vectors (shared/vectors, see its README) against one real
+ * Replays the recorded ground-truth vectors (test/fixtures/vectors, see its README) against one real
  * cellgate process over TCP: redis-cell 0.5's CL.THROTTLE and Redis 8.8's GCRA.
  *
  * Every step runs at the recorded instant on the debug clock: `DEBUG CLOCK SET <at_us/1000>` (exact
@@ -13,8 +13,8 @@ import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { useServer } from '../helpers/server.js';
 
-/** shared/vectors next to the checkout (CELLGATE_VECTORS=/path/ overrides; keep the trailing slash). */
-const VECTORS = process.env.CELLGATE_VECTORS ?? fileURLToPath(new URL('../../../shared/vectors/', import.meta.url));
+/** The recorded vectors in test/fixtures/vectors (CELLGATE_VECTORS=/path/ overrides; keep the trailing slash). */
+const VECTORS = process.env.CELLGATE_VECTORS ?? fileURLToPath(new URL('../fixtures/vectors/', import.meta.url));
 
 interface ThrottleStep { at_us: number; quantity: number; reply: number[]; pttl: number }
 interface GcraStep { at_us: number; tokens: number | null; reply: number[]; pttl: number; expiry_edge?: boolean }
