@@ -187,6 +187,7 @@ export class BackgroundSave {
       const sliceSlots = this.options.sliceSlots ?? Infinity;
       let more = true;
       while (more) {
+        if (this.aborted) throw new Error('background save aborted');
         // One slice: slots in order, each key read whole, between two event-loop turns.
         this.beforeSlice();
         const deadline = performance.now() + budgetMs;
@@ -206,7 +207,6 @@ export class BackgroundSave {
           pending = startWrite(chunk, true);
         }
         if (more) await nextTurn();
-        if (this.aborted) throw new Error('background save aborted');
       }
       // The walk is complete: nothing more enters the encoder.
       ks.endSave(sink);

@@ -7,6 +7,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import fc from 'fast-check';
+import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { Keyspace, KeyType, type EvictionPolicy } from '../../src/keyspace/keyspace.js';
 import { readSnapshotFile } from '../../src/persistence/reader.js';
@@ -162,4 +163,44 @@ describe('BGSAVE point in time (in-process)', () => {
       { numRuns: 200 },
     );
   }, 120_000);
+  it('an aborted save stops copying at once; the next save, started before the first has unwound, is exact', async () => {
+    const dir = newDir();
+    let now = 1_800_000_000_000;
+    const ks = new Keyspace();
+    for (let i = 0; i < 3000; i++) {
+      const slot = ks.create(`k${i}`, KeyType.Gcra);
+      ks.setState(slot, i, i, i);
+      ks.setExpireAtMs(slot, now + 1e7);
+    }
+    let slices = 0;
+    const first = new BackgroundSave(ks, () => now, dir, 'a.snap', () => void slices++, { sliceBudgetMs: Infinity, sliceSlots: 100 });
+    const firstDone = first.run();
+    // Let the first save walk a little, then, while it waits for its next turn, abort it and start
+    // the second at once: the first unwinds (and ends its view) only after the second has begun.
+    while (slices < 3) await new Promise((res) => setImmediate(res));
+    first.abort();
+    const expected = contentOf(ks, now);
+    const second = new BackgroundSave(ks, () => now, dir, 'b.snap', () => {
+      // Traffic during the second save: every key rewritten, some deleted, some created.
+      for (let i = 0; i < 3000; i += 7) {
+        const slot = ks.lookup(`k${i}`, now);
+        if (slot !== -1) ks.setState(slot, -1, -1, -1);
+      }
+      ks.delete(`k${slices * 13 % 3000}`, now);
+      ks.setExpireAtMs(ks.create(`new${slices++}`, KeyType.Gcra), now + 1e7);
+      now += 1;
+    }, { sliceBudgetMs: Infinity, sliceSlots: 50 });
+    const [a, b] = await Promise.allSettled([firstDone, second.run()]);
+    expect(a.status).toBe('rejected');
+    expect(existsSync(first.tempFile)).toBe(false);
+    expect(existsSync(join(dir, 'a.snap'))).toBe(false);
+    expect(b.status).toBe('fulfilled');
+    const got = new Map<string, Entry>();
+    readSnapshotFile(join(dir, 'b.snap'), (bytes, s0, e0, type, expireAtMs, a0, b0, c0, blob) => {
+      const key = bytes.toString('latin1', s0, e0);
+      if (got.has(key)) return 'duplicate key';
+      got.set(key, { type, expireAtMs, a: a0, b: b0, c: c0, blob: blob === undefined ? null : [...blob] });
+    });
+    expect(got).toEqual(expected);
+  });
 });
