@@ -50,6 +50,27 @@ const BLOB_OVERHEAD_BYTES = 160;
 /** How a victim is chosen when `maxmemory` is reached (the policies other than noeviction). */
 export type EvictionPolicy = 'volatile-ttl' | 'allkeys-lru' | 'allkeys-random';
 
+/** Receives a key of a background save: `source` holds it (the keyspace, or its storage before a FLUSH). */
+export type SaveSink = (source: Keyspace, slot: number) => void;
+
+/** saveCursor when no background save runs: above every slot, so the copy-on-write check fails. */
+const NO_SAVE = 0x7fffffff;
+
+/**
+ * The state of a background save's point-in-time view (see beginSave). Slots [pos, end) are still to
+ * be visited; `done` marks those already written (their pre-image, copied on their first change) or
+ * not to be written (a key created during the save in a slot that was free at its start).
+ */
+interface SaveView {
+  /** Where the slots are read: this keyspace, or the storage a FLUSH during the save set aside. */
+  source: Keyspace;
+  pos: number;
+  readonly end: number;
+  readonly startMs: number;
+  readonly done: Uint8Array;
+  readonly sink: SaveSink;
+}
+
 export class Keyspace {
   /**
    * The keys and their records. Each slot's record (key-table.ts) holds, for the keyspace, four
@@ -58,7 +79,7 @@ export class Keyspace {
    * (see meta()). Variable-size state (a sliding log's timestamps) goes in `blobs`, which only such
    * keys pay for.
    */
-  private readonly index = new KeyTable();
+  private index = new KeyTable();
   /** Holds a string key's bytes for the string-named methods. */
   private scratch = Buffer.alloc(256);
   /** The server clock's second at the latest lookup, which is what create() stamps on a new key. */
@@ -76,7 +97,7 @@ export class Keyspace {
   private typeAt(slot: number): KeyType {
     return this.index.spare(slot) & 0xff;
   }
-  private readonly blobs = new Map<number, Float64Array>();
+  private blobs = new Map<number, Float64Array>();
   /** Bytes of the blobs, with their overhead (datasetBytes). */
   private blobBytes = 0;
   /**
@@ -131,6 +152,15 @@ export class Keyspace {
   private lastEnd = 0;
   private lastHash = 0;
 
+  /**
+   * A background save's view (beginSave), or null. While a save runs, slots at or above `saveCursor`
+   * (its scan position) still hold the keyspace as it was when the save started: the first change of
+   * such a slot first hands its pre-image to the save (preserve). Every write path compares the slot
+   * with saveCursor, which is NO_SAVE (above every slot) when no save runs: one integer comparison.
+   */
+  private save: SaveView | null = null;
+  private saveCursor = NO_SAVE;
+
   private settle(): void {
     const slot = this.expiredSlot;
     if (slot === -1) return;
@@ -171,6 +201,7 @@ export class Keyspace {
     const slot = this.index.find(bytes, start, end, hash);
     if (slot === -1) return -1;
     if (nowMs > this.index.getState(slot, 0)) {
+      if (slot >= this.saveCursor) this.preserve(slot);
       this.expiredCount++;
       this.typeCounts[this.typeAt(slot)]--;
       this.index.setSpare(slot, KeyType.Free);
@@ -207,6 +238,8 @@ export class Keyspace {
         if (this.highWater === this.index.capacity) this.index.addPage();
         slot = this.highWater++;
       }
+      // A slot free at the save's start (or freed since, its key preserved): keep the new key out.
+      if (slot >= this.saveCursor) this.preserve(slot);
       this.index.insert(bytes, start, end, hash, slot);
     }
     this.index.setSpare(slot, this.meta(type));
@@ -260,14 +293,22 @@ export class Keyspace {
   clear(): void {
     this.settle();
     this.dirty += this.index.size;
-    this.index.clear();
+    if (this.saveCursor !== NO_SAVE) {
+      // A background save has slots left to visit: it keeps reading them from the storage as it is
+      // (nothing changes it any more), and the keyspace starts over in new storage. O(1), not a copy.
+      this.setAsideForSave();
+      this.index = new KeyTable();
+      this.blobs = new Map();
+    } else {
+      this.index.clear();
+      this.blobs.clear();
+    }
     this.freeSlots = [];
     this.highWater = 0;
     this.sweepCursor = 0;
     this.typeCounts.fill(0);
     this.avgTtlMs = 0;
     this.pool = [];
-    this.blobs.clear();
     this.blobBytes = 0;
     this.blobMemoSlot = -1;
     this.blobMemo = undefined;
@@ -280,6 +321,7 @@ export class Keyspace {
     return this.index.getState(slot, 0);
   }
   setExpireAtMs(slot: number, ms: number): void {
+    if (slot >= this.saveCursor) this.preserve(slot);
     this.index.setState(slot, 0, ms);
   }
   getA(slot: number): number {
@@ -292,20 +334,26 @@ export class Keyspace {
     return this.index.getState(slot, 3);
   }
   setState(slot: number, a: number, b: number, c = 0): void {
+    if (slot >= this.saveCursor) this.preserve(slot);
     this.dirty++;
     const index = this.index;
     index.setState(slot, 1, a);
     index.setState(slot, 2, b);
     index.setState(slot, 3, c);
   }
-  /** The variable-size state of a slot, or undefined. */
+  /**
+   * The variable-size state of a slot, or undefined. A limiter may change the returned array in place
+   * (a sliding log appends to its ring), so while a background save runs this counts as a write.
+   */
   getBlob(slot: number): Float64Array | undefined {
+    if (slot >= this.saveCursor) this.preserve(slot);
     const blob = this.blobs.get(slot);
     this.blobMemoSlot = slot;
     this.blobMemo = blob;
     return blob;
   }
   setBlob(slot: number, blob: Float64Array | undefined): void {
+    if (slot >= this.saveCursor) this.preserve(slot);
     this.dirty++;
     const had = slot === this.blobMemoSlot ? this.blobMemo : this.blobs.get(slot);
     this.blobMemoSlot = slot;
@@ -471,6 +519,7 @@ export class Keyspace {
   }
 
   private removeSlot(slot: number): void {
+    if (slot >= this.saveCursor) this.preserve(slot);
     this.index.remove(slot);
     this.typeCounts[this.typeAt(slot)]--;
     this.index.setSpare(slot, KeyType.Free);
@@ -478,5 +527,77 @@ export class Keyspace {
     this.freeSlots.push(slot);
   }
 
+  /**
+   * Starts a background save's point-in-time view: the keys live at `startMs` (nowMs <= expireAtMs),
+   * each handed to `sink` exactly once, as they are now, whatever happens to them before the save
+   * reaches them. saveStep walks the slots in order; a slot it has not reached yet whose record is
+   * about to change (state, expiry, blob, delete, eviction, expiry, reuse by a new key) goes to the sink
+   * first and is then skipped by the walk; a FLUSH sets the storage aside for the walk (clear). Keys
+   * created during the save are not in it: new slots lie beyond the walk's end, and a reused slot is
+   * marked done when the new key takes it. Records never move (the index table's growth moves only its
+   * entries), so a slot number names the same record for the whole save. One save at a time: a new
+   * one replaces the view of one still running (which then gets nothing more); `sink` names the save
+   * in saveStep and endSave.
+   */
+  beginSave(startMs: number, sink: SaveSink): void {
+    this.settle();
+    this.save = { source: this, pos: 0, end: this.highWater, startMs, done: new Uint8Array(this.highWater), sink };
+    this.saveCursor = 0;
+  }
 
+  /**
+   * Walks on: examines up to `maxSlots` slots and hands each key of the save's view to the sink.
+   * Returns false when the walk is complete (the sink then gets nothing more). Throws if the view of
+   * save `sink` was ended (endSave) or replaced: its file would miss keys.
+   */
+  saveStep(sink: SaveSink, maxSlots: number): boolean {
+    const view = this.save;
+    if (view === null || view.sink !== sink) throw new Error('background save ended before its walk was complete');
+    const { source, end, done, startMs } = view;
+    const stop = Math.min(end, view.pos + maxSlots);
+    // Past these slots before reading them: the sink's own reads (getBlob) must not preserve them, and
+    // nothing else runs until the step returns.
+    if (source === this) this.saveCursor = stop;
+    let slot = view.pos;
+    for (; slot < stop; slot++) {
+      if (done[slot] === 1) continue;
+      if (source.typeAt(slot) !== KeyType.Free && startMs <= source.index.getState(slot, 0)) sink(source, slot);
+    }
+    view.pos = slot;
+    if (slot < end) return true;
+    this.saveCursor = NO_SAVE;
+    return false;
+  }
+
+  /** Ends the view of save `sink` (done, failed or aborted): writes stop paying for it. */
+  endSave(sink: SaveSink): void {
+    if (this.save === null || this.save.sink !== sink) return;
+    this.save = null;
+    this.saveCursor = NO_SAVE;
+  }
+
+  /**
+   * The first change of a slot the save has not reached: hands its key to the sink if it was live at
+   * the save's start (the record is still as it was then), and marks it so the walk skips it.
+   */
+  private preserve(slot: number): void {
+    const view = this.save!;
+    if (slot >= view.end || view.done[slot] === 1) return;
+    view.done[slot] = 1;
+    if (this.typeAt(slot) !== KeyType.Free && view.startMs <= this.index.getState(slot, 0)) view.sink(this, slot);
+  }
+
+  /**
+   * FLUSH during a save: the save goes on reading the current storage, which only it holds from now on
+   * (the keyspace takes new storage), so no write needs to preserve anything any more.
+   */
+  private setAsideForSave(): void {
+    const view = this.save!;
+    const aside = new Keyspace();
+    aside.index = this.index;
+    aside.blobs = this.blobs;
+    aside.highWater = this.highWater;
+    view.source = aside;
+    this.saveCursor = NO_SAVE;
+  }
 }

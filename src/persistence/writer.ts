@@ -7,7 +7,8 @@
  * - `writeSnapshotSync` (SAVE, SHUTDOWN, SIGTERM) serializes every key in one go, blocking.
  * - `BackgroundSave` (BGSAVE, the save policy) serializes the keyspace in slices of at most
  *   SLICE_BUDGET_MS between event-loop turns and writes asynchronously, so clients keep being served.
- *   Each key is written as it is at the moment its slot is visited (see docs/snapshot-format.md,
+ *   The file holds the keyspace as it was when the save started, as a fork would: a key changed before
+ *   the save reaches it is written as it was first (Keyspace.beginSave; docs/snapshot-format.md,
  *   "Consistency of a background save").
  */
 import fs from 'node:fs';
@@ -15,15 +16,15 @@ import fsp from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { setImmediate as nextTurn } from 'node:timers/promises';
-import type { Keyspace } from '../keyspace/keyspace.js';
+import type { Keyspace, SaveSink } from '../keyspace/keyspace.js';
 import { crc32, encodeHeader, EntryEncoder } from './format.js';
 
 /** CPU time one background slice may take before it yields to clients. */
 export const SLICE_BUDGET_MS = 0.05;
 /** Bytes a background save accumulates before handing them to the disk. */
 const BACKGROUND_WRITE_BYTES = 512 * 1024;
-/** Keys serialized between two looks at the slice's clock. */
-const KEYS_PER_CHECK = 16;
+/** Slots a background slice examines between two looks at its clock. */
+const SLOTS_PER_CHECK = 64;
 
 export interface SaveResult {
   keys: number;
@@ -107,12 +108,23 @@ function fsyncDirSync(dir: string): void {
   }
 }
 
+/** Tuning of a background save's slices (tests make them small to interleave writes with them). */
+export interface BackgroundSaveOptions {
+  /** CPU time a slice may take before it yields (default SLICE_BUDGET_MS). */
+  sliceBudgetMs?: number;
+  /** Slots a slice examines at most (default: no limit but the time budget). */
+  sliceSlots?: number;
+}
+
 /**
- * One background save. `run()` resolves when the new snapshot is installed and rejects (leaving the
- * old snapshot and no temp file) on any error or after `abort()`.
+ * One background save. `run()` takes the keyspace's point-in-time view at once (before its first
+ * await), resolves when the new snapshot is installed and rejects (leaving the old snapshot and no
+ * temp file) on any error or after `abort()`.
  */
 export class BackgroundSave {
   private aborted = false;
+  /** This save's receiver of keys, which names it to the keyspace (Keyspace.beginSave). */
+  private sink: SaveSink | null = null;
   readonly startedPerfMs = performance.now();
   /** Where this save writes before the rename. */
   readonly tempFile: string;
@@ -124,31 +136,45 @@ export class BackgroundSave {
     private readonly dbfilename: string,
     /** Called before each slice: the server sends the replies waiting for the end of the turn. */
     private readonly beforeSlice: () => void = () => {},
+    private readonly options: BackgroundSaveOptions = {},
   ) {
     this.tempFile = tempPath(dir, ++backgroundSaves);
   }
 
-  /** Stops the save at its next step; it then removes its temp file. */
+  /** Stops the save at its next step; it then removes its temp file. Writes stop copying for it at once. */
   abort(): void {
     this.aborted = true;
+    if (this.sink !== null) this.keyspace.endSave(this.sink);
   }
 
   async run(): Promise<SaveResult> {
+    const ks = this.keyspace;
+    // The instant the file holds: from here on every key the walk has not reached yet is written as it
+    // is now (its pre-image goes into the encoder on its first change). Nothing may be awaited before.
+    const startMs = this.nowMs();
+    const header = encodeHeader(startMs);
+    const enc = new EntryEncoder(BACKGROUND_WRITE_BYTES + 64 * 1024, crc32(header));
+    let keys = 0;
+    const sink: SaveSink = (source, slot) => {
+      enc.add(source, slot);
+      keys++;
+    };
+    this.sink = sink;
+    ks.beginSave(startMs, sink);
     const temp = this.tempFile;
     const file = snapshotPath(this.dir, this.dbfilename);
-    await fsp.rm(temp, { force: true });
-    const fh = await fsp.open(temp, 'w', 0o644);
+    let fh: fsp.FileHandle | null = null;
     let closed = false;
     try {
-      const ks = this.keyspace;
-      const header = encodeHeader(this.nowMs());
+      await fsp.rm(temp, { force: true });
+      fh = await fsp.open(temp, 'w', 0o644);
+      const out = fh;
       let bytes = header.length;
-      const enc = new EntryEncoder(BACKGROUND_WRITE_BYTES + 64 * 1024, crc32(header));
       // At most one write is in flight while the next chunk fills. Its failure (disk full) is kept
       // here, not left as a rejected promise nobody awaits yet (which would end the process).
       let writeError: unknown = null;
       const startWrite = (chunk: Buffer, recycle: boolean): Promise<void> =>
-        writeAll(fh, chunk).then(
+        writeAll(out, chunk).then(
           () => {
             if (recycle) enc.recycle(chunk);
           },
@@ -157,27 +183,20 @@ export class BackgroundSave {
           },
         );
       let pending = startWrite(header, false);
-      let keys = 0;
-      let sinceCheck = 0;
-      let deadline = 0;
-      let sliceFull = false;
-      const visit = (slot: number): void => {
-        enc.add(ks, slot);
-        keys++;
-        if (++sinceCheck >= KEYS_PER_CHECK) {
-          sinceCheck = 0;
-          if (performance.now() > deadline || enc.length >= BACKGROUND_WRITE_BYTES) sliceFull = true;
-        }
-      };
-      let cursor = 0;
-      do {
-        // One slice: keys are visited in slot order, each read whole between two event-loop turns.
+      const budgetMs = this.options.sliceBudgetMs ?? SLICE_BUDGET_MS;
+      const sliceSlots = this.options.sliceSlots ?? Infinity;
+      let more = true;
+      while (more) {
+        if (this.aborted) throw new Error('background save aborted');
+        // One slice: slots in order, each key read whole, between two event-loop turns.
         this.beforeSlice();
-        deadline = performance.now() + SLICE_BUDGET_MS;
-        sliceFull = false;
-        const nowMs = this.nowMs();
-        do cursor = ks.scan(cursor, KEYS_PER_CHECK, nowMs, visit);
-        while (cursor !== 0 && !sliceFull);
+        const deadline = performance.now() + budgetMs;
+        let left = sliceSlots;
+        do {
+          const step = Math.min(SLOTS_PER_CHECK, left);
+          left -= step;
+          more = ks.saveStep(sink, step);
+        } while (more && left > 0 && enc.length < BACKGROUND_WRITE_BYTES && performance.now() <= deadline);
         enc.updateCrc();
         if (enc.length >= BACKGROUND_WRITE_BYTES) {
           await pending;
@@ -187,18 +206,19 @@ export class BackgroundSave {
           bytes += chunk.length;
           pending = startWrite(chunk, true);
         }
-        await nextTurn();
-        if (this.aborted) throw new Error('background save aborted');
-      } while (cursor !== 0);
+        if (more) await nextTurn();
+      }
+      // The walk is complete: nothing more enters the encoder.
+      ks.endSave(sink);
       await pending;
       if (writeError !== null) throw writeError;
       enc.addFooter(keys);
       const last = enc.take();
       bytes += last.length;
-      await writeAll(fh, last);
-      await fh.sync();
+      await writeAll(out, last);
+      await out.sync();
       closed = true;
-      await fh.close();
+      await out.close();
       if (this.aborted) throw new Error('background save aborted');
       await fsp.rename(temp, file);
       const dirHandle = await fsp.open(this.dir, 'r');
@@ -209,7 +229,8 @@ export class BackgroundSave {
       }
       return { keys, bytes, ms: performance.now() - this.startedPerfMs, file };
     } catch (e) {
-      if (!closed) await fh.close().catch(() => {});
+      ks.endSave(sink);
+      if (fh !== null && !closed) await fh.close().catch(() => {});
       await fsp.rm(temp, { force: true }).catch(() => {});
       throw e;
     }
