@@ -238,11 +238,17 @@ describe('abuse', () => {
         await conn.write(chunk);
         if (i % 8 === 0) await delay(5);
       }
-      await delay(100);
+      // Until the server has read everything sent (a loaded machine may take a while): counted, not timed.
+      const clientQbuf = async (): Promise<number> =>
+        Number(/qbuf=(\d+)/.exec(String(await c.call('CLIENT', 'LIST')).split('\n').find((l) => !l.includes('cmd=client|list') && /qbuf=[1-9]/.test(l)) ?? 'qbuf=0')![1]);
+      let qbuf = await clientQbuf();
+      for (let tries = 0; qbuf < sent && tries < 200; tries++) {
+        await delay(50);
+        qbuf = await clientQbuf();
+      }
       const mem = String(await c.call('INFO', 'memory'));
       const used = Number(infoField(mem, 'used_memory'));
       const rss = Number(infoField(mem, 'used_memory_rss'));
-      const qbuf = Number(/qbuf=(\d+)/.exec(String(await c.call('CLIENT', 'LIST')).split('\n').find((l) => !l.includes('cmd=client|list') && /qbuf=[1-9]/.test(l)) ?? 'qbuf=0')![1]);
       const pings = await probe.stop();
       report('500 MiB announced, trickled', {
         sent: mb(sent), 'qbuf of the client': mb(qbuf), 'used_memory growth': mb(used - before), 'rss growth': mb(rss - rssBefore),
