@@ -48,6 +48,9 @@ function configSet(ctx: CommandContext, argv: CommandArgs): void {
     try {
       if (!config.isMutable(name)) throw new ConfigError("can't set immutable config");
       scratch.set(name, value, true);
+      // Values the running server cannot take (maxclients beyond the descriptor limit).
+      const refusal = ctx.server.configRefusal(name, scratch.get(name));
+      if (refusal !== null) throw new ConfigError(refusal);
     } catch (e) {
       ctx.reply.error(`ERR CONFIG SET failed (possibly related to argument '${name}') - ${(e as Error).message}`);
       return;

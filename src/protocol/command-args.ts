@@ -9,6 +9,8 @@
  */
 import { parseRedisDoubleText, parseRedisIntegerAt, parseRustI64At } from '../commands/args.js';
 
+const NO_BYTES = Buffer.alloc(0);
+
 export class CommandArgs {
   /** The buffer holding each argument (usually the same one for all of them). */
   private bufs: Buffer[] = [];
@@ -23,6 +25,13 @@ export class CommandArgs {
       this.starts = new Int32Array(16);
       this.ends = new Int32Array(16);
     }
+    this.length = 0;
+  }
+
+  /** Drops the references to the bytes of past commands (the parser calls this once they have all run). */
+  release(): void {
+    const bufs = this.bufs;
+    for (let i = 0; i < bufs.length; i++) bufs[i] = NO_BYTES;
     this.length = 0;
   }
 
