@@ -2,7 +2,7 @@
  * The server: listening sockets, the client registry, command dispatch (lookup, arity, auth gate,
  * stats) and the periodic task (active expiry, idle timeouts, metrics), all on one thread, as Redis.
  */
-import type { CommandArgs } from '../protocol/command-args.js';
+import { ArgumentTooLongError, type CommandArgs } from '../protocol/command-args.js';
 import net from 'node:net';
 import tls from 'node:tls';
 import { performance } from 'node:perf_hooks';
@@ -141,7 +141,6 @@ export class Server {
     const addresses = this.config.get('bind').split(/\s+/).filter(Boolean);
     let port = this.config.int('port');
     const failures: string[] = [];
-    const bound: string[] = [];
     const tlsPortWanted = this.config.int('tls-port');
     const tlsOptions = tlsPortWanted > 0 ? createTlsServer(this.config) : null;
     for (const raw of addresses) {
@@ -151,7 +150,6 @@ export class Server {
       try {
         const listener = await this.listen(address, port);
         this.listeners.push(listener);
-        bound.push(address);
         port = (listener.address() as net.AddressInfo).port;
       } catch (e) {
         const err = e as NodeJS.ErrnoException;
@@ -180,8 +178,9 @@ export class Server {
     const metricsPort = this.config.int('metrics-port');
     if (metricsPort > 0 && failures.length === 0) {
       try {
-        this.listeners.push(...(await startMetrics(this, bound, metricsPort)));
-        this.log.notice(`Prometheus metrics on port ${metricsPort} (/metrics)`, { metrics_port: metricsPort });
+        const metricsAddresses = this.config.get('metrics-bind').split(/\s+/).filter(Boolean);
+        this.listeners.push(...(await startMetrics(this, metricsAddresses, metricsPort)));
+        this.log.notice(`Prometheus metrics on port ${metricsPort} (/metrics) of ${metricsAddresses.join(' ')}`, { metrics_port: metricsPort, metrics_bind: metricsAddresses.join(' ') });
       } catch (e) {
         const err = e as NodeJS.ErrnoException;
         failures.push(`cannot listen for metrics on port ${metricsPort}: ${err.code === 'EADDRINUSE' ? 'address already in use' : (err.code ?? err.message)}`);
@@ -309,7 +308,7 @@ export class Server {
    * An error on a listener: accept() failing (EMFILE/ENFILE when descriptors run out, ECONNABORTED).
    * libuv goes on listening; the failure is counted (INFO accept_errors) and logged, at most once a second.
    */
-  private acceptFailed(e: NodeJS.ErrnoException): void {
+  acceptFailed(e: NodeJS.ErrnoException): void {
     this.stats.acceptErrors++;
     this.tasks.warnLimited('accept', `Error accepting a client connection: ${errorText(e)}`, { error: errorText(e) });
   }
@@ -422,7 +421,7 @@ export class Server {
       const sub = lookupSubcommand(spec, argv.lower(1));
       if (sub === undefined) {
         this.stats.error('ERR');
-        reply.error(`ERR unknown subcommand '${truncate(argv.str(1), 128)}'. Try ${spec.name.toUpperCase()} HELP.`);
+        reply.error(`ERR unknown subcommand '${truncate(argv.text(1), 128)}'. Try ${spec.name.toUpperCase()} HELP.`);
         return;
       }
       spec = sub;
@@ -466,7 +465,11 @@ export class Server {
     ctx.nowMs = Math.floor(nowUs / 1000);
     const mark = reply.length;
     client.lastCommand = fullName;
-    spec.run(ctx, argv);
+    try {
+      spec.run(ctx, argv);
+    } catch (e) {
+      this.commandFailed(fullName, e, mark);
+    }
     const ended = performance.now();
     const durationUs = (ended - started) * 1000;
     stat.usec += durationUs;
@@ -482,6 +485,22 @@ export class Server {
       stat.failedCalls++;
       this.stats.error(reply.errorCodeAt(mark));
     }
+  }
+
+  /**
+   * A command handler threw: its partial reply is replaced by an error and the server goes on (an
+   * exception from a socket's data handler would otherwise end the process). An argument too long
+   * for a string is the client's doing; anything else is a bug, logged.
+   */
+  private commandFailed(fullName: string, e: unknown, mark: number): void {
+    const reply = this.writer;
+    reply.truncate(mark);
+    if (e instanceof ArgumentTooLongError) {
+      reply.error(`ERR argument of ${e.bytes} bytes is too long for '${fullName}'`);
+      return;
+    }
+    this.tasks.warnLimited(`command ${fullName}`, `internal error in '${fullName}': ${errorText(e)}`, { command: fullName, error: errorText(e) });
+    reply.error(`ERR internal error in '${fullName}'`);
   }
 
   /**
@@ -595,7 +614,7 @@ function truncate(s: string, n: number): string {
 function unknownCommandMessage(argv: CommandArgs): string {
   let args = '';
   for (let i = 1; i < argv.length && args.length < 128; i++) {
-    args += `'${truncate(argv.str(i), 128 - args.length)}' `;
+    args += `'${truncate(argv.text(i, 128 - args.length), 128 - args.length)}' `;
   }
-  return `ERR unknown command '${truncate(argv.str(0), 128)}', with args beginning with: ${args}`;
+  return `ERR unknown command '${truncate(argv.text(0), 128)}', with args beginning with: ${args}`;
 }
