@@ -44,6 +44,7 @@ const SECTIONS: Record<string, Section> = {
   clients: (s) => [
     ['connected_clients', s.clients.size],
     ['maxclients', s.config.int('maxclients')],
+    ['tls_handshakes_in_progress', s.tlsHandshakesInProgress],
     ['blocked_clients', 0],
   ],
   memory: (s) => {

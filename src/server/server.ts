@@ -313,6 +313,11 @@ export class Server {
     this.tasks.warnLimited('accept', `Error accepting a client connection: ${errorText(e)}`, { error: errorText(e) });
   }
 
+  /** TLS connections accepted whose handshake is not done (INFO clients; they count toward maxclients). */
+  get tlsHandshakesInProgress(): number {
+    return this.tlsHandshakes.size;
+  }
+
   /** Closes TLS connections whose handshake has taken longer than tls-handshake-timeout (counted in INFO). */
   private expireTlsHandshakes(nowMs: number): void {
     if (this.tlsHandshakes.size === 0) return;
