@@ -291,7 +291,8 @@ export class Server {
       // timer) end that socket only. With a listener for this event Node leaves the socket open:
       // it must be destroyed here.
       listener.on('tlsClientError', (e: NodeJS.ErrnoException, socket: tls.TLSSocket) => {
-        if (e.code === 'ERR_TLS_HANDSHAKE_TIMEOUT') this.stats.tlsHandshakeTimeouts++;
+        // Counted once: by Node's timer here, or by expireTlsHandshakes, whichever comes first.
+        if (this.tlsHandshakes.delete(peerKey(socket)) && e.code === 'ERR_TLS_HANDSHAKE_TIMEOUT') this.stats.tlsHandshakeTimeouts++;
         this.log.verbose(`TLS handshake failed: ${e.message}`);
         socket.destroy();
       });
