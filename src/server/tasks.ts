@@ -29,7 +29,7 @@ export class Tasks {
     };
   }
 
-  /** Runs `task` every `ms` (an unref'd interval is not used: the server's own listeners keep it alive). */
+  /** Runs `task` every `ms`. */
   every(name: string, ms: number, task: () => void): NodeJS.Timeout {
     return setInterval(this.guard(name, task), ms);
   }

@@ -76,6 +76,8 @@ describe('unauthenticated clients', () => {
       }
       const after = vmRss(pid);
       const perClient = (after - before) / FLOODERS;
+      const remaining = await flooders(checker);
+      console.log(`[preauth] ${FLOODERS} junk senders: VmRSS +${((after - before) / 1048576).toFixed(1)} MiB (${(perClient / 1024).toFixed(1)} KiB per client), ${remaining.length} still connected`);
       expect(perClient).toBeLessThan(300 * 1024);
       for (const row of await flooders(checker)) {
         expect(row.qbuf).toBeLessThanOrEqual(170 * 1024);
