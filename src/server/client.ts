@@ -7,6 +7,7 @@ import type { Socket } from 'node:net';
 import { ProtocolError, RequestParser, UNAUTH_MAX_REQUEST_BYTES } from '../protocol/request-parser.js';
 import type { Protocol } from '../protocol/reply-writer.js';
 import type { Server } from './server.js';
+import { errorText } from './tasks.js';
 
 /**
  * Backpressure: once this many reply bytes wait to be sent to a client (it pipelines without reading
@@ -88,14 +89,30 @@ export class Client {
     this.server.stats.netInputBytes += chunk.length;
     this.parser.feed(chunk);
     if (this.waitingForDrain) return; // bytes already read when the socket was paused: run them on drain
-    this.processInput();
+    this.processGuarded();
   }
 
   private onDrain(): void {
     if (!this.waitingForDrain || this.closing) return;
     this.waitingForDrain = false;
-    this.processInput();
+    this.processGuarded();
     if (!this.waitingForDrain && !this.closing && !this.socket.destroyed) this.socket.resume();
+  }
+
+  /**
+   * processInput from a socket event: an exception there (commands' own are answered by the
+   * dispatcher, so this would be a bug in framing) closes this connection only, logged, instead of
+   * ending the process.
+   */
+  private processGuarded(): void {
+    try {
+      this.processInput();
+    } catch (e) {
+      this.server.writer.discard();
+      const reason = errorText(e);
+      this.server.tasks.warnLimited('client input', `internal error serving client id=${this.id} addr=${this.addr}, closing it: ${reason}`, { id: this.id, addr: this.addr, error: reason });
+      this.kill();
+    }
   }
 
   /** Runs the complete commands in the query buffer, sends their replies, then applies the limits. */
