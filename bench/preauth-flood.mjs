@@ -5,12 +5,14 @@
 // and after, and how many of them are still connected.
 import { spawn } from 'node:child_process';
 import { readFileSync, mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import os, { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import net from 'node:net';
 import { setTimeout as delay } from 'node:timers/promises';
 
 const CLIENTS = Number(process.argv[2] ?? 1000);
+console.log(`$ node bench/preauth-flood.mjs ${CLIENTS}`);
+console.log(`machine: ${os.cpus()[0]?.model ?? '?'} x${os.cpus().length}, node ${process.version}, load ${os.loadavg().map((l) => l.toFixed(2)).join(' ')}`);
 const SEND = 4 * 1024 * 1024;
 const dir = mkdtempSync(join(tmpdir(), 'cellgate-flood-'));
 const main = new URL('../dist/main.js', import.meta.url).pathname;
