@@ -58,6 +58,7 @@ const DEFS: ConfigDef[] = [
   { name: 'tls-key-file-pass', kind: { type: 'string' }, default: '', mutable: false, help: 'passphrase of tls-key-file' },
   { name: 'tls-ca-cert-file', kind: { type: 'string' }, default: '', mutable: false, help: 'CA certificates that sign client certificates (PEM)' },
   { name: 'tls-auth-clients', kind: { type: 'enum', values: ['yes', 'no', 'optional'] }, default: 'yes', mutable: false, help: 'require client certificates' },
+  { name: 'tls-handshake-timeout', kind: { type: 'int', min: 1, max: 600_000 }, default: '10000', mutable: false, help: 'close TLS connections whose handshake takes longer than this many milliseconds' },
   { name: 'dir', kind: { type: 'string' }, default: './data', mutable: false, help: 'snapshot directory' },
   { name: 'dbfilename', kind: { type: 'filename' }, default: 'cellgate.snap', mutable: true, help: 'snapshot file name' },
   { name: 'save', kind: { type: 'save' }, default: '3600 1 300 100 60 10000', mutable: true, help: 'snapshot after <seconds> if <changes>' },
@@ -72,6 +73,7 @@ const DEFS: ConfigDef[] = [
   { name: 'logfile', kind: { type: 'string' }, default: '', mutable: false, help: 'log file (empty = stdout)' },
   { name: 'enable-debug-command', kind: { type: 'enum', values: ['no', 'yes', 'local'] }, default: 'no', mutable: false, help: 'allow DEBUG (CLOCK, SLEEP)' },
   { name: 'metrics-port', kind: { type: 'int', min: 0, max: 65535 }, default: '0', mutable: false, help: 'Prometheus metrics port (0 = off)' },
+  { name: 'metrics-bind', kind: { type: 'string' }, default: '127.0.0.1', mutable: false, help: 'addresses the metrics port listens on (loopback by default)' },
 ];
 
 const BY_NAME = new Map(DEFS.map((d) => [d.name, d]));

@@ -35,7 +35,7 @@ function configSet(ctx: CommandContext, argv: CommandArgs): void {
   for (let i = 2; i < argv.length; i += 2) {
     const name = argv.lower(i);
     if (!config.has(name)) {
-      ctx.reply.error(`ERR Unknown option or number of arguments for CONFIG SET - '${argv.str(i)}'`);
+      ctx.reply.error(`ERR Unknown option or number of arguments for CONFIG SET - '${argv.text(i)}'`);
       return;
     }
     if (pairs.some(([n]) => n === name)) {
@@ -50,6 +50,9 @@ function configSet(ctx: CommandContext, argv: CommandArgs): void {
     try {
       if (!config.isMutable(name)) throw new ConfigError("can't set immutable config");
       scratch.set(name, value, true);
+      // Values the running server cannot take (maxclients beyond the descriptor limit).
+      const refusal = ctx.server.configRefusal(name, scratch.get(name));
+      if (refusal !== null) throw new ConfigError(refusal);
     } catch (e) {
       ctx.reply.error(`ERR CONFIG SET failed (possibly related to argument '${name}') - ${(e as Error).message}`);
       return;
@@ -175,7 +178,7 @@ function debug(ctx: CommandContext, argv: CommandArgs): void {
     if ((action === 'set' || action === 'advance') && argv.length === 4) {
       const us = parseMillisToMicros(argv.str(3));
       if (us === null || us < 0) {
-        r.error(`ERR invalid milliseconds '${argv.str(3)}': expected a non-negative number with at most 3 decimals`);
+        r.error(`ERR invalid milliseconds '${argv.text(3)}': expected a non-negative number with at most 3 decimals`);
         return;
       }
       if (action === 'set') clock.freezeAt(us);
@@ -184,7 +187,7 @@ function debug(ctx: CommandContext, argv: CommandArgs): void {
       return;
     }
   }
-  r.error(`ERR unknown subcommand or wrong number of arguments for '${argv.str(1)}'. Try DEBUG HELP.`);
+  r.error(`ERR unknown subcommand or wrong number of arguments for '${argv.text(1)}'. Try DEBUG HELP.`);
 }
 
 const sub = (name: string, arity: number, summary: string, run: CommandSpec['run'], args: CommandSpec['args'] = []): CommandSpec => ({

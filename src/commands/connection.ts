@@ -219,7 +219,7 @@ function clientList(ctx: CommandContext, argv: CommandArgs): void {
     if (opt === 'type' && i + 1 < argv.length) {
       const t = argv.lower(++i);
       if (!['normal', 'master', 'replica', 'pubsub'].includes(t)) {
-        ctx.reply.error(`ERR Unknown client type '${argv.str(i)}'`);
+        ctx.reply.error(`ERR Unknown client type '${argv.text(i)}'`);
         return;
       }
       if (t !== 'normal') ids = new Set();
@@ -343,7 +343,7 @@ function clientSetInfo(ctx: CommandContext, argv: CommandArgs): void {
   const attr = argv.lower(2);
   const value = argv.str(3);
   if (attr !== 'lib-name' && attr !== 'lib-ver') {
-    ctx.reply.error(`ERR Unrecognized option '${argv.str(2)}'`);
+    ctx.reply.error(`ERR Unrecognized option '${argv.text(2)}'`);
     return;
   }
   if (value !== '' && !validName(value)) {

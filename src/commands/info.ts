@@ -44,6 +44,7 @@ const SECTIONS: Record<string, Section> = {
   clients: (s) => [
     ['connected_clients', s.clients.size],
     ['maxclients', s.config.int('maxclients')],
+    ['tls_handshakes_in_progress', s.tlsHandshakesInProgress],
     ['blocked_clients', 0],
   ],
   memory: (s) => {
@@ -88,6 +89,9 @@ const SECTIONS: Record<string, Section> = {
     ['acl_access_denied_auth', s.stats.authFailures],
     ['client_query_buffer_limit_disconnections', s.stats.queryBufferLimitDisconnections],
     ['client_output_buffer_limit_disconnections', s.stats.outputLimitDisconnections],
+    ['periodic_task_errors', s.tasks.errors],
+    ['accept_errors', s.stats.acceptErrors],
+    ['tls_handshake_timeouts', s.stats.tlsHandshakeTimeouts],
   ],
   replication: () => [
     ['role', 'master'],

@@ -7,28 +7,37 @@ import { TYPE_NAMES } from '../keyspace/keyspace.js';
 import { globMatch } from '../glob.js';
 import { firstKeyOnly, noKeys, type CommandContext, type CommandSpec } from './types.js';
 
+// Keys are looked up by their bytes as received, never as strings: a key may be as long as
+// proto-max-bulk-len (512 MiB), longer than V8's longest string.
+
+/** The slot of the live key in argument `i`, or -1. */
+function lookupArg(ctx: CommandContext, argv: CommandArgs, i: number): number {
+  return ctx.server.keyspace.lookupKey(argv.source(i), argv.start(i), argv.end(i), ctx.nowMs);
+}
+
 function del(ctx: CommandContext, argv: CommandArgs): void {
+  const ks = ctx.server.keyspace;
   let removed = 0;
-  for (let i = 1; i < argv.length; i++) if (ctx.server.keyspace.delete(argv.str(i), ctx.nowMs)) removed++;
+  for (let i = 1; i < argv.length; i++) if (ks.deleteKey(argv.source(i), argv.start(i), argv.end(i), ctx.nowMs)) removed++;
   ctx.reply.integer(removed);
 }
 
 function exists(ctx: CommandContext, argv: CommandArgs): void {
   let found = 0;
-  for (let i = 1; i < argv.length; i++) if (ctx.server.keyspace.lookup(argv.str(i), ctx.nowMs) !== -1) found++;
+  for (let i = 1; i < argv.length; i++) if (lookupArg(ctx, argv, i) !== -1) found++;
   ctx.reply.integer(found);
 }
 
 function type(ctx: CommandContext, argv: CommandArgs): void {
   const ks = ctx.server.keyspace;
-  const slot = ks.lookup(argv.str(1), ctx.nowMs);
+  const slot = lookupArg(ctx, argv, 1);
   ctx.reply.status(slot === -1 ? 'none' : TYPE_NAMES[ks.typeOf(slot)]);
 }
 
 /** TTL/PTTL: −2 no key, −1 no expiry; TTL rounds to the nearest second as Redis does. */
 function ttlReply(ctx: CommandContext, argv: CommandArgs, inMs: boolean): void {
   const ks = ctx.server.keyspace;
-  const slot = ks.lookup(argv.str(1), ctx.nowMs);
+  const slot = lookupArg(ctx, argv, 1);
   if (slot === -1) {
     ctx.server.stats.keyspaceMisses++;
     ctx.reply.integer(-2);
@@ -41,7 +50,7 @@ function ttlReply(ctx: CommandContext, argv: CommandArgs, inMs: boolean): void {
 
 function scan(ctx: CommandContext, argv: CommandArgs): void {
   const r = ctx.reply;
-  const cursorText = argv.str(1);
+  const cursorText = argv.text(1, 21); // a cursor has at most 20 digits
   if (!/^\d+$/.test(cursorText) || cursorText.length > 20) {
     r.error('ERR invalid cursor');
     return;

@@ -46,11 +46,11 @@ const gcraDecision = newGcraDecision();
 function cellInteger(ctx: CommandContext, argv: CommandArgs, i: number, name: string, min: number, belowRule: string, max = Infinity, aboveRule = ''): number | null {
   const n = argv.rustI64(i);
   if (n === null) {
-    ctx.reply.error(`ERR invalid ${name} '${argv.str(i)}': not an integer`);
+    ctx.reply.error(`ERR invalid ${name} '${argv.text(i)}': not an integer`);
     return null;
   }
   if (n < min || n > max) {
-    ctx.reply.error(`ERR invalid ${name} '${argv.str(i)}': ${n < min ? belowRule : aboveRule}`);
+    ctx.reply.error(`ERR invalid ${name} '${argv.text(i)}': ${n < min ? belowRule : aboveRule}`);
     return null;
   }
   return n;
@@ -153,7 +153,7 @@ function parseClThrottle(ctx: CommandContext, argv: CommandArgs): boolean {
   const params = memoCellParams(maxBurst, count, period);
   if (params === 'zero-interval') {
     // redis-cell: "Zero rates are not supported" (T = trunc(period·1e9/count) is 0 ns).
-    ctx.reply.error(`ERR invalid ${countName} '${argv.str(3)}': more than 10^9 per second (the emission interval would be 0 ns)`);
+    ctx.reply.error(`ERR invalid ${countName} '${argv.text(3)}': more than 10^9 per second (the emission interval would be 0 ns)`);
     return false;
   }
   if (typeof params === 'string') {

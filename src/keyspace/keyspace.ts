@@ -281,6 +281,15 @@ export class Keyspace {
     return this.scratch.write(key, 0, 'latin1');
   }
 
+  /** delete() of the key bytes[start, end), straight from a request (DEL: a key may be 512 MiB, too long for a string). */
+  deleteKey(bytes: Uint8Array, start: number, end: number, nowMs: number): boolean {
+    const slot = this.lookupKey(bytes, start, end, nowMs);
+    if (slot === -1) return false;
+    this.removeSlot(slot);
+    this.dirty++;
+    return true;
+  }
+
   /** Deletes a key if present (expired or not: DEL counts only live ones, so check first). */
   delete(key: string, nowMs: number): boolean {
     const slot = this.lookup(key, nowMs);

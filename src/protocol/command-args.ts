@@ -6,8 +6,31 @@
  *
  * One instance is reused for every command a connection parses: a command must copy what it keeps
  * (`str()` returns a fresh string; `buffer()` a view of bytes that are never overwritten).
+ *
+ * Text from an argument: `text(i, max)` is the one way to quote an argument in a reply, a log line
+ * or the slow log: it cuts to `max` bytes before converting, so a 512 MiB argument costs 128 bytes
+ * there, not a 512 MiB string (or V8's ERR_STRING_TOO_LONG: its strings stop just under 512 MiB,
+ * and proto-max-bulk-len allows 512 MiB). Keys are looked up by their bytes (source/start/end) and
+ * never need a string. `str(i)` is for the few values that must be whole (a SCAN pattern, a client
+ * name); an argument too long for a string makes it throw ArgumentTooLongError, which the dispatcher
+ * answers as an error.
  */
+import { constants } from 'node:buffer';
 import { parseRedisDoubleText, parseRedisIntegerAt, parseRustI64At } from '../commands/args.js';
+
+/** How much of an argument a message quotes (Redis's `%.128s`). */
+export const ARG_TEXT_BYTES = 128;
+
+/** str() of an argument longer than the longest string V8 can make. */
+export class ArgumentTooLongError extends Error {
+  constructor(readonly bytes: number) {
+    super(`argument of ${bytes} bytes is too long`);
+  }
+}
+
+const NO_BYTES = Buffer.alloc(0);
+/** lower() converts at most this much: longer than any keyword, command, option or config name. */
+const KEYWORD_MAX_BYTES = 64 * 1024;
 
 export class CommandArgs {
   /** The buffer holding each argument (usually the same one for all of them). */
@@ -23,6 +46,13 @@ export class CommandArgs {
       this.starts = new Int32Array(16);
       this.ends = new Int32Array(16);
     }
+    this.length = 0;
+  }
+
+  /** Drops the references to the bytes of past commands (the parser calls this once they have all run). */
+  release(): void {
+    const bufs = this.bufs;
+    for (let i = 0; i < bufs.length; i++) bufs[i] = NO_BYTES;
     this.length = 0;
   }
 
@@ -54,14 +84,30 @@ export class CommandArgs {
     return this.bufs[i].subarray(this.starts[i], this.ends[i]);
   }
 
-  /** The argument as a binary string (one char per byte): keys and names are held this way. */
+  /** The whole argument as a binary string (one char per byte); see the class comment for when. */
   str(i: number): string {
-    return this.bufs[i].toString('latin1', this.starts[i], this.ends[i]);
+    const start = this.starts[i];
+    const end = this.ends[i];
+    if (end - start > constants.MAX_STRING_LENGTH) throw new ArgumentTooLongError(end - start);
+    return this.bufs[i].toString('latin1', start, end);
   }
 
-  /** The argument lowercased (ASCII), for keyword comparison. */
+  /**
+   * At most the first `maxBytes` bytes of the argument as a binary string, cut before converting:
+   * for quoting an argument (error replies, logs, the slow log). Whether it was cut: byteLength(i).
+   */
+  text(i: number, maxBytes = ARG_TEXT_BYTES): string {
+    const start = this.starts[i];
+    return this.bufs[i].toString('latin1', start, Math.min(this.ends[i], start + maxBytes));
+  }
+
+  /**
+   * The argument lowercased (ASCII), for keyword comparison. Keywords are short: past 64 KiB an
+   * argument is no keyword, and only its start is converted (a 512 MiB command name is then simply
+   * unknown).
+   */
   lower(i: number): string {
-    return this.str(i).toLowerCase();
+    return this.text(i, KEYWORD_MAX_BYTES).toLowerCase();
   }
 
   /** Lowercased arguments from `from` on (section names, command names). */
@@ -144,8 +190,9 @@ export class CommandArgs {
     return parseRustI64At(this.bufs[i], this.starts[i], this.ends[i]);
   }
 
-  /** Redis's getDoubleFromObject reading, or null. */
+  /** Redis's getDoubleFromObject reading, or null (a number is never longer than 5000 bytes). */
   redisDouble(i: number): number | null {
+    if (this.byteLength(i) > 5000) return null;
     return parseRedisDoubleText(this.str(i));
   }
 }

@@ -37,6 +37,11 @@ export class ReplyWriter {
     if (this.buf.length > 4 * INITIAL_BYTES * 16) this.buf = Buffer.allocUnsafe(INITIAL_BYTES);
   }
 
+  /** Drops what was written after `offset` (a partial reply of a command that failed). */
+  truncate(offset: number): void {
+    if (offset < this.len) this.len = offset;
+  }
+
   /** The byte at `offset` of what was written (to tell an error reply from others). */
   peekByte(offset: number): number {
     return this.buf[offset];

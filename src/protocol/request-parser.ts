@@ -33,6 +33,12 @@ const BIG_ARG_BYTES = 32 * 1024;
  */
 export const MAX_ARGS = 1024 * 1024;
 const ARG_OVERHEAD_BYTES = 64;
+/**
+ * The most query-buffer bytes (pendingBytes) one allowed pre-auth request takes: UNAUTH_MAX_ARGS
+ * arguments of UNAUTH_MAX_BULK_BYTES, their headers and ARG_OVERHEAD_BYTES each (a pre-auth inline
+ * line is at most INLINE_MAX_BYTES, less than this).
+ */
+export const UNAUTH_MAX_REQUEST_BYTES = UNAUTH_MAX_ARGS * (UNAUTH_MAX_BULK_BYTES + ARG_OVERHEAD_BYTES + 64);
 
 const CR = 13;
 const LF = 10;
@@ -97,7 +103,16 @@ export class RequestParser {
     for (;;) {
       if (this.bigChunks !== null && !this.finishBigArg()) return null;
       if (this.argsLeft === 0) {
-        if (this.pos >= this.buf.length) return null;
+        if (this.pos >= this.buf.length) {
+          // Everything received has run: keep no reference to it (an idle connection would hold its
+          // last read, up to 64 KiB, for as long as it stays connected).
+          if (this.buf !== EMPTY) {
+            this.buf = EMPTY;
+            this.pos = 0;
+            this.argv.release();
+          }
+          return null;
+        }
         if (this.buf[this.pos] !== 0x2a /* '*' */) {
           const inline = this.parseInline();
           if (inline === null || inline instanceof ProtocolError) return inline;

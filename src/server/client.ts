@@ -4,9 +4,10 @@
  * server's job; the connection only hands it argument vectors, in order.
  */
 import type { Socket } from 'node:net';
-import { ProtocolError, RequestParser } from '../protocol/request-parser.js';
+import { ProtocolError, RequestParser, UNAUTH_MAX_REQUEST_BYTES } from '../protocol/request-parser.js';
 import type { Protocol } from '../protocol/reply-writer.js';
 import type { Server } from './server.js';
+import { errorText } from './tasks.js';
 
 /**
  * Backpressure: once this many reply bytes wait to be sent to a client (it pipelines without reading
@@ -17,8 +18,19 @@ import type { Server } from './server.js';
  * and for clients that never read.
  */
 export const OUTPUT_BACKPRESSURE_BYTES = 1024 * 1024;
-/** Before authentication the query buffer may hold at most this much (Redis 7.4's 1 MB). */
-export const UNAUTH_QUERY_BUFFER_BYTES = 1024 * 1024;
+/**
+ * Before authentication the query buffer may hold at most the largest request a client may send
+ * then (10 arguments of 16 KiB, see request-parser.ts), not Redis 7.4's 1 MB: a thousand clients
+ * that never authenticate then pin ~160 MB at most, not a gigabyte.
+ */
+export const UNAUTH_QUERY_BUFFER_BYTES = UNAUTH_MAX_REQUEST_BYTES;
+/**
+ * Before authentication at most this many reply bytes may wait for a client (whatever
+ * client-output-buffer-limit says): a client that sends junk without reading its -NOAUTH errors is
+ * closed here instead of holding the 1 MiB of backpressure. Any pre-auth reply (AUTH, HELLO, PING)
+ * is far smaller.
+ */
+export const UNAUTH_OUTPUT_BYTES = 64 * 1024;
 
 export class Client {
   readonly parser: RequestParser;
@@ -77,14 +89,30 @@ export class Client {
     this.server.stats.netInputBytes += chunk.length;
     this.parser.feed(chunk);
     if (this.waitingForDrain) return; // bytes already read when the socket was paused: run them on drain
-    this.processInput();
+    this.processGuarded();
   }
 
   private onDrain(): void {
     if (!this.waitingForDrain || this.closing) return;
     this.waitingForDrain = false;
-    this.processInput();
+    this.processGuarded();
     if (!this.waitingForDrain && !this.closing && !this.socket.destroyed) this.socket.resume();
+  }
+
+  /**
+   * processInput from a socket event: an exception there (commands' own are answered by the
+   * dispatcher, so this would be a bug in framing) closes this connection only, logged, instead of
+   * ending the process.
+   */
+  private processGuarded(): void {
+    try {
+      this.processInput();
+    } catch (e) {
+      this.server.writer.discard();
+      const reason = errorText(e);
+      this.server.tasks.warnLimited('client input', `internal error serving client id=${this.id} addr=${this.addr}, closing it: ${reason}`, { id: this.id, addr: this.addr, error: reason });
+      this.kill();
+    }
   }
 
   /** Runs the complete commands in the query buffer, sends their replies, then applies the limits. */
@@ -92,14 +120,22 @@ export class Client {
     this.server.beginBatch();
     const writer = this.server.writer;
     writer.proto = this.proto;
-    const { hardBytes } = this.server.outputLimit;
+    let authenticated = this.authenticated;
+    let hardBytes = outputHardLimit(this.server.outputLimit.hardBytes, authenticated);
     const queued = this.outputBytes;
     // The replies of this batch stop at whichever comes first: the hard limit (disconnect) or the
     // backpressure threshold (pause).
-    const stopAt = hardBytes > 0 ? Math.min(hardBytes, OUTPUT_BACKPRESSURE_BYTES) : OUTPUT_BACKPRESSURE_BYTES;
+    let stopAt = hardBytes > 0 ? Math.min(hardBytes, OUTPUT_BACKPRESSURE_BYTES) : OUTPUT_BACKPRESSURE_BYTES;
     let backpressure = false;
     for (;;) {
       if (queued + writer.length > stopAt) {
+        if (!authenticated && this.authenticated) {
+          // AUTH succeeded earlier in this batch: the rest of it has the limits of an authenticated client.
+          authenticated = true;
+          hardBytes = outputHardLimit(this.server.outputLimit.hardBytes, true);
+          stopAt = hardBytes > 0 ? Math.min(hardBytes, OUTPUT_BACKPRESSURE_BYTES) : OUTPUT_BACKPRESSURE_BYTES;
+          continue;
+        }
         if (hardBytes > 0 && queued + writer.length > hardBytes) {
           this.closeForOutputLimit(queued + writer.length);
           return;
@@ -141,16 +177,17 @@ export class Client {
       this.waitingForDrain = true;
       this.socket.pause();
       // 'drain' comes only after a write the socket refused; if everything already left, go on now.
-      if (!this.socket.writableNeedDrain) setImmediate(() => this.onDrain());
+      if (!this.socket.writableNeedDrain) this.server.tasks.soon('client drain', () => this.onDrain());
       return;
     }
     this.checkQueryBuffer();
   }
 
   /**
-   * The query buffer limits, as Redis's readQueryFromClient: `client-query-buffer-limit`, and 1 MB
-   * before authentication (the pre-auth argument limits keep a command under that, so only a client
-   * that is not speaking RESP gets there). The client is closed without a reply, as Redis does.
+   * The query buffer limits, as Redis's readQueryFromClient: `client-query-buffer-limit`, and
+   * UNAUTH_QUERY_BUFFER_BYTES before authentication (the pre-auth argument limits keep a command
+   * under that, so only a client that is not speaking RESP gets there). The client is closed without
+   * a reply, as Redis does.
    */
   private checkQueryBuffer(): void {
     const pending = this.parser.pendingBytes;
@@ -185,7 +222,11 @@ export class Client {
   private closeForOutputLimit(pendingBytes: number): void {
     this.server.writer.discard();
     this.server.stats.outputLimitDisconnections++;
-    this.server.log.warning(`Client id=${this.id} addr=${this.addr} omem=${pendingBytes} scheduled to be closed ASAP for overcoming of output buffer limits.`, { id: this.id, addr: this.addr, omem: pendingBytes });
+    const message = `Client id=${this.id} addr=${this.addr} omem=${pendingBytes} scheduled to be closed ASAP for overcoming of output buffer limits.`;
+    const fields = { id: this.id, addr: this.addr, omem: pendingBytes };
+    // Unauthenticated junk senders come by the thousand: at most one line a second for them.
+    if (this.authenticated) this.server.log.warning(message, fields);
+    else this.server.tasks.warnLimited('unauthenticated output limit', message, fields);
     this.closing = true;
     this.socket.destroy();
   }
@@ -245,6 +286,12 @@ export class Client {
   private endAfterReplies(): void {
     this.socket.destroySoon();
   }
+}
+
+/** The hard output limit of a batch: client-output-buffer-limit, and UNAUTH_OUTPUT_BYTES before AUTH. */
+function outputHardLimit(hardBytes: number, authenticated: boolean): number {
+  if (authenticated) return hardBytes;
+  return hardBytes > 0 ? Math.min(hardBytes, UNAUTH_OUTPUT_BYTES) : UNAUTH_OUTPUT_BYTES;
 }
 
 function formatAddress(address: string | undefined, port: number | undefined): string {

@@ -1,12 +1,18 @@
 /**
- * Prometheus metrics (SPEC §7): `GET /metrics` on `metrics-port` (off when 0), in the text
- * exposition format, on the same addresses as the server (`bind`). The numbers are the ones INFO
- * shows, named the Prometheus way (`_total` counters, base units).
+ * Prometheus metrics: `GET /metrics` on `metrics-port` (off when 0), in the text exposition format,
+ * on the addresses of `metrics-bind` (loopback by default: the numbers tell who uses the server and
+ * how, and the port has no password). The numbers are the ones INFO shows, named the Prometheus way
+ * (`_total` counters, base units). At most METRICS_MAX_CONNECTIONS connections are open at once and
+ * each is closed after METRICS_IDLE_MS without a complete request, so idle connections to this port
+ * cannot use up the process's descriptors.
  */
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { TYPE_NAMES } from '../keyspace/keyspace.js';
-import { VERSION, REDIS_VERSION, type Server } from './server.js';
+import { VERSION, REDIS_VERSION, METRICS_MAX_CONNECTIONS, type Server } from './server.js';
+
+/** A scrape connection is closed after this long without a complete request (headers or body) or while idle. */
+const METRICS_IDLE_MS = 10_000;
 
 type Sample = [labels: Record<string, string> | null, value: number];
 
@@ -66,21 +72,38 @@ export function metricsText(server: Server): string {
   ].join('');
 }
 
-/** Listens for scrapes on `port` of every address given (those the server itself listens on). */
+/** Listens for scrapes on `port` of every address given (`metrics-bind`). */
 export async function startMetrics(server: Server, addresses: string[], port: number): Promise<http.Server[]> {
   const listeners: http.Server[] = [];
+  // One budget for all the addresses: the descriptor reserve counts METRICS_MAX_CONNECTIONS once.
+  const perListener = Math.max(1, Math.floor(METRICS_MAX_CONNECTIONS / Math.max(1, addresses.length)));
   for (const address of addresses) {
-    const listener = http.createServer((req, res) => {
+    const listener = http.createServer({ headersTimeout: METRICS_IDLE_MS, requestTimeout: METRICS_IDLE_MS, keepAliveTimeout: 5000 }, (req, res) => {
       if (req.method !== 'GET' || (req.url !== '/metrics' && req.url !== '/')) {
         res.writeHead(404, { 'content-type': 'text/plain' }).end('not found: try /metrics\n');
         return;
       }
-      res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8' }).end(metricsText(server));
+      let body: string;
+      try {
+        body = metricsText(server);
+      } catch (e) {
+        // process.memoryUsage() fails with EMFILE when no descriptor is left: a 500, not a crash.
+        server.tasks.failed('metrics scrape', e);
+        res.writeHead(500, { 'content-type': 'text/plain' }).end('metrics unavailable\n');
+        return;
+      }
+      res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8' }).end(body);
     });
+    // Beyond the cap Node closes new connections at once; a connection that sends nothing is
+    // closed by the socket timeout (headersTimeout only starts with the first byte of a request).
+    listener.maxConnections = perListener;
+    listener.setTimeout(METRICS_IDLE_MS, (socket) => socket.destroy());
+    listener.on('clientError', (_e, socket) => socket.destroy());
     await new Promise<void>((resolve, reject) => {
       listener.once('error', reject);
       listener.listen({ host: address, port, ipv6Only: address.includes(':') }, () => {
         listener.off('error', reject);
+        listener.on('error', (e) => server.acceptFailed(e));
         resolve();
       });
     });

@@ -2,7 +2,7 @@
  * The server: listening sockets, the client registry, command dispatch (lookup, arity, auth gate,
  * stats) and the periodic task (active expiry, idle timeouts, metrics), all on one thread, as Redis.
  */
-import type { CommandArgs } from '../protocol/command-args.js';
+import { ArgumentTooLongError, type CommandArgs } from '../protocol/command-args.js';
 import net from 'node:net';
 import tls from 'node:tls';
 import { performance } from 'node:perf_hooks';
@@ -21,6 +21,8 @@ import { SlowLog } from './slowlog.js';
 import { MemoryGuard, OOM_MESSAGE } from './memory.js';
 import { Stats, type CommandStat } from './stats.js';
 import { createTlsServer, tlsPeerRefused } from './tls.js';
+import { errorText, Tasks } from './tasks.js';
+import { DescriptorBudget } from './fd-limit.js';
 
 export const VERSION = '0.1.0';
 /** The Redis version whose protocol and replies cellgate matches (INFO redis_version, HELLO). */
@@ -44,6 +46,14 @@ const EXPIRE_STEP_SLOTS = 65536;
  * time took a tenth of the CPU at 100k busy keys.
  */
 const EXPIRE_STEPS_PER_TICK = 48;
+/**
+ * A refused connection (maxclients, protected mode) gets its one-line error, then is closed for good
+ * (not half-closed: a peer that never closes its side would keep the descriptor); if the line cannot
+ * be written within this bound, the socket is destroyed anyway.
+ */
+const REFUSED_CLOSE_MS = 1000;
+/** Metrics scrapes that may be open at once; they are reserved in the descriptor budget. */
+export const METRICS_MAX_CONNECTIONS = 16;
 
 export class Server {
   readonly clock = new Clock();
@@ -86,6 +96,17 @@ export class Server {
   private expireSteps = 0;
   private timer: NodeJS.Timeout | null = null;
   private shuttingDown = false;
+  /** Every timer and deferred callback runs through this (an exception is logged and counted, never fatal). */
+  readonly tasks: Tasks;
+  private readonly flushTask: () => void;
+  private readonly expireTask: () => void;
+  /** The descriptor limit and reserve that cap maxclients (measured in start()). */
+  private fdBudget = new DescriptorBudget(null, 0);
+  /**
+   * TLS connections whose handshake is not done yet, by peer address: they hold a descriptor, so
+   * they count toward maxclients, and one that takes longer than `tls-handshake-timeout` is closed.
+   */
+  private readonly tlsHandshakes = new Map<string, { socket: net.Socket; sinceMs: number }>();
 
   constructor(
     readonly config: Config,
@@ -93,6 +114,9 @@ export class Server {
   ) {
     this.memory = new MemoryGuard(config, this.keyspace);
     this.ctx = { server: this, client: null as unknown as Client, reply: this.writer, nowUs: 0, nowMs: 0 };
+    this.tasks = new Tasks(log);
+    this.flushTask = this.tasks.guard('reply flush', this.flushPending);
+    this.expireTask = this.tasks.guard('active expiry', () => this.expireCycle());
   }
 
   private commandStat(spec: CommandSpec, fullName: string): CommandStat {
@@ -117,7 +141,6 @@ export class Server {
     const addresses = this.config.get('bind').split(/\s+/).filter(Boolean);
     let port = this.config.int('port');
     const failures: string[] = [];
-    const bound: string[] = [];
     const tlsPortWanted = this.config.int('tls-port');
     const tlsOptions = tlsPortWanted > 0 ? createTlsServer(this.config) : null;
     for (const raw of addresses) {
@@ -127,7 +150,6 @@ export class Server {
       try {
         const listener = await this.listen(address, port);
         this.listeners.push(listener);
-        bound.push(address);
         port = (listener.address() as net.AddressInfo).port;
       } catch (e) {
         const err = e as NodeJS.ErrnoException;
@@ -156,8 +178,9 @@ export class Server {
     const metricsPort = this.config.int('metrics-port');
     if (metricsPort > 0 && failures.length === 0) {
       try {
-        this.listeners.push(...(await startMetrics(this, bound, metricsPort)));
-        this.log.notice(`Prometheus metrics on port ${metricsPort} (/metrics)`, { metrics_port: metricsPort });
+        const metricsAddresses = this.config.get('metrics-bind').split(/\s+/).filter(Boolean);
+        this.listeners.push(...(await startMetrics(this, metricsAddresses, metricsPort)));
+        this.log.notice(`Prometheus metrics on port ${metricsPort} (/metrics) of ${metricsAddresses.join(' ')}`, { metrics_port: metricsPort, metrics_bind: metricsAddresses.join(' ') });
       } catch (e) {
         const err = e as NodeJS.ErrnoException;
         failures.push(`cannot listen for metrics on port ${metricsPort}: ${err.code === 'EADDRINUSE' ? 'address already in use' : (err.code ?? err.message)}`);
@@ -171,7 +194,43 @@ export class Server {
     this.port = port;
     this.outputLimit = this.config.outputLimit('normal');
     this.config.set('port', String(port)); // with --port 0, CONFIG GET port tells the port chosen
+    this.capMaxclients(metricsPort > 0 ? METRICS_MAX_CONNECTIONS : 0);
     this.applyRuntimeConfig();
+  }
+
+  /**
+   * Lowers maxclients to what the descriptor limit allows, as Redis does at start (its
+   * adjustOpenFilesLimit; Node cannot raise the limit, so there is no attempt to). Throws when the
+   * limit leaves no room for a client at all, as Redis refuses to start.
+   */
+  private capMaxclients(extraReserved: number): void {
+    this.fdBudget = DescriptorBudget.measure(extraReserved);
+    const { limit, reserved } = this.fdBudget;
+    const requested = this.config.int('maxclients');
+    if (limit === null || requested + reserved <= limit) return;
+    if (limit <= reserved) {
+      for (const l of this.listeners) l.close();
+      throw new Error(`Your current 'ulimit -n' of ${limit} is not enough for the server to start. Please increase your open file limit to at least ${reserved + 1}.`);
+    }
+    const allowed = this.fdBudget.maxClients(requested);
+    this.config.set('maxclients', String(allowed));
+    this.log.warning(
+      `You requested maxclients of ${requested} requiring at least ${requested + reserved} max file descriptors. ` +
+        `Current maximum open files is ${limit}. maxclients has been reduced to ${allowed} to compensate for low ulimit. ` +
+        "If you need higher maxclients increase 'ulimit -n'.",
+      { maxclients_requested: requested, maxclients: allowed, max_open_files: limit, reserved_fds: reserved },
+    );
+  }
+
+  /**
+   * Why CONFIG SET may not set `name` to `value`, or null. maxclients beyond the descriptor limit is
+   * refused with Redis's text (its updateMaxclients), and the old value stays.
+   */
+  configRefusal(name: string, value: string): string | null {
+    if (name !== 'maxclients') return null;
+    const requested = Number(value);
+    const allowed = this.fdBudget.maxClients(requested);
+    return allowed < requested ? `The operating system is not able to handle the specified number of clients, try with ${allowed}` : null;
   }
 
   /** Applies settings that CONFIG SET can change while running (logging, task frequency). */
@@ -184,7 +243,7 @@ export class Server {
     this.slowlogThresholdUs = this.config.int('slowlog-log-slower-than');
     this.slowlogMaxLen = this.config.int('slowlog-max-len');
     if (this.timer) clearInterval(this.timer);
-    this.timer = setInterval(() => this.periodic(), Math.max(1, Math.floor(1000 / this.config.int('hz'))));
+    this.timer = this.tasks.every('periodic task', Math.max(1, Math.floor(1000 / this.config.int('hz'))), () => this.periodic());
   }
 
   private listen(address: string, port: number): Promise<net.Server> {
@@ -193,7 +252,7 @@ export class Server {
       listener.once('error', reject);
       listener.listen({ host: address, port, ipv6Only: address.includes(':') }, () => {
         listener.off('error', reject);
-        listener.on('error', (e) => this.log.warning(`listener error: ${e.message}`));
+        listener.on('error', (e) => this.acceptFailed(e));
         resolve(listener);
       });
     });
@@ -202,6 +261,7 @@ export class Server {
   private listenTls(options: tls.TlsOptions, address: string, port: number): Promise<tls.Server> {
     return new Promise((resolve, reject) => {
       const listener = tls.createServer(options, (socket) => {
+        this.tlsHandshakes.delete(peerKey(socket));
         if (tlsPeerRefused(this.config, socket)) {
           this.stats.rejectedConnections++;
           socket.on('error', () => {});
@@ -210,15 +270,64 @@ export class Server {
         }
         this.accept(socket);
       });
-      // Failed handshakes (no certificate, a wrong CA, plain text on the TLS port) end that socket only.
-      listener.on('tlsClientError', (e) => this.log.verbose(`TLS handshake failed: ${e.message}`));
+      // A connection in handshake holds a descriptor as a client does: it counts toward maxclients,
+      // and the periodic task closes it after tls-handshake-timeout.
+      listener.on('connection', (raw: net.Socket) => {
+        if (this.shuttingDown || this.clients.size + this.tlsHandshakes.size >= this.config.int('maxclients')) {
+          this.stats.totalConnections++;
+          this.stats.rejectedConnections++;
+          raw.on('error', () => {});
+          raw.destroy();
+          return;
+        }
+        const key = peerKey(raw);
+        this.tlsHandshakes.set(key, { socket: raw, sinceMs: Date.now() });
+        raw.once('close', () => {
+          if (this.tlsHandshakes.get(key)?.socket === raw) this.tlsHandshakes.delete(key);
+        });
+      });
+      // Failed handshakes (no certificate, a wrong CA, plain text on the TLS port, Node's handshake
+      // timer) end that socket only. With a listener for this event Node leaves the socket open:
+      // it must be destroyed here.
+      listener.on('tlsClientError', (e: NodeJS.ErrnoException, socket: tls.TLSSocket) => {
+        // Counted once: by Node's timer here, or by expireTlsHandshakes, whichever comes first.
+        if (this.tlsHandshakes.delete(peerKey(socket)) && e.code === 'ERR_TLS_HANDSHAKE_TIMEOUT') this.stats.tlsHandshakeTimeouts++;
+        this.log.verbose(`TLS handshake failed: ${e.message}`);
+        socket.destroy();
+      });
       listener.once('error', reject);
       listener.listen({ host: address, port, ipv6Only: address.includes(':') }, () => {
         listener.off('error', reject);
-        listener.on('error', (e) => this.log.warning(`TLS listener error: ${e.message}`));
+        listener.on('error', (e) => this.acceptFailed(e));
         resolve(listener);
       });
     });
+  }
+
+  /**
+   * An error on a listener: accept() failing (EMFILE/ENFILE when descriptors run out, ECONNABORTED).
+   * libuv goes on listening; the failure is counted (INFO accept_errors) and logged, at most once a second.
+   */
+  acceptFailed(e: NodeJS.ErrnoException): void {
+    this.stats.acceptErrors++;
+    this.tasks.warnLimited('accept', `Error accepting a client connection: ${errorText(e)}`, { error: errorText(e) });
+  }
+
+  /** TLS connections accepted whose handshake is not done (INFO clients; they count toward maxclients). */
+  get tlsHandshakesInProgress(): number {
+    return this.tlsHandshakes.size;
+  }
+
+  /** Closes TLS connections whose handshake has taken longer than tls-handshake-timeout (counted in INFO). */
+  private expireTlsHandshakes(nowMs: number): void {
+    if (this.tlsHandshakes.size === 0) return;
+    const timeoutMs = this.config.int('tls-handshake-timeout');
+    for (const [key, h] of this.tlsHandshakes) {
+      if (nowMs - h.sinceMs < timeoutMs) continue;
+      this.tlsHandshakes.delete(key);
+      this.stats.tlsHandshakeTimeouts++;
+      h.socket.destroy();
+    }
   }
 
   private accept(socket: net.Socket): void {
@@ -227,16 +336,12 @@ export class Server {
       return;
     }
     this.stats.totalConnections++;
-    if (this.clients.size >= this.config.int('maxclients')) {
-      this.stats.rejectedConnections++;
-      socket.on('error', () => {});
-      socket.end('-ERR max number of clients reached\r\n');
+    if (this.clients.size + this.tlsHandshakes.size >= this.config.int('maxclients')) {
+      this.refuse(socket, '-ERR max number of clients reached\r\n');
       return;
     }
     if (this.deniedByProtectedMode(socket)) {
-      this.stats.rejectedConnections++;
-      socket.on('error', () => {});
-      socket.end(PROTECTED_MODE_MESSAGE);
+      this.refuse(socket, PROTECTED_MODE_MESSAGE);
       return;
     }
     const keepalive = this.config.int('tcp-keepalive');
@@ -245,7 +350,16 @@ export class Server {
     this.clients.set(client.id, client);
   }
 
-  /** Protected mode (SPEC §6): no password and listening beyond loopback → only loopback clients. */
+  /** Writes `message` to a connection that is not let in, then closes it completely (see REFUSED_CLOSE_MS). */
+  private refuse(socket: net.Socket, message: string): void {
+    this.stats.rejectedConnections++;
+    socket.on('error', () => {});
+    socket.write(message);
+    socket.destroySoon();
+    if (!socket.destroyed) this.tasks.after('refused connection close', REFUSED_CLOSE_MS, () => socket.destroy());
+  }
+
+  /** Protected mode: no password and listening beyond loopback → only loopback clients. */
   private deniedByProtectedMode(socket: net.Socket): boolean {
     if (!this.config.bool('protected-mode') || this.authRequired) return false;
     return !isLoopback(socket.remoteAddress ?? '');
@@ -295,7 +409,7 @@ export class Server {
 
   /** Sends `client`'s pending replies at the end of this turn (see toFlush). */
   flushLater(client: Client): void {
-    if (this.toFlush.length === 0) setImmediate(this.flushPending);
+    if (this.toFlush.length === 0) setImmediate(this.flushTask);
     this.toFlush.push(client);
   }
 
@@ -312,7 +426,7 @@ export class Server {
       const sub = lookupSubcommand(spec, argv.lower(1));
       if (sub === undefined) {
         this.stats.error('ERR');
-        reply.error(`ERR unknown subcommand '${truncate(argv.str(1), 128)}'. Try ${spec.name.toUpperCase()} HELP.`);
+        reply.error(`ERR unknown subcommand '${truncate(argv.text(1), 128)}'. Try ${spec.name.toUpperCase()} HELP.`);
         return;
       }
       spec = sub;
@@ -356,7 +470,11 @@ export class Server {
     ctx.nowMs = Math.floor(nowUs / 1000);
     const mark = reply.length;
     client.lastCommand = fullName;
-    spec.run(ctx, argv);
+    try {
+      spec.run(ctx, argv);
+    } catch (e) {
+      this.commandFailed(fullName, e, mark);
+    }
     const ended = performance.now();
     const durationUs = (ended - started) * 1000;
     stat.usec += durationUs;
@@ -375,6 +493,22 @@ export class Server {
   }
 
   /**
+   * A command handler threw: its partial reply is replaced by an error and the server goes on (an
+   * exception from a socket's data handler would otherwise end the process). An argument too long
+   * for a string is the client's doing; anything else is a bug, logged.
+   */
+  private commandFailed(fullName: string, e: unknown, mark: number): void {
+    const reply = this.writer;
+    reply.truncate(mark);
+    if (e instanceof ArgumentTooLongError) {
+      reply.error(`ERR argument of ${e.bytes} bytes is too long for '${fullName}'`);
+      return;
+    }
+    this.tasks.warnLimited(`command ${fullName}`, `internal error in '${fullName}': ${errorText(e)}`, { command: fullName, error: errorText(e) });
+    reply.error(`ERR internal error in '${fullName}'`);
+  }
+
+  /**
    * One step (≤ EXPIRE_CYCLE_MAX_MS) of the active expiry cycle; if more than 10% of what it examined
    * had expired, another step is queued behind pending I/O (setImmediate), up to
    * EXPIRE_STEPS_PER_TICK per tick.
@@ -388,20 +522,25 @@ export class Server {
     const removed = ks.expireStep(this.clock.nowMs(), EXPIRE_STEP_SLOTS, () => performance.now() > deadline);
     this.expireSteps++;
     const stale = removed * 10 > ks.lastStepKeys;
-    if (removed > 0 && stale && this.expireSteps < EXPIRE_STEPS_PER_TICK) setImmediate(() => this.expireCycle());
+    if (removed > 0 && stale && this.expireSteps < EXPIRE_STEPS_PER_TICK) setImmediate(this.expireTask);
   }
 
-  /** The periodic task: active expiry, idle timeouts, metrics (Redis's serverCron). */
+  /**
+   * The periodic task: active expiry, idle timeouts, metrics (Redis's serverCron). Each part runs
+   * guarded: one that throws (process.memoryUsage() with no descriptor left, say) is logged and
+   * counted, and the others still run.
+   */
   private periodic(): void {
     const nowMs = this.clock.nowMs();
     this.expireSteps = 0;
     this.expireCycle();
-    this.memory.periodic();
+    this.runPart('memory check', () => this.memory.periodic());
     this.stats.sampleOps();
-    this.snapshots.cron(nowMs);
+    this.runPart('snapshot cron', () => this.snapshots.cron(nowMs));
     this.clock.resync();
-    const timeoutSec = this.config.int('timeout');
     const now = Date.now();
+    this.expireTlsHandshakes(now);
+    const timeoutSec = this.config.int('timeout');
     const cutoff = timeoutSec > 0 ? now - timeoutSec * 1000 : -Infinity;
     for (const client of this.clients.values()) {
       if (client.lastInteractionMs < cutoff) {
@@ -410,6 +549,14 @@ export class Server {
       } else {
         client.checkSoftOutputLimit(now);
       }
+    }
+  }
+
+  private runPart(name: string, part: () => void): void {
+    try {
+      part();
+    } catch (e) {
+      this.tasks.failed(name, e);
     }
   }
 
@@ -451,6 +598,11 @@ export const PROTECTED_MODE_MESSAGE =
   '4) Set up an authentication password for the default user. NOTE: You only need to do one of the above things in order for ' +
   'the server to start accepting connections from the outside.\r\n';
 
+/** A connection's peer, the same for a TLS socket and the TCP socket under it. */
+function peerKey(socket: net.Socket): string {
+  return `${socket.remoteAddress}|${socket.remotePort}`;
+}
+
 function isLoopback(address: string): boolean {
   return address === '::1' || address.startsWith('127.') || address.startsWith('::ffff:127.');
 }
@@ -466,7 +618,7 @@ function truncate(s: string, n: number): string {
 function unknownCommandMessage(argv: CommandArgs): string {
   let args = '';
   for (let i = 1; i < argv.length && args.length < 128; i++) {
-    args += `'${truncate(argv.str(i), 128 - args.length)}' `;
+    args += `'${truncate(argv.text(i, 128 - args.length), 128 - args.length)}' `;
   }
-  return `ERR unknown command '${truncate(argv.str(0), 128)}', with args beginning with: ${args}`;
+  return `ERR unknown command '${truncate(argv.text(0), 128)}', with args beginning with: ${args}`;
 }

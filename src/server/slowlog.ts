@@ -46,8 +46,8 @@ export class SlowLog {
         continue;
       }
       const length = argv.byteLength(i);
-      const text = argv.str(i);
-      args.push(length > MAX_STRING ? `${text.slice(0, MAX_STRING)}... (${length - MAX_STRING} more bytes)` : text);
+      const text = argv.text(i, MAX_STRING); // cut before converting: the argument may be 512 MiB
+      args.push(length > MAX_STRING ? `${text}... (${length - MAX_STRING} more bytes)` : text);
     }
     this.entries.unshift({ id: this.nextId++, timestamp: Math.floor(nowUs / 1e6), durationUs: Math.round(durationUs), args, clientAddr, clientName });
     if (this.entries.length > maxLen) this.entries.length = Math.max(0, maxLen);

@@ -48,6 +48,10 @@ export class Stats {
   outputLimitDisconnections = 0;
   keyspaceHits = 0;
   keyspaceMisses = 0;
+  /** accept() failures on a listener (EMFILE/ENFILE: no descriptor left), logged and survived. */
+  acceptErrors = 0;
+  /** TLS connections closed because their handshake took longer than tls-handshake-timeout. */
+  tlsHandshakeTimeouts = 0;
   readonly commands = new Map<string, CommandStat>();
   readonly limiters = new Map<string, LimiterStat>();
   readonly errors = new Map<string, number>();
@@ -112,6 +116,8 @@ export class Stats {
     this.outputLimitDisconnections = 0;
     this.keyspaceHits = 0;
     this.keyspaceMisses = 0;
+    this.acceptErrors = 0;
+    this.tlsHandshakeTimeouts = 0;
     this.commands.clear();
     this.limiters.clear();
     this.errors.clear();

@@ -8,9 +8,6 @@ import { readFileSync } from 'node:fs';
 import type tls from 'node:tls';
 import type { Config } from '../config.js';
 
-/** How long a client may take to finish its handshake (a slow-loris on the handshake ends here). */
-const HANDSHAKE_TIMEOUT_MS = 10_000;
-
 function readPem(config: Config, name: string): Buffer {
   const file = config.get(name);
   if (file === '') throw new Error(`tls-port is set but ${name} is not`);
@@ -35,7 +32,9 @@ export function createTlsServer(config: Config): tls.TlsOptions {
     // `optional`: a client without a certificate is let in; one with a bad certificate is refused
     // after the handshake (tlsPeerRefused), as Redis's SSL_VERIFY_PEER without FAIL_IF_NO_PEER_CERT.
     rejectUnauthorized: auth === 'yes',
-    handshakeTimeout: HANDSHAKE_TIMEOUT_MS,
+    // `tls-handshake-timeout`: Node's timer restarts on every byte received; the server's periodic
+    // task also bounds the whole handshake (a peer trickling its ClientHello ends there).
+    handshakeTimeout: config.int('tls-handshake-timeout'),
     minVersion: 'TLSv1.2',
   };
   const pass = config.get('tls-key-file-pass');

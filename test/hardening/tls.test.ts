@@ -13,7 +13,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { MAIN, startServer, type RunningServer } from '../helpers/server.js';
-import { Checker } from '../helpers/raw.js';
+import { Checker, infoField, RawConnection } from '../helpers/raw.js';
 
 const hasOpenssl = spawnSync('sh', ['-c', 'command -v openssl'], { encoding: 'utf8' }).status === 0;
 const hasCli = spawnSync('sh', ['-c', 'command -v redis-cli'], { encoding: 'utf8' }).status === 0;
@@ -202,6 +202,56 @@ describe('TLS', () => {
       await s.stop();
     }
   });
+
+  it('TCP connections to the TLS port that never send a byte are closed after tls-handshake-timeout and counted', async (ctx) => {
+    if (!hasOpenssl) ctx.skip('openssl is not installed');
+    const { s, tlsPort } = await startTls('no', ['--tls-handshake-timeout', '200']);
+    const silent: RawConnection[] = [];
+    try {
+      // allowHalfOpen: this side never closes; only the server can end these connections.
+      for (let i = 0; i < 10; i++) silent.push(await RawConnection.open(tlsPort, { allowHalfOpen: true }));
+      for (const c of silent) await c.waitForEnd(15_000);
+      expect(silent.every((c) => c.length === 0)).toBe(true);
+      const checker = await Checker.open(s.port);
+      const info = await checker.call('INFO', 'everything');
+      expect(Number(infoField(info, 'tls_handshake_timeouts'))).toBe(10);
+      expect(infoField(info, 'tls_handshakes_in_progress')).toBe('0');
+      checker.close();
+    } finally {
+      for (const c of silent) c.destroy();
+      await s.stop();
+    }
+  }, 30_000);
+
+  it('TLS connections in handshake count toward maxclients', async (ctx) => {
+    if (!hasOpenssl) ctx.skip('openssl is not installed');
+    const { s, tlsPort } = await startTls('no', ['--maxclients', '4', '--tls-handshake-timeout', '600000']);
+    const silent: RawConnection[] = [];
+    try {
+      const checker = await Checker.open(s.port); // one client
+      for (let i = 0; i < 3; i++) silent.push(await RawConnection.open(tlsPort, { allowHalfOpen: true }));
+      const inProgress = async (): Promise<number> => Number(infoField(await checker.call('INFO', 'clients'), 'tls_handshakes_in_progress'));
+      for (let i = 0; i < 500 && (await inProgress()) < 3; i++) await new Promise((r) => setTimeout(r, 10));
+      expect(await inProgress()).toBe(3);
+      // 1 client + 3 handshakes = maxclients: the next TCP client and the next TLS connection are refused.
+      const tcp = await RawConnection.open(s.port);
+      await tcp.waitForEnd(10_000);
+      expect(tcp.text()).toBe('-ERR max number of clients reached\r\n');
+      const extra = await RawConnection.open(tlsPort, { allowHalfOpen: true });
+      await extra.waitForEnd(10_000);
+      expect(await inProgress()).toBe(3);
+      // Once the handshakes end, their slots are free again.
+      for (const c of silent) c.destroy();
+      for (let i = 0; i < 500 && (await inProgress()) > 0; i++) await new Promise((r) => setTimeout(r, 10));
+      expect(await inProgress()).toBe(0);
+      expect((await rawTls(tlsPort, 'PING\r\n', {}, '+PONG\r\n')).text).toBe('+PONG\r\n');
+      tcp.destroy();
+      checker.close();
+    } finally {
+      for (const c of silent) c.destroy();
+      await s.stop();
+    }
+  }, 30_000);
 
   it('refuses to start with tls-port but no certificate, or without a CA when client certificates are required', (ctx) => {
     if (!hasOpenssl) ctx.skip('openssl is not installed');

@@ -29,6 +29,11 @@ export interface StartOptions {
   debug?: boolean;
   /** Pass a config file path as the first argument. */
   configFile?: string;
+  /**
+   * A command that execs node with the server's arguments, e.g. ['prlimit', '--nofile=256:256', '--']
+   * (it must exec, not fork: the process id is the server's).
+   */
+  wrap?: string[];
 }
 
 export async function startServer(opts: StartOptions = {}): Promise<RunningServer> {
@@ -40,7 +45,9 @@ export async function startServer(opts: StartOptions = {}): Promise<RunningServe
     ...(opts.debug === false ? [] : ['--enable-debug-command', 'yes']),
     ...(opts.args ?? []),
   ];
-  const proc = spawn(process.execPath, args, { env: { ...process.env, ...opts.env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const command = opts.wrap === undefined ? process.execPath : opts.wrap[0];
+  const commandArgs = opts.wrap === undefined ? args : [...opts.wrap.slice(1), process.execPath, ...args];
+  const proc = spawn(command, commandArgs, { env: { ...process.env, ...opts.env }, stdio: ['ignore', 'pipe', 'pipe'] });
   const logs: string[] = [];
   let exited: number | null | undefined;
   const exitPromise = new Promise<number | null>((resolve) => proc.on('exit', (code) => { exited = code; resolve(code); }));
