@@ -3,26 +3,35 @@
  * accepted in (now − period_ms, now] plus c are at most `limit`. So no interval of period_ms ever
  * admits more than `limit` units.
  *
- * The log is a list of (timestamp ms, units) entries, oldest first. Units accepted in the same
- * millisecond share one entry, so a key never holds more than `limit` entries, however large the
- * costs. Two layouts, chosen on every write:
+ * The log is a list of (timestamp ms, units) entries, oldest first, timestamps strictly increasing.
+ * Units accepted in the same millisecond share one entry, so a key never holds more than `limit`
+ * entries, however large the costs. Two layouts, chosen on every write:
  * - one entry (the common case for a mostly idle key) lives in the state fields, no blob:
  *     A = its timestamp, B = 1, C = its units;
  * - two or more live in a ring in the key's Float64Array blob, entry i at [2i, 2i+1] (16 bytes):
- *     A = ring index of the oldest entry, B = number of entries, C = units in all entries.
+ *     A = ring index of the oldest entry, B = number of entries, C = units in all entries;
+ *   each entry holds its timestamp and a running total: the units of this entry and of every older
+ *   one, plus an offset (the newest entry's total minus C, ≥ 0). Running totals, not units per entry,
+ *   so that a call that writes nothing (a refusal, a COST 0 peek) finds by binary search both where
+ *   the live entries begin and when enough units will have slid out: O(log n), however long the log.
  *   The ring starts at 2 entries and doubles as needed, never beyond `limit`; when a write leaves a
  *   single live entry the key goes back to the inline layout and the blob is dropped.
  * Entries that slid out of the window are dropped on the next write (a refused call or a peek writes
  * nothing). The key expires when its newest entry slides out of the window.
  *
+ * A ring written by an older build held units per entry; `load` recognises it (its newest value is
+ * then below C, which a running total never is) and rewrites it as running totals, once.
+ *
  * `slidingLogDecide` only reads the log; when it allows, `slidingLogRecord` prunes and appends.
  */
-import { peekDecision, type RateDecision } from './rate-decision.js';
+import { MAX_SCALED, peekDecision, type RateDecision } from './rate-decision.js';
 
 // A view of the log being read, set by `load` (module scratch: no allocation per call).
 let viewLog: Float64Array | undefined;
 let viewHead = 0;
 let viewCapacity = 0;
+/** What the ring's running totals count before its oldest entry. */
+let viewOffset = 0;
 let inlineMs = 0;
 let inlineUnits = 0;
 
@@ -31,6 +40,7 @@ function load(hasKey: boolean, a: number, b: number, c: number, log: Float64Arra
   viewLog = log;
   viewHead = 0;
   viewCapacity = 0;
+  viewOffset = 0;
   if (!hasKey || b === 0) return 0;
   if (log === undefined) {
     inlineMs = a;
@@ -39,7 +49,21 @@ function load(hasKey: boolean, a: number, b: number, c: number, log: Float64Arra
   }
   viewHead = a;
   viewCapacity = log.length >> 1;
+  let newestTotal = log[2 * ((a + b - 1) % viewCapacity) + 1];
+  if (newestTotal < c) newestTotal = toRunningTotals(log, a, b, viewCapacity);
+  viewOffset = newestTotal - c;
   return b;
+}
+
+/** Rewrites a ring of units per entry (an older build's layout) as running totals; returns the last. */
+function toRunningTotals(log: Float64Array, head: number, entries: number, capacity: number): number {
+  let total = 0;
+  for (let k = 0; k < entries; k++) {
+    const i = 2 * ((head + k) % capacity) + 1;
+    total += log[i];
+    log[i] = total;
+  }
+  return total;
 }
 
 /** Timestamp of the k-th oldest entry. */
@@ -47,9 +71,22 @@ function msAt(k: number): number {
   return viewLog === undefined ? inlineMs : viewLog[2 * ((viewHead + k) % viewCapacity)];
 }
 
-/** Units of the k-th oldest entry. */
-function unitsAt(k: number): number {
-  return viewLog === undefined ? inlineUnits : viewLog[2 * ((viewHead + k) % viewCapacity) + 1];
+/** Units in the k+1 oldest entries (entries 0..k). */
+function unitsThrough(k: number): number {
+  return viewLog === undefined ? inlineUnits : viewLog[2 * ((viewHead + k) % viewCapacity) + 1] - viewOffset;
+}
+
+/** How many of the `entries` oldest entries are at or before `cutoffMs` (slid out): binary search. */
+function countExpired(entries: number, cutoffMs: number): number {
+  if (entries === 0 || msAt(0) > cutoffMs) return 0;
+  let lo = 1;
+  let hi = entries;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (msAt(mid) <= cutoffMs) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
 }
 
 /**
@@ -70,11 +107,8 @@ export function slidingLogDecide(
     newestMs = msAt(entries - 1);
     // A clock set backwards (DEBUG CLOCK SET) is treated as no time passing.
     if (newestMs > atMs) atMs = newestMs;
-    const cutoffMs = atMs - periodMs;
-    while (expiredEntries < entries && msAt(expiredEntries) <= cutoffMs) {
-      expiredUnits += unitsAt(expiredEntries);
-      expiredEntries++;
-    }
+    expiredEntries = countExpired(entries, atMs - periodMs);
+    if (expiredEntries > 0) expiredUnits = unitsThrough(expiredEntries - 1);
   }
   const live = entries > 0 ? c - expiredUnits : 0;
   const spendable = Math.max(0, limit - live);
@@ -98,16 +132,17 @@ export function slidingLogDecide(
     out.resetAfterMs = resetAfterMs;
     out.retryAfterMs = -1; // COST above limit: never
     if (cost <= limit) {
-      // Wait until enough of the oldest live units have slid out: entry by entry, oldest first.
-      const mustLeave = live + cost - limit;
-      let left = 0;
-      for (let k = expiredEntries; k < entries; k++) {
-        left += unitsAt(k);
-        if (left >= mustLeave) {
-          out.retryAfterMs = msAt(k) + periodMs - nowMs;
-          break;
-        }
+      // Wait until the oldest live entries holding `mustLeave` units have slid out: the first entry
+      // whose running total reaches them (totals strictly increase), found by binary search.
+      const target = expiredUnits + live + cost - limit;
+      let lo = expiredEntries;
+      let hi = entries - 1;
+      while (lo < hi) {
+        const mid = (lo + hi) >>> 1;
+        if (unitsThrough(mid) >= target) hi = mid;
+        else lo = mid + 1;
       }
+      out.retryAfterMs = msAt(lo) + periodMs - nowMs;
     }
   }
   viewLog = undefined;
@@ -124,15 +159,11 @@ export function slidingLogRecord(
   out: RateDecision,
 ): Float64Array | undefined {
   const entries = load(hasKey, a, b, c, log);
-  let units = entries > 0 ? c : 0;
   let whenMs = nowMs;
   if (entries > 0 && msAt(entries - 1) > whenMs) whenMs = msAt(entries - 1);
-  const cutoffMs = whenMs - periodMs;
-  let first = 0;
-  while (first < entries && msAt(first) <= cutoffMs) {
-    units -= unitsAt(first);
-    first++;
-  }
+  const first = countExpired(entries, whenMs - periodMs);
+  const expiredUnits = first > 0 ? unitsThrough(first - 1) : 0;
+  const units = entries > 0 ? c - expiredUnits : 0;
   const live = entries - first;
   const merge = live > 0 && msAt(entries - 1) === whenMs;
   const after = merge ? live : live + 1;
@@ -146,27 +177,35 @@ export function slidingLogRecord(
   } else if (log !== undefined && after <= viewCapacity) {
     // In place: advance the head past what slid out, then merge or append.
     const head = (viewHead + first) % viewCapacity;
-    viewHead = head;
-    if (merge) log[2 * ((head + live - 1) % viewCapacity) + 1] += cost;
+    let newestTotal = log[2 * ((viewHead + entries - 1) % viewCapacity) + 1];
+    if (newestTotal + cost > MAX_SCALED) {
+      // Keep the totals exact integers: restart them from the oldest live entry (once per ~2^52
+      // units accepted, so O(1) amortized).
+      const dropped = newestTotal - units;
+      for (let k = 0; k < live; k++) log[2 * ((head + k) % viewCapacity) + 1] -= dropped;
+      newestTotal = units;
+    }
+    if (merge) log[2 * ((head + live - 1) % viewCapacity) + 1] = newestTotal + cost;
     else {
       const i = 2 * ((head + live) % viewCapacity);
       log[i] = whenMs;
-      log[i + 1] = cost;
+      log[i + 1] = newestTotal + cost;
     }
     out.a = head;
     result = log;
   } else {
-    // A new ring, twice the old one (at least 2 entries, at most limit), oldest entry at 0.
+    // A new ring, twice the old one (at least 2 entries, at most limit), oldest entry at 0, totals
+    // counted from it.
     const capacity = Math.min(limit, Math.max(2, 2 * viewCapacity, after));
     const ring = new Float64Array(2 * capacity);
     for (let k = first; k < entries; k++) {
       ring[2 * (k - first)] = msAt(k);
-      ring[2 * (k - first) + 1] = unitsAt(k);
+      ring[2 * (k - first) + 1] = unitsThrough(k) - expiredUnits;
     }
-    if (merge) ring[2 * (live - 1) + 1] += cost;
+    if (merge) ring[2 * (live - 1) + 1] = units + cost;
     else {
       ring[2 * live] = whenMs;
-      ring[2 * live + 1] = cost;
+      ring[2 * live + 1] = units + cost;
     }
     out.a = 0;
     result = ring;
