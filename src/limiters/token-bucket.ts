@@ -33,11 +33,17 @@ export function tokenBucketDecide(
   hasKey: boolean, a: number, b: number, nowMs: number, out: RateDecision,
 ): void {
   const capacity = burst * periodMs;
-  // A clock set backwards (DEBUG CLOCK SET) is treated as no time passing.
+  // A clock set backwards (DEBUG CLOCK SET) is treated as no time passing: the bucket is read at the
+  // time of its last write, and every wait is counted from now, so it includes the step back.
   const atMs = hasKey && a > nowMs ? a : nowMs;
+  const aheadMs = atMs - nowMs;
   const deficit = hasKey ? drainedDeficit(b, a, atMs, limit) : 0;
+  // A key written with a larger BURST (or another period) can be short of more than this call's
+  // capacity: nothing is spendable then, never a negative amount.
+  const spendable = deficit < capacity ? floorDiv(capacity - deficit, periodMs) : 0;
+  const resetAfterMs = deficit > 0 ? aheadMs + ceilDiv(deficit, limit) : 0;
   if (cost === 0) {
-    peekDecision(out, burst, floorDiv(capacity - deficit, periodMs), ceilDiv(deficit, limit));
+    peekDecision(out, burst, spendable, resetAfterMs);
     return;
   }
   out.limit = burst;
@@ -47,8 +53,8 @@ export function tokenBucketDecide(
     out.limited = true;
     out.retryAfterMs = -1;
     out.write = false;
-    out.remaining = floorDiv(capacity - deficit, periodMs);
-    out.resetAfterMs = ceilDiv(deficit, limit);
+    out.remaining = spendable;
+    out.resetAfterMs = resetAfterMs;
     return;
   }
   const needed = deficit + cost * periodMs;
@@ -56,18 +62,18 @@ export function tokenBucketDecide(
     out.limited = false;
     out.retryAfterMs = -1;
     out.remaining = floorDiv(capacity - needed, periodMs);
-    out.resetAfterMs = ceilDiv(needed, limit);
     out.write = true;
     out.a = atMs;
     out.b = needed;
     out.c = 0;
-    out.expireAtMs = atMs + out.resetAfterMs;
+    out.expireAtMs = atMs + ceilDiv(needed, limit);
+    out.resetAfterMs = out.expireAtMs - nowMs;
   } else {
     out.limited = true;
     out.write = false;
-    out.remaining = floorDiv(capacity - deficit, periodMs);
-    // The deficit must drain by needed − capacity scaled units, `limit` per ms.
-    out.retryAfterMs = ceilDiv(needed - capacity, limit);
-    out.resetAfterMs = ceilDiv(deficit, limit);
+    out.remaining = spendable;
+    // The deficit must drain by needed − capacity scaled units, `limit` per ms, from atMs on.
+    out.retryAfterMs = aheadMs + ceilDiv(needed - capacity, limit);
+    out.resetAfterMs = resetAfterMs;
   }
 }
