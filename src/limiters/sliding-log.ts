@@ -12,8 +12,9 @@
  *     A = ring index of the oldest entry, B = number of entries, C = units in all entries;
  *   each entry holds its timestamp and a running total: the units of this entry and of every older
  *   one, plus an offset (the newest entry's total minus C, ≥ 0). Running totals, not units per entry,
- *   so that a call that writes nothing (a refusal, a COST 0 peek) finds by binary search both where
- *   the live entries begin and when enough units will have slid out: O(log n), however long the log.
+ *   so that a call that writes nothing (a refusal, a COST 0 peek) finds by (galloping) binary search
+ *   both where the live entries begin and when enough units will have slid out: O(log n), however
+ *   long the log.
  *   The ring starts at 2 entries and doubles as needed, never beyond `limit`; when a write leaves a
  *   single live entry the key goes back to the inline layout and the blob is dropped.
  * Entries that slid out of the window are dropped on the next write (a refused call or a peek writes
@@ -76,15 +77,49 @@ function unitsThrough(k: number): number {
   return viewLog === undefined ? inlineUnits : viewLog[2 * ((viewHead + k) % viewCapacity) + 1] - viewOffset;
 }
 
-/** How many of the `entries` oldest entries are at or before `cutoffMs` (slid out): binary search. */
+/**
+ * How many of the `entries` oldest entries are at or before `cutoffMs` (slid out). A galloping
+ * search from the oldest entry: O(log k) for k slid out, so the usual few cost a read or two, and a
+ * log of any length costs O(log n).
+ */
 function countExpired(entries: number, cutoffMs: number): number {
   if (entries === 0 || msAt(0) > cutoffMs) return 0;
+  // msAt(lo − 1) ≤ cutoff; find hi with msAt(hi) > cutoff (or hi = entries).
   let lo = 1;
-  let hi = entries;
+  let step = 1;
+  let hi = 1;
+  while (hi < entries && msAt(hi) <= cutoffMs) {
+    lo = hi + 1;
+    step *= 2;
+    hi = Math.min(entries, lo + step - 1);
+  }
   while (lo < hi) {
     const mid = (lo + hi) >>> 1;
     if (msAt(mid) <= cutoffMs) lo = mid + 1;
     else hi = mid;
+  }
+  return lo;
+}
+
+/**
+ * The first entry from `from` on (of `entries`) whose running total reaches `target` units, which
+ * the last one does. Galloping from `from` too: a refusal usually waits for the oldest entry or two.
+ */
+function firstReaching(from: number, entries: number, target: number): number {
+  if (unitsThrough(from) >= target) return from;
+  // unitsThrough(lo − 1) < target; find hi with unitsThrough(hi) ≥ target.
+  let lo = from + 1;
+  let step = 1;
+  let hi = Math.min(entries - 1, lo);
+  while (hi < entries - 1 && unitsThrough(hi) < target) {
+    lo = hi + 1;
+    step *= 2;
+    hi = Math.min(entries - 1, lo + step - 1);
+  }
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (unitsThrough(mid) >= target) hi = mid;
+    else lo = mid + 1;
   }
   return lo;
 }
@@ -132,17 +167,10 @@ export function slidingLogDecide(
     out.resetAfterMs = resetAfterMs;
     out.retryAfterMs = -1; // COST above limit: never
     if (cost <= limit) {
-      // Wait until the oldest live entries holding `mustLeave` units have slid out: the first entry
-      // whose running total reaches them (totals strictly increase), found by binary search.
-      const target = expiredUnits + live + cost - limit;
-      let lo = expiredEntries;
-      let hi = entries - 1;
-      while (lo < hi) {
-        const mid = (lo + hi) >>> 1;
-        if (unitsThrough(mid) >= target) hi = mid;
-        else lo = mid + 1;
-      }
-      out.retryAfterMs = msAt(lo) + periodMs - nowMs;
+      // Wait until the oldest live entries holding live + cost − limit units have slid out: the
+      // first entry whose running total reaches them (totals strictly increase).
+      const k = firstReaching(expiredEntries, entries, expiredUnits + live + cost - limit);
+      out.retryAfterMs = msAt(k) + periodMs - nowMs;
     }
   }
   viewLog = undefined;
