@@ -27,6 +27,9 @@
  */
 import { MAX_SCALED, peekDecision, type RateDecision } from './rate-decision.js';
 
+/** The largest sliding log limit: the log keeps up to `limit` 16-byte entries per key. */
+export const MAX_SLIDING_LOG_LIMIT = 1_000_000;
+
 // A view of the log being read, set by `load` (module scratch: no allocation per call).
 let viewLog: Float64Array | undefined;
 let viewHead = 0;
@@ -240,4 +243,47 @@ export function slidingLogRecord(
   }
   viewLog = undefined;
   return result;
+}
+
+/**
+ * Why a stored sliding log state (A, B, C and blob, e.g. read from a snapshot) is not one this
+ * module can have written, or null when it is: integers in range, at most MAX_SLIDING_LOG_LIMIT
+ * units and entries, timestamps strictly increasing, at least one unit per entry, and the ring's
+ * second column running totals (or an older build's units per entry, which `load` rewrites). Any
+ * state it accepts is decided in bounded time with integer replies. O(B).
+ */
+export function slidingLogStateError(a: number, b: number, c: number, log: Float64Array | undefined): string | null {
+  const isInt = (x: number, min: number, max: number) => Number.isSafeInteger(x) && x >= min && x <= max;
+  if (log === undefined) {
+    if (b !== 1) return `sliding log with no ring must have 1 entry, not ${b}`;
+    if (!isInt(a, 0, Number.MAX_SAFE_INTEGER)) return `sliding log timestamp ${a} is not an integer ms`;
+    if (!isInt(c, 1, MAX_SLIDING_LOG_LIMIT)) return `sliding log units ${c} not in 1..${MAX_SLIDING_LOG_LIMIT}`;
+    return null;
+  }
+  const capacity = log.length >> 1;
+  if (log.length % 2 !== 0 || capacity < 2 || capacity > MAX_SLIDING_LOG_LIMIT) return `sliding log ring of ${log.length} numbers (2 x 2..${MAX_SLIDING_LOG_LIMIT} entries expected)`;
+  if (!isInt(a, 0, capacity - 1)) return `sliding log head ${a} not in 0..${capacity - 1}`;
+  if (!isInt(b, 2, capacity)) return `sliding log of ${b} entries in a ring of ${capacity}`;
+  if (!isInt(c, b, MAX_SLIDING_LOG_LIMIT)) return `sliding log units ${c} not in ${b}..${MAX_SLIDING_LOG_LIMIT} (at least one per entry)`;
+  const at = (k: number) => 2 * ((a + k) % capacity);
+  const newest = log[at(b - 1) + 1];
+  const perEntry = newest < c;
+  const offset = perEntry ? 0 : newest - c;
+  if (!isInt(newest, 1, MAX_SCALED + MAX_SLIDING_LOG_LIMIT)) return `sliding log total ${newest} out of range`;
+  let previousMs = -1;
+  let previous = offset;
+  let sum = 0;
+  for (let k = 0; k < b; k++) {
+    const ms = log[at(k)];
+    const v = log[at(k) + 1];
+    if (!isInt(ms, previousMs + 1, Number.MAX_SAFE_INTEGER)) return `sliding log entry ${k}: timestamp ${ms} not an integer after ${previousMs}`;
+    if (perEntry) {
+      if (!isInt(v, 1, c)) return `sliding log entry ${k}: ${v} units`;
+      sum += v;
+    } else if (!isInt(v, previous + 1, newest)) return `sliding log entry ${k}: running total ${v} not above ${previous}`;
+    previousMs = ms;
+    previous = v;
+  }
+  if (perEntry && sum !== c) return `sliding log entries hold ${sum} units, not ${c}`;
+  return null;
 }

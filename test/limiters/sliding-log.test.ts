@@ -7,7 +7,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { newRateDecision } from '../../src/limiters/rate-decision.ts';
-import { slidingLogDecide } from '../../src/limiters/sliding-log.ts';
+import { slidingLogDecide, slidingLogStateError } from '../../src/limiters/sliding-log.ts';
 import { caseArb, FakeKey, replay, T0, type Model, type Params } from './rl-harness.ts';
 
 class Log implements Model {
@@ -194,5 +194,43 @@ describe('RL.SLIDINGLOG: the binary searches over running totals', () => {
     expect(Array.from(key.blob!)).toEqual([T0, 3, T0 + 10, 5, T0 + 20, 9]);
     expect(key.call(1, T0 + 101)).toMatchObject({ limited: 0, remaining: 3 });
     expect(key.c).toBe(7);
+  });
+});
+
+describe('slidingLogStateError (for loaders of stored state)', () => {
+  it('accepts every state the limiter writes on random timelines', () => {
+    fc.assert(fc.property(caseArb(false), ({ p, startMs, steps }) => {
+      const key = new FakeKey('slidinglog', p);
+      let t = startMs;
+      for (const { gapMs, cost } of steps) {
+        t += gapMs;
+        key.call(cost, t);
+        if (key.exists) expect(slidingLogStateError(key.a, key.b, key.c, key.blob)).toBeNull();
+      }
+    }), { numRuns: 200 });
+  });
+
+  it("accepts an older build's units-per-entry ring; refuses what the limiter cannot have written", () => {
+    const ring = (...v: number[]) => Float64Array.from(v);
+    expect(slidingLogStateError(2, 4, 7, ring(T0 + 20, 3, T0 + 30, 1, T0, 1, T0 + 10, 2))).toBeNull();
+    expect(slidingLogStateError(0, 2, 5, ring(T0, 3, T0 + 10, 5))).toBeNull();
+    expect(slidingLogStateError(T0, 1, 5, undefined)).toBeNull();
+    const bad: [number, number, number, Float64Array | undefined][] = [
+      [T0, 2, 5, undefined], // two entries need a ring
+      [T0, 1, 0, undefined], // an entry holds at least one unit
+      [T0 + 0.5, 1, 5, undefined],
+      [T0, 1, NaN, undefined],
+      [T0, 1, 2_000_000, undefined],
+      [0, 1e15, 5, ring(T0, 3, T0 + 10, 5)], // more entries than the ring holds
+      [2, 2, 5, ring(T0, 3, T0 + 10, 5)], // head outside the ring
+      [0, 2, 5, ring(T0 + 10, 3, T0, 5)], // timestamps out of order
+      [0, 2, 5, ring(T0, 3, T0, 5)], // two entries in one ms
+      [0, 2, 5, ring(T0, 5, T0 + 10, 5)], // an entry of 0 units
+      [0, 2, 5, ring(T0, 1, T0 + 10, 6)], // totals from offset 6 − 5 = 1: the oldest entry holds 0 units
+      [0, 2, 5, ring(T0, 3, T0 + 10, 1)], // per entry, 4 units, not 5
+      [0, 2, 5, ring(T0, 3, T0 + 10, NaN)],
+      [0, 3, 5, ring(T0, 3, T0 + 10, 5, T0 + 20)], // odd length
+    ];
+    for (const [a, b, c, blob] of bad) expect(slidingLogStateError(a, b, c, blob), JSON.stringify([a, b, c, blob && Array.from(blob)])).not.toBeNull();
   });
 });
