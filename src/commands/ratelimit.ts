@@ -23,7 +23,7 @@ import { fixedWindowDecide } from '../limiters/fixed-window.js';
 import { gcraMsDecide, gcraMsParams, newGcraMsParams } from '../limiters/gcra-ms.js';
 import { leakyBucketDecide } from '../limiters/leaky-bucket.js';
 import { MAX_SCALED, newRateDecision, type RateDecision } from '../limiters/rate-decision.js';
-import { slidingLogDecide, slidingLogRecord } from '../limiters/sliding-log.js';
+import { MAX_SLIDING_LOG_LIMIT, slidingLogDecide, slidingLogRecord } from '../limiters/sliding-log.js';
 import { slidingWindowDecide } from '../limiters/sliding-window.js';
 import { tokenBucketDecide } from '../limiters/token-bucket.js';
 import { WRONGTYPE } from './throttle.js';
@@ -32,8 +32,7 @@ import { LimiterCounter } from '../server/stats.js';
 
 /** The longest period accepted: 10^12 ms, about 31.7 years. */
 export const MAX_PERIOD_MS = 1e12;
-/** The largest sliding log limit: the log keeps up to `limit` 16-byte entries per key. */
-export const MAX_SLIDING_LOG_LIMIT = 1_000_000;
+export { MAX_SLIDING_LOG_LIMIT };
 
 interface Algorithm {
   /** The name after `RL.` (and RL.ALL's ALGO), uppercase. */
@@ -278,6 +277,38 @@ const ALGO_LIST = 'TOKENBUCKET, LEAKYBUCKET, FIXEDWINDOW, SLIDINGLOG, SLIDINGWIN
 /** At most this many limits in one RL.ALL. */
 export const MAX_LIMITS = 64;
 
+/**
+ * RL.ALL's keys so far, as limit numbers sorted by (byte length, bytes): each new key is placed by
+ * binary search, so finding a duplicate takes O(n log n) byte comparisons in all, each one memcmp on
+ * the received bytes (keys can be up to proto-max-bulk-len long: no pairwise scan, no strings).
+ */
+const sortedKeys = new Int32Array(MAX_LIMITS);
+
+/** Orders the keys of limits `m` and `n` (negative, 0 or positive). */
+function compareKeys(argv: CommandArgs, m: number, n: number): number {
+  const i = limits[m].keyArg;
+  const j = limits[n].keyArg;
+  const lengths = argv.byteLength(i) - argv.byteLength(j);
+  if (lengths !== 0) return lengths;
+  return argv.source(i).compare(argv.source(j), argv.start(j), argv.end(j), argv.start(i), argv.end(i));
+}
+
+/** Adds limit `n`'s key to sortedKeys (which holds limits 0..n−1); false if it is already there. */
+function insertKey(argv: CommandArgs, n: number): boolean {
+  let lo = 0;
+  let hi = n;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    const order = compareKeys(argv, sortedKeys[mid], n);
+    if (order === 0) return false;
+    if (order < 0) lo = mid + 1;
+    else hi = mid;
+  }
+  sortedKeys.copyWithin(lo + 1, lo, n);
+  sortedKeys[lo] = n;
+  return true;
+}
+
 function rlAll(ctx: CommandContext, argv: CommandArgs): void {
   const count = integerArg(ctx, argv, 1, 'numlimits', '', 1, MAX_LIMITS);
   if (count === null) return;
@@ -297,11 +328,9 @@ function rlAll(ctx: CommandContext, argv: CommandArgs): void {
     }
     l.algo = algo;
     l.keyArg = i;
-    for (let m = 0; m < n; m++) {
-      if (argv.argsEqual(limits[m].keyArg, i)) {
-        ctx.reply.error(`ERR duplicate key '${argv.str(i)}'${where}: each limit needs its own key`);
-        return;
-      }
+    if (!insertKey(argv, n)) {
+      ctx.reply.error(`ERR duplicate key '${argv.str(i)}'${where}: each limit needs its own key`);
+      return;
     }
     i = parseLimit(ctx, argv, i + 2, l, where, false);
     if (i === -1) return;
@@ -357,7 +386,7 @@ const REPLY = ' Reply: [limited, limit, remaining, retry_after_ms, reset_after_m
 export const rateLimitCommands: CommandSpec[] = [
   ...ALGORITHMS.map((algo): CommandSpec => ({
     name: `rl.${algo.name.toLowerCase()}`, arity: -4, flags: ['write', 'denyoom', 'fast'], ...firstKeyOnly(),
-    group: 'limiter', since: '0.2.0', complexity: algo.type === KeyType.SlidingLog ? 'O(limit) worst case, O(1) amortized' : 'O(1)',
+    group: 'limiter', since: '0.2.0', complexity: algo.type === KeyType.SlidingLog ? 'O(log limit); an accepted call O(1) amortized, O(limit) when it grows the log' : 'O(1)',
     summary: SUMMARIES[algo.name] + REPLY,
     args: argDocs(algo),
     run: single(algo),
@@ -366,7 +395,7 @@ export const rateLimitCommands: CommandSpec[] = [
     // Keys sit at varying positions (key ALGO limit period_ms [BURST n]): COMMAND INFO reports
     // the first one, like Redis does for commands whose key positions are not fixed.
     name: 'rl.all', arity: -6, flags: ['write', 'denyoom'], firstKey: 2, lastKey: 2, keyStep: 1,
-    group: 'limiter', since: '0.2.0', complexity: 'O(numlimits)',
+    group: 'limiter', since: '0.2.0', complexity: 'O(numlimits log numlimits)',
     summary: 'Checks several limits together and spends on all only if every one allows. Reply: [limited, reply of limit 1, ...].',
     args: [
       { name: 'numlimits', type: 'integer' },

@@ -17,8 +17,10 @@ export function fixedWindowDecide(
   const count = hasKey && a === windowStartMs ? b : 0;
   const windowEndMs = windowStartMs + periodMs;
   const untilEndMs = windowEndMs - nowMs;
+  // A count written with a larger limit can exceed this call's: nothing left, never less.
+  const spendable = count < limit ? limit - count : 0;
   if (cost === 0) {
-    peekDecision(out, limit, limit - count, count > 0 ? untilEndMs : 0);
+    peekDecision(out, limit, spendable, count > 0 ? untilEndMs : 0);
     return;
   }
   out.limit = limit;
@@ -36,7 +38,7 @@ export function fixedWindowDecide(
   } else {
     out.limited = true;
     out.write = false;
-    out.remaining = limit - count;
+    out.remaining = spendable;
     // The next window starts empty: any cost up to `limit` fits there.
     out.retryAfterMs = cost > limit ? -1 : untilEndMs;
     out.resetAfterMs = count > 0 ? untilEndMs : 0;

@@ -22,6 +22,8 @@ export function leakyBucketDecide(
 ): void {
   tokenBucketDecide(limit, periodMs, burst, cost, hasKey, a, b, nowMs, out);
   if (out.limited || cost === 0 || !hasKey) return;
+  // After a clock set backwards the queue is read at its last write (atMs): the turn comes that much
+  // later than now.
   const atMs = a > nowMs ? a : nowMs;
-  out.delayMs = ceilDiv(drainedDeficit(b, a, atMs, limit), limit);
+  out.delayMs = atMs - nowMs + ceilDiv(drainedDeficit(b, a, atMs, limit), limit);
 }

@@ -3,26 +3,39 @@
  * accepted in (now − period_ms, now] plus c are at most `limit`. So no interval of period_ms ever
  * admits more than `limit` units.
  *
- * The log is a list of (timestamp ms, units) entries, oldest first. Units accepted in the same
- * millisecond share one entry, so a key never holds more than `limit` entries, however large the
- * costs. Two layouts, chosen on every write:
+ * The log is a list of (timestamp ms, units) entries, oldest first, timestamps strictly increasing.
+ * Units accepted in the same millisecond share one entry, so a key never holds more than `limit`
+ * entries, however large the costs. Two layouts, chosen on every write:
  * - one entry (the common case for a mostly idle key) lives in the state fields, no blob:
  *     A = its timestamp, B = 1, C = its units;
  * - two or more live in a ring in the key's Float64Array blob, entry i at [2i, 2i+1] (16 bytes):
- *     A = ring index of the oldest entry, B = number of entries, C = units in all entries.
+ *     A = ring index of the oldest entry, B = number of entries, C = units in all entries;
+ *   each entry holds its timestamp and a running total: the units of this entry and of every older
+ *   one, plus an offset (the newest entry's total minus C, ≥ 0). Running totals, not units per entry,
+ *   so that a call that writes nothing (a refusal, a COST 0 peek) finds by (galloping) binary search
+ *   both where the live entries begin and when enough units will have slid out: O(log n), however
+ *   long the log.
  *   The ring starts at 2 entries and doubles as needed, never beyond `limit`; when a write leaves a
  *   single live entry the key goes back to the inline layout and the blob is dropped.
  * Entries that slid out of the window are dropped on the next write (a refused call or a peek writes
  * nothing). The key expires when its newest entry slides out of the window.
  *
+ * A ring written by an older build held units per entry; `load` recognises it (its newest value is
+ * then below C, which a running total never is) and rewrites it as running totals, once.
+ *
  * `slidingLogDecide` only reads the log; when it allows, `slidingLogRecord` prunes and appends.
  */
-import { peekDecision, type RateDecision } from './rate-decision.js';
+import { MAX_SCALED, peekDecision, type RateDecision } from './rate-decision.js';
+
+/** The largest sliding log limit: the log keeps up to `limit` 16-byte entries per key. */
+export const MAX_SLIDING_LOG_LIMIT = 1_000_000;
 
 // A view of the log being read, set by `load` (module scratch: no allocation per call).
 let viewLog: Float64Array | undefined;
 let viewHead = 0;
 let viewCapacity = 0;
+/** What the ring's running totals count before its oldest entry. */
+let viewOffset = 0;
 let inlineMs = 0;
 let inlineUnits = 0;
 
@@ -31,6 +44,7 @@ function load(hasKey: boolean, a: number, b: number, c: number, log: Float64Arra
   viewLog = log;
   viewHead = 0;
   viewCapacity = 0;
+  viewOffset = 0;
   if (!hasKey || b === 0) return 0;
   if (log === undefined) {
     inlineMs = a;
@@ -39,7 +53,21 @@ function load(hasKey: boolean, a: number, b: number, c: number, log: Float64Arra
   }
   viewHead = a;
   viewCapacity = log.length >> 1;
+  let newestTotal = log[2 * ((a + b - 1) % viewCapacity) + 1];
+  if (newestTotal < c) newestTotal = toRunningTotals(log, a, b, viewCapacity);
+  viewOffset = newestTotal - c;
   return b;
+}
+
+/** Rewrites a ring of units per entry (an older build's layout) as running totals; returns the last. */
+function toRunningTotals(log: Float64Array, head: number, entries: number, capacity: number): number {
+  let total = 0;
+  for (let k = 0; k < entries; k++) {
+    const i = 2 * ((head + k) % capacity) + 1;
+    total += log[i];
+    log[i] = total;
+  }
+  return total;
 }
 
 /** Timestamp of the k-th oldest entry. */
@@ -47,9 +75,56 @@ function msAt(k: number): number {
   return viewLog === undefined ? inlineMs : viewLog[2 * ((viewHead + k) % viewCapacity)];
 }
 
-/** Units of the k-th oldest entry. */
-function unitsAt(k: number): number {
-  return viewLog === undefined ? inlineUnits : viewLog[2 * ((viewHead + k) % viewCapacity) + 1];
+/** Units in the k+1 oldest entries (entries 0..k). */
+function unitsThrough(k: number): number {
+  return viewLog === undefined ? inlineUnits : viewLog[2 * ((viewHead + k) % viewCapacity) + 1] - viewOffset;
+}
+
+/**
+ * How many of the `entries` oldest entries are at or before `cutoffMs` (slid out). A galloping
+ * search from the oldest entry: O(log k) for k slid out, so the usual few cost a read or two, and a
+ * log of any length costs O(log n).
+ */
+function countExpired(entries: number, cutoffMs: number): number {
+  if (entries === 0 || msAt(0) > cutoffMs) return 0;
+  // msAt(lo − 1) ≤ cutoff; find hi with msAt(hi) > cutoff (or hi = entries).
+  let lo = 1;
+  let step = 1;
+  let hi = 1;
+  while (hi < entries && msAt(hi) <= cutoffMs) {
+    lo = hi + 1;
+    step *= 2;
+    hi = Math.min(entries, lo + step - 1);
+  }
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (msAt(mid) <= cutoffMs) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+/**
+ * The first entry from `from` on (of `entries`) whose running total reaches `target` units, which
+ * the last one does. Galloping from `from` too: a refusal usually waits for the oldest entry or two.
+ */
+function firstReaching(from: number, entries: number, target: number): number {
+  if (unitsThrough(from) >= target) return from;
+  // unitsThrough(lo − 1) < target; find hi with unitsThrough(hi) ≥ target.
+  let lo = from + 1;
+  let step = 1;
+  let hi = Math.min(entries - 1, lo);
+  while (hi < entries - 1 && unitsThrough(hi) < target) {
+    lo = hi + 1;
+    step *= 2;
+    hi = Math.min(entries - 1, lo + step - 1);
+  }
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (unitsThrough(mid) >= target) hi = mid;
+    else lo = mid + 1;
+  }
+  return lo;
 }
 
 /**
@@ -70,11 +145,8 @@ export function slidingLogDecide(
     newestMs = msAt(entries - 1);
     // A clock set backwards (DEBUG CLOCK SET) is treated as no time passing.
     if (newestMs > atMs) atMs = newestMs;
-    const cutoffMs = atMs - periodMs;
-    while (expiredEntries < entries && msAt(expiredEntries) <= cutoffMs) {
-      expiredUnits += unitsAt(expiredEntries);
-      expiredEntries++;
-    }
+    expiredEntries = countExpired(entries, atMs - periodMs);
+    if (expiredEntries > 0) expiredUnits = unitsThrough(expiredEntries - 1);
   }
   const live = entries > 0 ? c - expiredUnits : 0;
   const spendable = Math.max(0, limit - live);
@@ -98,16 +170,10 @@ export function slidingLogDecide(
     out.resetAfterMs = resetAfterMs;
     out.retryAfterMs = -1; // COST above limit: never
     if (cost <= limit) {
-      // Wait until enough of the oldest live units have slid out: entry by entry, oldest first.
-      const mustLeave = live + cost - limit;
-      let left = 0;
-      for (let k = expiredEntries; k < entries; k++) {
-        left += unitsAt(k);
-        if (left >= mustLeave) {
-          out.retryAfterMs = msAt(k) + periodMs - nowMs;
-          break;
-        }
-      }
+      // Wait until the oldest live entries holding live + cost − limit units have slid out: the
+      // first entry whose running total reaches them (totals strictly increase).
+      const k = firstReaching(expiredEntries, entries, expiredUnits + live + cost - limit);
+      out.retryAfterMs = msAt(k) + periodMs - nowMs;
     }
   }
   viewLog = undefined;
@@ -124,15 +190,11 @@ export function slidingLogRecord(
   out: RateDecision,
 ): Float64Array | undefined {
   const entries = load(hasKey, a, b, c, log);
-  let units = entries > 0 ? c : 0;
   let whenMs = nowMs;
   if (entries > 0 && msAt(entries - 1) > whenMs) whenMs = msAt(entries - 1);
-  const cutoffMs = whenMs - periodMs;
-  let first = 0;
-  while (first < entries && msAt(first) <= cutoffMs) {
-    units -= unitsAt(first);
-    first++;
-  }
+  const first = countExpired(entries, whenMs - periodMs);
+  const expiredUnits = first > 0 ? unitsThrough(first - 1) : 0;
+  const units = entries > 0 ? c - expiredUnits : 0;
   const live = entries - first;
   const merge = live > 0 && msAt(entries - 1) === whenMs;
   const after = merge ? live : live + 1;
@@ -146,31 +208,82 @@ export function slidingLogRecord(
   } else if (log !== undefined && after <= viewCapacity) {
     // In place: advance the head past what slid out, then merge or append.
     const head = (viewHead + first) % viewCapacity;
-    viewHead = head;
-    if (merge) log[2 * ((head + live - 1) % viewCapacity) + 1] += cost;
+    let newestTotal = log[2 * ((viewHead + entries - 1) % viewCapacity) + 1];
+    if (newestTotal + cost > MAX_SCALED) {
+      // Keep the totals exact integers: restart them from the oldest live entry (once per ~2^52
+      // units accepted, so O(1) amortized).
+      const dropped = newestTotal - units;
+      for (let k = 0; k < live; k++) log[2 * ((head + k) % viewCapacity) + 1] -= dropped;
+      newestTotal = units;
+    }
+    if (merge) log[2 * ((head + live - 1) % viewCapacity) + 1] = newestTotal + cost;
     else {
       const i = 2 * ((head + live) % viewCapacity);
       log[i] = whenMs;
-      log[i + 1] = cost;
+      log[i + 1] = newestTotal + cost;
     }
     out.a = head;
     result = log;
   } else {
-    // A new ring, twice the old one (at least 2 entries, at most limit), oldest entry at 0.
+    // A new ring, twice the old one (at least 2 entries, at most limit), oldest entry at 0, totals
+    // counted from it.
     const capacity = Math.min(limit, Math.max(2, 2 * viewCapacity, after));
     const ring = new Float64Array(2 * capacity);
     for (let k = first; k < entries; k++) {
       ring[2 * (k - first)] = msAt(k);
-      ring[2 * (k - first) + 1] = unitsAt(k);
+      ring[2 * (k - first) + 1] = unitsThrough(k) - expiredUnits;
     }
-    if (merge) ring[2 * (live - 1) + 1] += cost;
+    if (merge) ring[2 * (live - 1) + 1] = units + cost;
     else {
       ring[2 * live] = whenMs;
-      ring[2 * live + 1] = cost;
+      ring[2 * live + 1] = units + cost;
     }
     out.a = 0;
     result = ring;
   }
   viewLog = undefined;
   return result;
+}
+
+/**
+ * Why a stored sliding log state (A, B, C and blob, e.g. read from a snapshot) is not one this
+ * module can have written, or null when it is: integers in range, at most MAX_SLIDING_LOG_LIMIT
+ * units and entries, timestamps strictly increasing, at least one unit per entry, and the ring's
+ * second column running totals (or an older build's units per entry, which `load` rewrites). Any
+ * state it accepts is decided in bounded time with integer replies. O(B).
+ */
+export function slidingLogStateError(a: number, b: number, c: number, log: Float64Array | undefined): string | null {
+  const isInt = (x: number, min: number, max: number) => Number.isSafeInteger(x) && x >= min && x <= max;
+  if (log === undefined) {
+    if (b !== 1) return `sliding log with no ring must have 1 entry, not ${b}`;
+    if (!isInt(a, 0, Number.MAX_SAFE_INTEGER)) return `sliding log timestamp ${a} is not an integer ms`;
+    if (!isInt(c, 1, MAX_SLIDING_LOG_LIMIT)) return `sliding log units ${c} not in 1..${MAX_SLIDING_LOG_LIMIT}`;
+    return null;
+  }
+  const capacity = log.length >> 1;
+  if (log.length % 2 !== 0 || capacity < 2 || capacity > MAX_SLIDING_LOG_LIMIT) return `sliding log ring of ${log.length} numbers (2 x 2..${MAX_SLIDING_LOG_LIMIT} entries expected)`;
+  if (!isInt(a, 0, capacity - 1)) return `sliding log head ${a} not in 0..${capacity - 1}`;
+  if (!isInt(b, 2, capacity)) return `sliding log of ${b} entries in a ring of ${capacity}`;
+  if (!isInt(c, b, MAX_SLIDING_LOG_LIMIT)) return `sliding log units ${c} not in ${b}..${MAX_SLIDING_LOG_LIMIT} (at least one per entry)`;
+  const at = (k: number) => 2 * ((a + k) % capacity);
+  const newest = log[at(b - 1) + 1];
+  const perEntry = newest < c;
+  const offset = perEntry ? 0 : newest - c;
+  if (!isInt(newest, 1, MAX_SCALED + MAX_SLIDING_LOG_LIMIT)) return `sliding log total ${newest} out of range`;
+  let previousMs = -1;
+  let previous = offset;
+  let sum = 0;
+  for (let k = 0; k < b; k++) {
+    const ms = log[at(k)];
+    const v = log[at(k) + 1];
+    if (!isInt(ms, previousMs + 1, Number.MAX_SAFE_INTEGER)) return `sliding log entry ${k}: timestamp ${ms} not an integer after ${previousMs}`;
+    if (perEntry) {
+      if (!isInt(v, 1, c)) return `sliding log entry ${k}: ${v} units`;
+      sum += v;
+    } else if (!isInt(v, previous + 1, newest)) return `sliding log entry ${k}: running total ${v} not above ${previous}`;
+    previousMs = ms;
+    previous = v;
+  }
+  if (perEntry && sum !== c) return `sliding log entries hold ${sum} units, not ${c}`;
+  return null;
 }

@@ -18,13 +18,11 @@ export function slidingWindowDecide(
   limit: number, periodMs: number, cost: number,
   hasKey: boolean, a: number, b: number, c: number, nowMs: number, out: RateDecision,
 ): void {
-  let windowStartMs = nowMs - (nowMs % periodMs);
-  let atMs = nowMs;
-  if (hasKey && a > windowStartMs) {
-    // A clock set backwards (DEBUG CLOCK SET): stay at the start of the stored window.
-    windowStartMs = a;
-    atMs = a;
-  }
+  // A clock set backwards (DEBUG CLOCK SET) before the stored window's start is treated as no time
+  // passing: the counts are read at that start. (A start that is not a multiple of period_ms was
+  // written with another period and matches no window: its counts are not this limit's.)
+  const atMs = hasKey && a > nowMs ? a : nowMs;
+  const windowStartMs = atMs - (atMs % periodMs);
   let current = 0;
   let previous = 0;
   if (hasKey) {

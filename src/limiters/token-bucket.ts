@@ -33,41 +33,44 @@ export function tokenBucketDecide(
   hasKey: boolean, a: number, b: number, nowMs: number, out: RateDecision,
 ): void {
   const capacity = burst * periodMs;
-  // A clock set backwards (DEBUG CLOCK SET) is treated as no time passing.
+  // A clock set backwards (DEBUG CLOCK SET) is treated as no time passing: the bucket is read at the
+  // time of its last write, and every wait is counted from now, so it includes the step back.
   const atMs = hasKey && a > nowMs ? a : nowMs;
+  const aheadMs = atMs - nowMs;
   const deficit = hasKey ? drainedDeficit(b, a, atMs, limit) : 0;
   if (cost === 0) {
-    peekDecision(out, burst, floorDiv(capacity - deficit, periodMs), ceilDiv(deficit, limit));
+    peekDecision(out, burst, spendableUnits(capacity, deficit, periodMs), deficit > 0 ? aheadMs + ceilDiv(deficit, limit) : 0);
     return;
   }
   out.limit = burst;
   out.delayMs = 0;
-  if (cost > burst) {
-    // More than the bucket can ever hold: refused for good, nothing spent.
-    out.limited = true;
-    out.retryAfterMs = -1;
-    out.write = false;
-    out.remaining = floorDiv(capacity - deficit, periodMs);
-    out.resetAfterMs = ceilDiv(deficit, limit);
-    return;
-  }
   const needed = deficit + cost * periodMs;
-  if (needed <= capacity) {
+  if (cost <= burst && needed <= capacity) {
     out.limited = false;
     out.retryAfterMs = -1;
     out.remaining = floorDiv(capacity - needed, periodMs);
-    out.resetAfterMs = ceilDiv(needed, limit);
     out.write = true;
     out.a = atMs;
     out.b = needed;
     out.c = 0;
-    out.expireAtMs = atMs + out.resetAfterMs;
-  } else {
-    out.limited = true;
-    out.write = false;
-    out.remaining = floorDiv(capacity - deficit, periodMs);
-    // The deficit must drain by needed − capacity scaled units, `limit` per ms.
-    out.retryAfterMs = ceilDiv(needed - capacity, limit);
-    out.resetAfterMs = ceilDiv(deficit, limit);
+    out.expireAtMs = atMs + ceilDiv(needed, limit);
+    out.resetAfterMs = out.expireAtMs - nowMs;
+    return;
   }
+  out.limited = true;
+  out.write = false;
+  out.remaining = spendableUnits(capacity, deficit, periodMs);
+  out.resetAfterMs = deficit > 0 ? aheadMs + ceilDiv(deficit, limit) : 0;
+  // More than the bucket can ever hold: refused for good. Else the deficit must drain by
+  // needed − capacity scaled units, `limit` per ms, from atMs on.
+  out.retryAfterMs = cost > burst ? -1 : aheadMs + ceilDiv(needed - capacity, limit);
+}
+
+/**
+ * Whole tokens in a bucket of `capacity` short of `deficit` (scaled units). A key written with a
+ * larger BURST (or another period) can be short of more than this call's capacity: nothing is
+ * spendable then, never a negative amount.
+ */
+function spendableUnits(capacity: number, deficit: number, periodMs: number): number {
+  return deficit < capacity ? floorDiv(capacity - deficit, periodMs) : 0;
 }
