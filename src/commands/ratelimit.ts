@@ -81,15 +81,15 @@ function invalid(ctx: CommandContext, name: string, text: string, where: string,
 function integerArg(ctx: CommandContext, argv: CommandArgs, i: number, name: string, where: string, min: number, max: number): number | null {
   const n = argv.redisInteger(i);
   if (n === null) {
-    invalid(ctx, name, argv.str(i), where, 'not an integer');
+    invalid(ctx, name, argv.text(i), where, 'not an integer');
     return null;
   }
   if (n < min) {
-    invalid(ctx, name, argv.str(i), where, `must be >= ${min}`);
+    invalid(ctx, name, argv.text(i), where, `must be >= ${min}`);
     return null;
   }
   if (n > max) {
-    invalid(ctx, name, argv.str(i), where, `must be <= ${max}`);
+    invalid(ctx, name, argv.text(i), where, `must be <= ${max}`);
     return null;
   }
   return n;
@@ -144,7 +144,7 @@ function parseLimit(ctx: CommandContext, argv: CommandArgs, i: number, l: Limit,
   // Products the integer arithmetic needs below 2^52 (see src/limiters/rate-decision.ts).
   if (algo.type === KeyType.TokenBucket || algo.type === KeyType.LeakyBucket) {
     if (burst * periodMs > MAX_SCALED) {
-      invalid(ctx, burstIndex === -1 ? 'limit' : 'BURST', argv.str(burstIndex === -1 ? limitIndex : burstIndex), where, `BURST x period_ms must be <= ${MAX_SCALED} (BURST defaults to limit)`);
+      invalid(ctx, burstIndex === -1 ? 'limit' : 'BURST', argv.text(burstIndex === -1 ? limitIndex : burstIndex), where, `BURST x period_ms must be <= ${MAX_SCALED} (BURST defaults to limit)`);
       return -1;
     }
   } else if (algo.type === KeyType.Gcra) {
@@ -323,13 +323,13 @@ function rlAll(ctx: CommandContext, argv: CommandArgs): void {
     const l = limits[n];
     const algo = BY_NAME.get(argv.lower(i + 1));
     if (algo === undefined) {
-      invalid(ctx, 'ALGO', argv.str(i + 1), where, `expected ${ALGO_LIST}`);
+      invalid(ctx, 'ALGO', argv.text(i + 1), where, `expected ${ALGO_LIST}`);
       return;
     }
     l.algo = algo;
     l.keyArg = i;
     if (!insertKey(argv, n)) {
-      ctx.reply.error(`ERR duplicate key '${argv.str(i)}'${where}: each limit needs its own key`);
+      ctx.reply.error(`ERR duplicate key '${argv.text(i)}'${where}: each limit needs its own key`);
       return;
     }
     i = parseLimit(ctx, argv, i + 2, l, where, false);
