@@ -23,7 +23,7 @@ import { fixedWindowDecide } from '../limiters/fixed-window.js';
 import { gcraMsDecide, gcraMsParams, newGcraMsParams } from '../limiters/gcra-ms.js';
 import { leakyBucketDecide } from '../limiters/leaky-bucket.js';
 import { MAX_SCALED, newRateDecision, type RateDecision } from '../limiters/rate-decision.js';
-import { slidingLogDecide, slidingLogRecord } from '../limiters/sliding-log.js';
+import { MAX_SLIDING_LOG_LIMIT, slidingLogDecide, slidingLogRecord } from '../limiters/sliding-log.js';
 import { slidingWindowDecide } from '../limiters/sliding-window.js';
 import { tokenBucketDecide } from '../limiters/token-bucket.js';
 import { WRONGTYPE } from './throttle.js';
@@ -32,8 +32,7 @@ import { LimiterCounter } from '../server/stats.js';
 
 /** The longest period accepted: 10^12 ms, about 31.7 years. */
 export const MAX_PERIOD_MS = 1e12;
-/** The largest sliding log limit: the log keeps up to `limit` 16-byte entries per key. */
-export const MAX_SLIDING_LOG_LIMIT = 1_000_000;
+export { MAX_SLIDING_LOG_LIMIT };
 
 interface Algorithm {
   /** The name after `RL.` (and RL.ALL's ALGO), uppercase. */

@@ -19,6 +19,12 @@
  */
 import { peekDecision, type RateDecision } from './rate-decision.js';
 
+/**
+ * The largest sliding log limit: the log keeps up to `limit` 16-byte entries per key (the snapshot
+ * loader bounds a stored log by it too).
+ */
+export const MAX_SLIDING_LOG_LIMIT = 1_000_000;
+
 // A view of the log being read, set by `load` (module scratch: no allocation per call).
 let viewLog: Float64Array | undefined;
 let viewHead = 0;

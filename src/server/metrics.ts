@@ -63,6 +63,8 @@ export function metricsText(server: Server): string {
     family('cellgate_auth_failures_total', 'counter', 'Failed AUTH and HELLO AUTH attempts.', [[null, s.authFailures]]),
     family('cellgate_snapshot_changes_since_last_save', 'gauge', 'Writes since the last snapshot.', [[null, server.snapshots.changesSinceLastSave]]),
     family('cellgate_snapshot_last_save_timestamp_seconds', 'gauge', 'When the last snapshot was saved (server clock).', [[null, Math.floor(server.snapshots.lastSaveMs / 1000)]]),
+    family('cellgate_snapshot_last_bgsave_ok', 'gauge', 'Whether the last background save succeeded (INFO rdb_last_bgsave_status: 1 ok, 0 err).', [[null, server.snapshots.lastBgsaveSucceeded ? 1 : 0]]),
+    family('cellgate_loading', 'gauge', 'Whether the snapshot is loading (INFO loading).', [[null, server.snapshots.loading ? 1 : 0]]),
   ].join('');
 }
 
