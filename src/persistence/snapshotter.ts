@@ -62,13 +62,17 @@ export class Snapshotter {
    * state, refusing every limiter call is a worse outage than a snapshot that is not being saved).
    */
   denyWrites = false;
-  /** True while the snapshot loads: commands without the `loading` flag get LOADING. */
-  loading = false;
+  /**
+   * True until `load()` has ended: commands without the `loading` flag get LOADING, and nothing
+   * saves (a SIGTERM while the ports are being bound, before the load even began, must not write an
+   * empty keyspace over the snapshot).
+   */
+  loading = true;
   /**
    * True when `refusal` may refuse a command (loading, or denyWrites). A plain field, so the
    * dispatch hot path pays one boolean test.
    */
-  gated = false;
+  gated = true;
   /** The load in progress, for INFO's loading_* fields. */
   private current: { load: SnapshotLoad; startedMs: number } | null = null;
 
@@ -147,17 +151,16 @@ export class Snapshotter {
     const ks = this.server.keyspace;
     const nowMs = this.server.clock.nowMs();
     const started = performance.now();
-    let buf: Buffer;
     try {
-      buf = readFileSync(file);
-    } catch (e) {
-      if ((e as NodeJS.ErrnoException).code === 'ENOENT') return null;
-      throw e;
-    }
-    const load = new SnapshotLoad(buf, file, ks, nowMs, this.server.config.int('key-load-delay'));
-    this.current = { load, startedMs: Date.now() };
-    this.setLoading(true);
-    try {
+      let buf: Buffer;
+      try {
+        buf = readFileSync(file);
+      } catch (e) {
+        if ((e as NodeJS.ErrnoException).code === 'ENOENT') return null;
+        throw e;
+      }
+      const load = new SnapshotLoad(buf, file, ks, nowMs, this.server.config.int('key-load-delay'));
+      this.current = { load, startedMs: Date.now() };
       for (;;) {
         const sliceEnd = performance.now() + LOAD_SLICE_MS;
         let done = load.step(LOAD_ENTRIES_PER_CHECK);
@@ -173,7 +176,8 @@ export class Snapshotter {
       }
     } finally {
       this.current = null;
-      this.setLoading(false);
+      this.loading = false;
+      this.refreshDenyWrites();
     }
   }
 
@@ -183,10 +187,6 @@ export class Snapshotter {
     this.dirtyAtLastSave = this.server.keyspace.dirty;
   }
 
-  private setLoading(on: boolean): void {
-    this.loading = on;
-    this.refreshDenyWrites();
-  }
 
   /** SAVE: a blocking save. Throws on failure (logged; the old snapshot stays). */
   save(): SaveResult {
