@@ -15,7 +15,7 @@ import type { CommandSpec } from '../commands/types.js';
 import type { Server } from '../server/server.js';
 import { SnapshotLoad, type SnapshotSummary } from './reader.js';
 import { processAlive } from './dir.js';
-import { TEMP_FILE_PATTERN } from './format.js';
+import { HEADER_BYTES, TEMP_FILE_PATTERN } from './format.js';
 import { BackgroundSave, snapshotPath, writeSnapshotSync, type SaveResult } from './writer.js';
 
 /** After a failed background save, the policy waits this long before trying again (Redis's CONFIG_BGSAVE_RETRY_DELAY). */
@@ -317,6 +317,7 @@ export class Snapshotter {
       ['loading_total_bytes', load.load.parser.size],
       ['loading_loaded_bytes', load.load.parser.offset],
       ['loading_loaded_perc', ((load.load.parser.offset / load.load.parser.size) * 100).toFixed(2)],
+      ['loading_eta_seconds', etaSeconds(Date.now() - load.startedMs, load.load.parser.offset - HEADER_BYTES, load.load.parser.size - load.load.parser.offset)],
       ['loading_loaded_keys', load.load.loaded],
     ];
     return [
@@ -340,6 +341,11 @@ export class Snapshotter {
       ['aof_enabled', 0],
     ];
   }
+}
+
+/** Seconds left at the rate so far, as Redis's loading_eta_seconds (1 until there is a rate). */
+function etaSeconds(elapsedMs: number, doneBytes: number, leftBytes: number): number {
+  return doneBytes > 0 ? Math.ceil((elapsedMs * leftBytes) / doneBytes / 1000) : 1;
 }
 
 function describe(e: unknown): string {
