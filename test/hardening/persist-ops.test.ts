@@ -271,6 +271,8 @@ describe('loading', () => {
         if (i.loading === '1') {
           loadingSeen++;
           expect(Number(i.loading_total_bytes)).toBeGreaterThan(0);
+          expect(i.loading_eta_seconds).toMatch(/^\d+$/);
+          expect(Number(i.loading_loaded_perc)).toBeLessThanOrEqual(100);
           if (loadingError === '') loadingError = await r.call('CL.THROTTLE', 'x', 5, 10, 60).then(String, (e: Error) => e.message);
           if (pong === '') pong = await r.ping();
         }
