@@ -32,6 +32,14 @@ const LOAD_ENTRIES_PER_CHECK = 256;
 export const MISCONF_MESSAGE =
   "MISCONF Redis is configured to save RDB snapshots, but it's currently unable to persist to disk. Commands that may modify the data set are disabled, because this instance is configured to report errors during writes if RDB snapshotting fails (stop-writes-on-bgsave-error option). Please check the Redis logs for details about the RDB error.";
 
+/** An error reply with its errorstats code. */
+export interface Refusal {
+  readonly code: string;
+  readonly message: string;
+}
+const LOADING_REFUSAL: Refusal = { code: 'LOADING', message: LOADING_MESSAGE };
+const MISCONF_REFUSAL: Refusal = { code: 'MISCONF', message: MISCONF_MESSAGE };
+
 export interface LoadResult {
   file: string;
   loaded: number;
@@ -115,9 +123,9 @@ export class Snapshotter {
    * `loading` flag (PING too: INFO and PING are what health checks poll, so both answer), MISCONF
    * for writes after a failed background save.
    */
-  refusal(spec: CommandSpec): { code: string; message: string } | null {
-    if (this.loading && !spec.flags.includes('loading') && spec.name !== 'ping') return { code: 'LOADING', message: LOADING_MESSAGE };
-    if (this.denyWrites && spec.flags.includes('write')) return { code: 'MISCONF', message: MISCONF_MESSAGE };
+  refusal(spec: CommandSpec): Refusal | null {
+    if (this.loading && !spec.flags.includes('loading') && spec.name !== 'ping') return LOADING_REFUSAL;
+    if (this.denyWrites && spec.flags.includes('write')) return MISCONF_REFUSAL;
     return null;
   }
 
