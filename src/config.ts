@@ -62,7 +62,10 @@ const DEFS: ConfigDef[] = [
   { name: 'dir', kind: { type: 'string' }, default: './data', mutable: false, help: 'snapshot directory' },
   { name: 'dbfilename', kind: { type: 'filename' }, default: 'cellgate.snap', mutable: true, help: 'snapshot file name' },
   { name: 'save', kind: { type: 'save' }, default: '3600 1 300 100 60 10000', mutable: true, help: 'snapshot after <seconds> if <changes>' },
-  { name: 'stop-writes-on-bgsave-error', kind: { type: 'bool' }, default: 'yes', mutable: true, help: 'refuse writes (MISCONF) while the last background save failed' },
+  // Redis's default is yes; for soft limiter state refusing every call is the worse outage (README).
+  { name: 'stop-writes-on-bgsave-error', kind: { type: 'bool' }, default: 'no', mutable: true, help: 'refuse writes (MISCONF) while the last background save failed' },
+  { name: 'snapshot-corrupt-policy', kind: { type: 'enum', values: ['refuse', 'move-aside'] }, default: 'refuse', mutable: false, help: 'a snapshot that fails validation at start: refuse to start, or rename it to <file>.corrupt-<timestamp> and start empty' },
+  { name: 'key-load-delay', kind: { type: 'int', min: 0, max: 1_000_000 }, default: '0', mutable: false, help: 'testing: busy-wait this many microseconds per key loaded (as Redis)' },
   { name: 'appendonly', kind: { type: 'enum', values: ['no'] }, default: 'no', mutable: false, help: 'always no: cellgate persists by snapshot' },
   { name: 'databases', kind: { type: 'int', min: 1, max: 1 }, default: '1', mutable: false, help: 'one database, 0' },
   { name: 'slowlog-log-slower-than', kind: { type: 'int', min: -1, max: Number.MAX_SAFE_INTEGER }, default: '10000', mutable: true, help: 'log commands slower than this many microseconds (-1 = never, 0 = all)' },
@@ -144,10 +147,27 @@ function canonical(def: ConfigDef, value: string): string {
     case 'bytes':
       return value;
     case 'filename':
-      // As Redis: the snapshot always lives in `dir`.
-      if (value === '' || value.includes('/') || value === '.' || value === '..') throw new ConfigError("dbfilename can't be a path, just a filename");
-      return value;
+      return canonicalFilename(value);
   }
+}
+
+/**
+ * Names starting with this are cellgate's own files in `dir` (save temp files, the lock file): a
+ * dbfilename may not start with it, so the start-up cleanup of temp files can never touch a snapshot.
+ */
+export const RESERVED_FILE_PREFIX = '.cellgate-';
+
+/**
+ * A dbfilename: as Redis, the snapshot always lives in `dir`, so no path separator ('/', or '\\'
+ * as on Windows); no control character that would forge lines in the log, INFO or a config file
+ * (CR, LF, NUL...); and not one of cellgate's reserved names.
+ */
+function canonicalFilename(value: string): string {
+  if (value === '' || value.includes('/') || value.includes('\\') || value === '.' || value === '..') throw new ConfigError("dbfilename can't be a path, just a filename");
+  // eslint-disable-next-line no-control-regex
+  if (/[\x00-\x1f\x7f]/.test(value)) throw new ConfigError('dbfilename must not contain control characters (CR, LF, NUL...)');
+  if (value.startsWith(RESERVED_FILE_PREFIX)) throw new ConfigError(`dbfilename can't start with '${RESERVED_FILE_PREFIX}' (reserved for cellgate's temp and lock files)`);
+  return value;
 }
 
 /** One class of `client-output-buffer-limit`: bytes and seconds (0 = no limit). */

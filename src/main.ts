@@ -14,18 +14,23 @@
  * cellgate-server [/path/to/cellgate.conf] [--name value ...]
  * cellgate-server check FILE
  *
- * Reads the configuration (file, then flags, then CELLGATE_* variables), creates `dir` if missing,
- * loads the snapshot, then starts listening in the foreground, and stops cleanly on SIGTERM/SIGINT
- * (final snapshot, then exit). Startup problems (a bad flag, an unreadable file, a port in use, a
- * corrupt snapshot) end the process with one clear line on stderr and exit code 1.
+ * Reads the configuration (file, then flags, then CELLGATE_* variables), prepares `dir` (created if
+ * missing, proved writable, locked against a second server), binds the ports, then loads the
+ * snapshot while already answering INFO (loading:1) and PING, and runs in the foreground until
+ * SIGTERM/SIGINT (final snapshot, then exit); SIGHUP is logged and ignored. Startup problems (a bad
+ * flag, an unusable dir, a port in use, a corrupt snapshot with snapshot-corrupt-policy refuse) end
+ * the process with one clear line on stderr and exit code 1; the ports are bound before the load,
+ * so a port in use fails at once, not after a long load.
  *
- * `check FILE` validates a snapshot and prints its key count per type (exit 0 valid, 1 invalid).
+ * `check FILE` validates a snapshot with the loader's own rules and prints its key count per type
+ * (exit 0 valid, 1 invalid).
  */
-import { mkdirSync } from 'node:fs';
+import { readFileSync, renameSync } from 'node:fs';
 import { Config, ConfigError } from './config.js';
-import { TYPE_NAMES } from './keyspace/keyspace.js';
+import { Keyspace, TYPE_NAMES } from './keyspace/keyspace.js';
 import { Logger } from './log.js';
-import { readSnapshotFile, SnapshotError } from './persistence/reader.js';
+import { checkWritable, DirError, DirLock, makeDirs } from './persistence/dir.js';
+import { SnapshotError, SnapshotLoad } from './persistence/reader.js';
 import { Server, VERSION } from './server/server.js';
 
 const USAGE = `Usage: cellgate-server [/path/to/cellgate.conf] [--option value ...]
@@ -78,12 +83,17 @@ async function main(argv: string[]): Promise<void> {
   for (const signal of ['SIGTERM', 'SIGINT'] as const) {
     process.on(signal, () => server.shutdown(`received ${signal}`));
   }
-  loadSnapshot(server);
+  // Node's default for SIGHUP is to exit silently (a closed terminal, a supervisor's reload signal);
+  // cellgate has nothing to reload, so it says so and keeps running.
+  process.on('SIGHUP', () => log.warning('received SIGHUP: ignored (cellgate reads its configuration only at start; use CONFIG SET)'));
+  prepareDir(server);
   try {
     await server.start();
   } catch (e) {
     fail((e as Error).message);
   }
+  log.notice(`listening on port ${server.port}; loading the snapshot (INFO says loading:1 until it is loaded)`, { port: server.port, file: server.snapshots.file });
+  await loadSnapshot(server);
   log.notice(`cellgate ${VERSION} ready to accept connections on port ${server.port}`, {
     version: VERSION,
     port: server.port,
@@ -98,25 +108,40 @@ main(process.argv.slice(2)).catch((e) => {
 });
 
 /**
- * Creates `dir` if missing and loads the snapshot before the port opens (so INFO never has to say
- * loading:1). A snapshot that cannot be read stops the start, naming the file, the offset and the
- * problem; the file is left as it is.
+ * Creates `dir` if missing, checks that it is writable and takes its lock (held until exit), then
+ * removes the temp files of saves that never finished. Any problem ends the start with its cause.
  */
-function loadSnapshot(server: Server): void {
+function prepareDir(server: Server): void {
   const dir = server.config.get('dir');
+  const lock = new DirLock(dir);
   try {
-    mkdirSync(dir, { recursive: true });
+    makeDirs(dir);
+    checkWritable(dir);
+    const stalePid = lock.acquire();
+    if (stalePid !== null) server.log.warning(`took over the lock file ${lock.file} left by pid ${stalePid || '?'}, which is not running`, { file: lock.file });
   } catch (e) {
-    fail(`cannot create the snapshot directory '${dir}': ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);
+    if (e instanceof DirError) fail(e.message);
+    throw e;
   }
-  const file = server.snapshots.file;
+  process.on('exit', () => lock.release());
   try {
     for (const stale of server.snapshots.removeStaleTempFiles()) server.log.notice(`removed ${stale}, left by a save that never finished`, { file: stale });
   } catch (e) {
     server.log.warning(`could not look for stale temp files in '${dir}': ${(e as Error).message}`);
   }
+}
+
+/**
+ * Loads the snapshot, the port already open (INFO says loading:1 meanwhile). A snapshot that fails
+ * validation stops the start, naming the file, the offset and the problem, the file untouched
+ * (snapshot-corrupt-policy refuse, the default), or is renamed to `<file>.corrupt-<timestamp>` and
+ * the server starts empty (move-aside): never deleted either way. A file that cannot be read at all
+ * (permissions, a directory) always stops the start.
+ */
+async function loadSnapshot(server: Server): Promise<void> {
+  const file = server.snapshots.file;
   try {
-    const loaded = server.snapshots.load();
+    const loaded = await server.snapshots.load();
     if (loaded === null) {
       server.log.notice(`no snapshot at ${file}: starting with an empty keyspace`, { file });
     } else {
@@ -125,15 +150,30 @@ function loadSnapshot(server: Server): void {
       });
     }
   } catch (e) {
-    if (e instanceof SnapshotError) fail(`${e.message}; refusing to start (the file is left untouched)`);
-    fail(`cannot read snapshot ${file}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}; refusing to start`);
+    if (!(e instanceof SnapshotError)) {
+      fail(`cannot read snapshot ${file}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}; refusing to start`);
+    }
+    if (server.config.get('snapshot-corrupt-policy') !== 'move-aside') fail(`${e.message}; refusing to start (the file is left untouched)`);
+    const aside = `${file}.corrupt-${new Date().toISOString().replace(/[-:.]/g, '')}`;
+    try {
+      renameSync(file, aside);
+    } catch (e2) {
+      fail(`${e.message}; and it cannot be moved aside to ${aside}: ${(e2 as NodeJS.ErrnoException).code ?? (e2 as Error).message}; refusing to start`);
+    }
+    server.snapshots.discardPartialLoad();
+    server.log.warning(`CORRUPT SNAPSHOT: ${e.message}. It was moved aside to ${aside} (snapshot-corrupt-policy move-aside); starting with an EMPTY keyspace`, {
+      file, moved_to: aside, problem: e.problem, offset: e.offset,
+    });
   }
 }
 
-/** `check FILE`: validates a snapshot and prints what it holds. Returns the exit code. */
+/**
+ * `check FILE`: validates a snapshot by loading it into a scratch keyspace with the server's own
+ * loader (same rules, duplicate keys included), and prints what it holds. Returns the exit code.
+ */
 function checkSnapshot(file: string): number {
   try {
-    const summary = readSnapshotFile(file);
+    const { summary } = new SnapshotLoad(readFileSync(file), file, new Keyspace(), Date.now()).run();
     const lines = [
       `${file}: valid cellgate snapshot, format version ${summary.formatVersion}`,
       `created: ${new Date(summary.createdAtMs).toISOString()}`,

@@ -6,6 +6,7 @@ import type { CommandArgs } from '../protocol/command-args.js';
 import os from 'node:os';
 import { TYPE_NAMES } from '../keyspace/keyspace.js';
 import { REDIS_VERSION, VERSION, type Server } from '../server/server.js';
+import { processMemory } from '../server/memory.js';
 import { noKeys, type CommandContext, type CommandSpec } from './types.js';
 
 type Section = (server: Server, nowUs: number) => [string, string | number][];
@@ -48,7 +49,7 @@ const SECTIONS: Record<string, Section> = {
     ['blocked_clients', 0],
   ],
   memory: (s) => {
-    const m = process.memoryUsage();
+    const m = processMemory();
     const used = m.heapUsed + m.arrayBuffers;
     // maxmemory limits the keys (src/server/memory.ts): startup + dataset, counted; the rest of the
     // process (client buffers, garbage not yet collected) is Redis's mem_not_counted_for_evict.
@@ -89,6 +90,7 @@ const SECTIONS: Record<string, Section> = {
     ['acl_access_denied_auth', s.stats.authFailures],
     ['client_query_buffer_limit_disconnections', s.stats.queryBufferLimitDisconnections],
     ['client_output_buffer_limit_disconnections', s.stats.outputLimitDisconnections],
+    ['periodic_task_runs', s.periodicRuns],
     ['periodic_task_errors', s.tasks.errors],
     ['accept_errors', s.stats.acceptErrors],
     ['tls_handshake_timeouts', s.stats.tlsHandshakeTimeouts],

@@ -27,7 +27,10 @@
  */
 import { MAX_SCALED, peekDecision, type RateDecision } from './rate-decision.js';
 
-/** The largest sliding log limit: the log keeps up to `limit` 16-byte entries per key. */
+/**
+ * The largest sliding log limit: the log keeps up to `limit` 16-byte entries per key (the snapshot
+ * loader bounds a stored log by it too).
+ */
 export const MAX_SLIDING_LOG_LIMIT = 1_000_000;
 
 // A view of the log being read, set by `load` (module scratch: no allocation per call).

@@ -7,18 +7,38 @@
  * decisions do), so `DEBUG CLOCK ADVANCE` drives the policy deterministically in tests. In real mode
  * the server clock is the wall clock made monotonic, so this matches Redis's elapsed seconds.
  */
-import { readdirSync, rmSync } from 'node:fs';
+import { readdirSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
+import { setImmediate as nextTurn } from 'node:timers/promises';
+import type { CommandSpec } from '../commands/types.js';
 import type { Server } from '../server/server.js';
-import { readSnapshotFile, type SnapshotSummary } from './reader.js';
+import { SnapshotLoad, type SnapshotSummary } from './reader.js';
+import { processAlive } from './dir.js';
+import { HEADER_BYTES, TEMP_FILE_PATTERN } from './format.js';
 import { BackgroundSave, snapshotPath, writeSnapshotSync, type SaveResult } from './writer.js';
 
 /** After a failed background save, the policy waits this long before trying again (Redis's CONFIG_BGSAVE_RETRY_DELAY). */
 const BGSAVE_RETRY_DELAY_MS = 5000;
 
+/** Redis's reply to a command that needs the dataset while it loads (server.c shared.loadingerr). */
+export const LOADING_MESSAGE = 'LOADING Redis is loading the dataset in memory';
+
+/** CPU time one loading slice may take before the server answers the clients waiting (INFO, PING). */
+const LOAD_SLICE_MS = 10;
+/** Entries loaded between two looks at the slice's clock. */
+const LOAD_ENTRIES_PER_CHECK = 256;
+
 export const MISCONF_MESSAGE =
   "MISCONF Redis is configured to save RDB snapshots, but it's currently unable to persist to disk. Commands that may modify the data set are disabled, because this instance is configured to report errors during writes if RDB snapshotting fails (stop-writes-on-bgsave-error option). Please check the Redis logs for details about the RDB error.";
+
+/** An error reply with its errorstats code. */
+export interface Refusal {
+  readonly code: string;
+  readonly message: string;
+}
+const LOADING_REFUSAL: Refusal = { code: 'LOADING', message: LOADING_MESSAGE };
+const MISCONF_REFUSAL: Refusal = { code: 'MISCONF', message: MISCONF_MESSAGE };
 
 export interface LoadResult {
   file: string;
@@ -46,10 +66,23 @@ export class Snapshotter {
   private backgroundScheduled = false;
   /**
    * True while write commands must be refused with MISCONF: the last background save failed, save
-   * points are configured and `stop-writes-on-bgsave-error` is yes. A plain field, so the dispatch
-   * hot path pays one boolean test.
+   * points are configured and `stop-writes-on-bgsave-error` is yes (it is no by default: for soft
+   * state, refusing every limiter call is a worse outage than a snapshot that is not being saved).
    */
   denyWrites = false;
+  /**
+   * True until `load()` has ended: commands without the `loading` flag get LOADING, and nothing
+   * saves (a SIGTERM while the ports are being bound, before the load even began, must not write an
+   * empty keyspace over the snapshot).
+   */
+  loading = true;
+  /**
+   * True when `refusal` may refuse a command (loading, or denyWrites). A plain field, so the
+   * dispatch hot path pays one boolean test.
+   */
+  gated = true;
+  /** The load in progress, for INFO's loading_* fields. */
+  private current: { load: SnapshotLoad; startedMs: number } | null = null;
 
   constructor(private readonly server: Server) {
     this.lastSaveMs = server.clock.nowMs();
@@ -77,18 +110,35 @@ export class Snapshotter {
 
   refreshDenyWrites(): void {
     this.denyWrites = !this.lastBgsaveOk && this.server.config.bool('stop-writes-on-bgsave-error') && this.savePoints().length > 0;
+    this.gated = this.loading || this.denyWrites;
+  }
+
+  /** Whether the last background save succeeded (INFO rdb_last_bgsave_status, metrics). */
+  get lastBgsaveSucceeded(): boolean {
+    return this.lastBgsaveOk;
   }
 
   /**
-   * Removes `temp-<pid>.snap` and `temp-<pid>-<n>.snap` files left in `dir` by processes that died
-   * mid-save (`kill -9`, power loss), when no process with that pid is running: a live pid may be
-   * another cellgate saving into a shared dir, so its file is left alone. Returns the files removed.
+   * The error a command gets while `gated`, or null: LOADING for every command without the
+   * `loading` flag (PING too: INFO and PING are what health checks poll, so both answer), MISCONF
+   * for writes after a failed background save.
+   */
+  refusal(spec: CommandSpec): Refusal | null {
+    if (this.loading && !spec.flags.includes('loading') && spec.name !== 'ping') return LOADING_REFUSAL;
+    if (this.denyWrites && spec.flags.includes('write')) return MISCONF_REFUSAL;
+    return null;
+  }
+
+  /**
+   * Removes the temp files (writer.ts tempPath: a reserved name no dbfilename can have) left in
+   * `dir` by processes that died mid-save (`kill -9`, power loss), when no process with that pid is
+   * running. Nothing else is ever removed. Returns the files removed.
    */
   removeStaleTempFiles(): string[] {
     const dir = this.server.config.get('dir');
     const removed: string[] = [];
     for (const name of readdirSync(dir)) {
-      const m = /^temp-(\d+)(?:-\d+)?\.snap$/.exec(name);
+      const m = TEMP_FILE_PATTERN.exec(name);
       if (m === null || Number(m[1]) === process.pid || processAlive(Number(m[1]))) continue;
       rmSync(join(dir, name), { force: true });
       removed.push(join(dir, name));
@@ -97,40 +147,54 @@ export class Snapshotter {
   }
 
   /**
-   * Loads the snapshot into the (empty) keyspace, dropping keys that expired meanwhile. Returns null
-   * when there is no snapshot file. Throws SnapshotError (corrupt, truncated, foreign, wrong version)
-   * or the read error; the file is only ever read.
+   * Loads the snapshot into the (empty) keyspace, dropping keys that expired meanwhile, in slices of
+   * LOAD_SLICE_MS between event-loop turns: the server already listens, and answers INFO (loading:1),
+   * PING and the other `loading` commands meanwhile, LOADING to the rest. Resolves null when there is
+   * no snapshot file. Rejects with SnapshotError (corrupt, truncated, foreign, wrong version, a number
+   * no limiter stores) or the read error, the keyspace then holding part of the file (see
+   * discardPartialLoad); the file is only ever read.
    */
-  load(): LoadResult | null {
+  async load(): Promise<LoadResult | null> {
     const file = this.file;
     const ks = this.server.keyspace;
     const nowMs = this.server.clock.nowMs();
     const started = performance.now();
-    let loaded = 0;
-    let expired = 0;
-    let summary: SnapshotSummary;
     try {
-      summary = readSnapshotFile(file, (bytes, keyStart, keyEnd, type, expireAtMs, a, b, c, blob) => {
-        if (nowMs > expireAtMs) {
-          expired++;
-          return;
+      let buf: Buffer;
+      try {
+        buf = readFileSync(file);
+      } catch (e) {
+        if ((e as NodeJS.ErrnoException).code === 'ENOENT') return null;
+        throw e;
+      }
+      const load = new SnapshotLoad(buf, file, ks, nowMs, this.server.config.int('key-load-delay'));
+      this.current = { load, startedMs: Date.now() };
+      for (;;) {
+        const sliceEnd = performance.now() + LOAD_SLICE_MS;
+        let done = load.step(LOAD_ENTRIES_PER_CHECK);
+        while (done === null && performance.now() < sliceEnd) done = load.step(LOAD_ENTRIES_PER_CHECK);
+        if (done !== null) {
+          this.dirtyAtLastSave = ks.dirty;
+          this.lastSaveMs = nowMs;
+          this.lastLoad = { file, loaded: done.loaded, expired: done.expired, ms: performance.now() - started, summary: done.summary };
+          return this.lastLoad;
         }
-        if (ks.lookupKey(bytes, keyStart, keyEnd, nowMs) !== -1) return 'duplicate key';
-        const slot = ks.createKey(bytes, keyStart, keyEnd, type);
-        ks.setState(slot, a, b, c);
-        ks.setExpireAtMs(slot, expireAtMs);
-        if (blob !== undefined) ks.setBlob(slot, blob);
-        loaded++;
-      });
-    } catch (e) {
-      if ((e as NodeJS.ErrnoException).code === 'ENOENT') return null;
-      throw e;
+        this.server.flushPending();
+        await nextTurn();
+      }
+    } finally {
+      this.current = null;
+      this.loading = false;
+      this.refreshDenyWrites();
     }
-    this.dirtyAtLastSave = ks.dirty;
-    this.lastSaveMs = nowMs;
-    this.lastLoad = { file, loaded, expired, ms: performance.now() - started, summary };
-    return this.lastLoad;
   }
+
+  /** After a refused load (snapshot-corrupt-policy move-aside): empties the keyspace the load began to fill. */
+  discardPartialLoad(): void {
+    this.server.keyspace.clear();
+    this.dirtyAtLastSave = this.server.keyspace.dirty;
+  }
+
 
   /** SAVE: a blocking save. Throws on failure (logged; the old snapshot stays). */
   save(): SaveResult {
@@ -191,7 +255,8 @@ export class Snapshotter {
 
   /** The periodic part (Redis's serverCron): scheduled BGSAVE and the `save` policy. */
   cron(nowMs: number): void {
-    if (this.background !== null) return;
+    // Never save a half-loaded keyspace over the snapshot it comes from.
+    if (this.background !== null || this.loading) return;
     if (this.backgroundScheduled) {
       this.bgsave();
       return;
@@ -216,6 +281,11 @@ export class Snapshotter {
    * abandoned save's own cleanup would run). Returns false if the save failed.
    */
   saveForShutdown(mode: SaveMode): boolean {
+    if (this.loading) {
+      // As Redis: a shutdown while loading never saves (the keyspace holds part of the snapshot).
+      this.server.log.warning('Shutting down while loading the snapshot: not saving (the snapshot is left as it was)');
+      return true;
+    }
     let abandoned: string | null = null;
     if (this.background !== null) {
       this.server.log.warning('There is a background save in progress: stopping it to save synchronously');
@@ -249,9 +319,19 @@ export class Snapshotter {
   /** INFO persistence, with Redis's field names where Redis has the field. */
   infoRows(): [string, string | number][] {
     const bg = this.background;
+    const load = this.current;
+    const loadingRows: [string, string | number][] = load === null ? [] : [
+      ['loading_start_time', Math.floor(load.startedMs / 1000)],
+      ['loading_total_bytes', load.load.parser.size],
+      ['loading_loaded_bytes', load.load.parser.offset],
+      ['loading_loaded_perc', ((load.load.parser.offset / load.load.parser.size) * 100).toFixed(2)],
+      ['loading_eta_seconds', etaSeconds(Date.now() - load.startedMs, load.load.parser.offset - HEADER_BYTES, load.load.parser.size - load.load.parser.offset)],
+      ['loading_loaded_keys', load.load.loaded],
+    ];
     return [
-      ['loading', 0],
+      ['loading', this.loading ? 1 : 0],
       ['async_loading', 0],
+      ...loadingRows,
       ['rdb_changes_since_last_save', this.changesSinceLastSave],
       ['rdb_bgsave_in_progress', bg !== null ? 1 : 0],
       ['rdb_last_save_time', Math.floor(this.lastSaveMs / 1000)],
@@ -271,13 +351,9 @@ export class Snapshotter {
   }
 }
 
-function processAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (e) {
-    return (e as NodeJS.ErrnoException).code === 'EPERM';
-  }
+/** Seconds left at the rate so far, as Redis's loading_eta_seconds (1 until there is a rate). */
+function etaSeconds(elapsedMs: number, doneBytes: number, leftBytes: number): number {
+  return doneBytes > 0 ? Math.ceil((elapsedMs * leftBytes) / doneBytes / 1000) : 1;
 }
 
 function describe(e: unknown): string {

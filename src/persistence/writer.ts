@@ -38,14 +38,17 @@ export function snapshotPath(dir: string, dbfilename: string): string {
 }
 
 /**
- * The temp file of a save: `temp-<pid>.snap` for a synchronous save, `temp-<pid>-<n>.snap` for the
- * n-th background save of this process. Never the same path twice at once: an aborted background
- * save still has file operations queued in libuv's thread pool (open with O_TRUNC, writes, its
- * cleanup's unlink), which run while the synchronous save at SIGTERM writes its own file; when both
- * used one path, that open truncated the final snapshot under the synchronous writer.
+ * The temp file of a save: `.cellgate-temp-<pid>.snap` for a synchronous save,
+ * `.cellgate-temp-<pid>-<n>.snap` for the n-th background save of process `pid`. The `.cellgate-`
+ * prefix is reserved (config.ts refuses a dbfilename that starts with it), so a temp file can never
+ * be someone's snapshot, and the start-up cleanup (format.ts TEMP_FILE_PATTERN) removes only these.
+ * Never the same path twice at once: an aborted background save still has file operations queued in
+ * libuv's thread pool (open with O_TRUNC, writes, its cleanup's unlink), which run while the
+ * synchronous save at SIGTERM writes its own file; when both used one path, that open truncated the
+ * final snapshot under the synchronous writer.
  */
-export function tempPath(dir: string, backgroundSave = 0): string {
-  return join(dir, backgroundSave === 0 ? `temp-${process.pid}.snap` : `temp-${process.pid}-${backgroundSave}.snap`);
+export function tempPath(dir: string, backgroundSave = 0, pid = process.pid): string {
+  return join(dir, backgroundSave === 0 ? `.cellgate-temp-${pid}.snap` : `.cellgate-temp-${pid}-${backgroundSave}.snap`);
 }
 
 let backgroundSaves = 0;

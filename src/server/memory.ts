@@ -45,9 +45,25 @@ const EVICT_STEP_MS = 2;
 
 export const OOM_MESSAGE = "OOM command not allowed when used memory > 'maxmemory'.";
 
+let lastUsage: NodeJS.MemoryUsage | null = null;
+
+/**
+ * `process.memoryUsage()`, or the last figures it gave when it fails: it reads /proc/self/stat for
+ * the RSS, which needs a file descriptor, so with every descriptor taken (a connection flood) it
+ * throws EMFILE, and INFO, a client's ready check, must still answer.
+ */
+export function processMemory(): NodeJS.MemoryUsage {
+  try {
+    lastUsage = process.memoryUsage();
+  } catch (e) {
+    if (lastUsage === null) throw e;
+  }
+  return lastUsage;
+}
+
 /** `heapUsed + arrayBuffers`: INFO used_memory. */
 export function usedMemoryNow(): number {
-  const m = process.memoryUsage();
+  const m = processMemory();
   return m.heapUsed + m.arrayBuffers;
 }
 

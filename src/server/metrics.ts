@@ -10,6 +10,7 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { TYPE_NAMES } from '../keyspace/keyspace.js';
 import { VERSION, REDIS_VERSION, METRICS_MAX_CONNECTIONS, type Server } from './server.js';
+import { processMemory } from './memory.js';
 
 /** A scrape connection is closed after this long without a complete request (headers or body) or while idle. */
 const METRICS_IDLE_MS = 10_000;
@@ -34,7 +35,7 @@ function escapeLabel(value: string): string {
 export function metricsText(server: Server): string {
   const s = server.stats;
   const ks = server.keyspace;
-  const m = process.memoryUsage();
+  const m = processMemory();
   const limiterSamples: Sample[] = [];
   for (const [command, l] of s.limiters) {
     limiterSamples.push([{ command, result: 'allowed' }, l.allowed], [{ command, result: 'limited' }, l.limited]);
@@ -69,6 +70,8 @@ export function metricsText(server: Server): string {
     family('cellgate_auth_failures_total', 'counter', 'Failed AUTH and HELLO AUTH attempts.', [[null, s.authFailures]]),
     family('cellgate_snapshot_changes_since_last_save', 'gauge', 'Writes since the last snapshot.', [[null, server.snapshots.changesSinceLastSave]]),
     family('cellgate_snapshot_last_save_timestamp_seconds', 'gauge', 'When the last snapshot was saved (server clock).', [[null, Math.floor(server.snapshots.lastSaveMs / 1000)]]),
+    family('cellgate_snapshot_last_bgsave_ok', 'gauge', 'Whether the last background save succeeded (INFO rdb_last_bgsave_status: 1 ok, 0 err).', [[null, server.snapshots.lastBgsaveSucceeded ? 1 : 0]]),
+    family('cellgate_loading', 'gauge', 'Whether the snapshot is loading (INFO loading).', [[null, server.snapshots.loading ? 1 : 0]]),
   ].join('');
 }
 
@@ -87,7 +90,7 @@ export async function startMetrics(server: Server, addresses: string[], port: nu
       try {
         body = metricsText(server);
       } catch (e) {
-        // process.memoryUsage() fails with EMFILE when no descriptor is left: a 500, not a crash.
+        // Whatever fails while rendering (a bug, say): a 500, not a crash.
         server.tasks.failed('metrics scrape', e);
         res.writeHead(500, { 'content-type': 'text/plain' }).end('metrics unavailable\n');
         return;

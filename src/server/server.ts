@@ -14,7 +14,7 @@ import { Keyspace } from '../keyspace/keyspace.js';
 import { ReplyWriter } from '../protocol/reply-writer.js';
 import { lookupCommand, lookupSubcommand } from '../commands/table.js';
 import type { CommandContext, CommandSpec } from '../commands/types.js';
-import { MISCONF_MESSAGE, Snapshotter, type SaveMode } from '../persistence/snapshotter.js';
+import { Snapshotter, type SaveMode } from '../persistence/snapshotter.js';
 import { Client } from './client.js';
 import { startMetrics } from './metrics.js';
 import { SlowLog } from './slowlog.js';
@@ -95,6 +95,8 @@ export class Server {
   /** Active expiry steps run since the last periodic tick. */
   private expireSteps = 0;
   private timer: NodeJS.Timeout | null = null;
+  /** Periodic task runs since start (INFO stats periodic_task_runs: proof that it goes on). */
+  periodicRuns = 0;
   private shuttingDown = false;
   /** Every timer and deferred callback runs through this (an exception is logged and counted, never fatal). */
   readonly tasks: Tasks;
@@ -454,13 +456,17 @@ export class Server {
       reply.error(OOM_MESSAGE);
       return;
     }
-    // stop-writes-on-bgsave-error: after a failed background save, writes are refused until a save
-    // succeeds (Redis's MISCONF). `denyWrites` is false in normal operation, so this costs one test.
-    if (this.snapshots.denyWrites && spec.flags.includes('write')) {
-      stat.rejectedCalls++;
-      this.stats.error('MISCONF');
-      reply.error(MISCONF_MESSAGE);
-      return;
+    // While the snapshot loads, commands without the `loading` flag are refused (LOADING); with
+    // stop-writes-on-bgsave-error, after a failed background save writes are refused until a save
+    // succeeds (MISCONF). `gated` is false in normal operation, so this costs one test.
+    if (this.snapshots.gated) {
+      const refusal = this.snapshots.refusal(spec);
+      if (refusal !== null) {
+        stat.rejectedCalls++;
+        this.stats.error(refusal.code);
+        reply.error(refusal.message);
+        return;
+      }
     }
     const started = this.perfMark;
     const nowUs = this.clock.nowUsAt(started);
@@ -514,7 +520,8 @@ export class Server {
    * EXPIRE_STEPS_PER_TICK per tick.
    */
   private expireCycle(): void {
-    if (this.shuttingDown) return;
+    // Not while the snapshot loads (as Redis): the loader finds duplicate keys by looking them up.
+    if (this.shuttingDown || this.snapshots.loading) return;
     // Replies of this turn go out first: the step may take its whole 2 ms budget.
     this.flushPending();
     const deadline = performance.now() + EXPIRE_CYCLE_MAX_MS;
@@ -531,6 +538,7 @@ export class Server {
    * counted, and the others still run.
    */
   private periodic(): void {
+    this.periodicRuns++;
     const nowMs = this.clock.nowMs();
     this.expireSteps = 0;
     this.expireCycle();

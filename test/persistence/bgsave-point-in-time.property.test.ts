@@ -74,14 +74,43 @@ describe('BGSAVE point in time (in-process)', () => {
           let now = 1_800_000_000_000;
           const ks = new Keyspace();
           const names = Math.max(16, keys * 2);
+          /** A, B, C as the type's limiter writes them, at a time up to now. */
+          const stateFor = (type: KeyType): [number, number, number] => {
+            if (type === KeyType.Gcra) return [now * 1000 + int(1e6), int(1000), 0];
+            if (type === KeyType.SlidingWindow) return [now - int(1000), int(1000), int(1000)];
+            if (type === KeyType.SlidingLog) return [now - int(1000), 1, 1 + int(10)];
+            return [now - int(1000), int(1e6), 0];
+          };
+          /** Fills `ring` with a valid sliding log (running totals, times up to now); returns its A, B, C. */
+          const fillRing = (ring: Float64Array): [number, number, number] => {
+            const capacity = ring.length / 2;
+            const entries = 2 + int(capacity - 1);
+            const head = int(capacity);
+            const stepMs = 1 + int(1000);
+            let total = 0;
+            ring.fill(0);
+            for (let k = 0; k < entries; k++) {
+              total += 1 + int(5);
+              ring[2 * ((head + k) % capacity)] = now - (entries - 1 - k) * stepMs;
+              ring[2 * ((head + k) % capacity) + 1] = total;
+            }
+            return [head, entries, total];
+          };
           const put = (name: string, existing: number): void => {
             let slot = existing;
             const type = slot === -1 ? TYPES[int(TYPES.length)] : ks.typeOf(slot);
             if (slot === -1) slot = ks.create(name, type);
-            ks.setState(slot, rnd() * 1e6, int(1000), int(3) === 0 ? 0 : rnd());
+            // A state the snapshot validator accepts for the type (the loader refuses any other).
+            if (type === KeyType.SlidingLog && int(2) === 0) {
+              const ring = new Float64Array(2 * (2 + int(4)));
+              ks.setState(slot, ...fillRing(ring));
+              ks.setBlob(slot, ring);
+            } else {
+              ks.setState(slot, ...stateFor(type));
+              if (type === KeyType.SlidingLog) ks.setBlob(slot, undefined);
+            }
             // Some keys expire within the save, some long after it.
             ks.setExpireAtMs(slot, now + (int(2) === 0 ? 1 + int(3000) : 1e7));
-            if (type === KeyType.SlidingLog && int(2) === 0) ks.setBlob(slot, Float64Array.from({ length: 2 + 2 * int(4) }, () => rnd()));
           };
           for (let i = 0; i < keys; i++) {
             const name = keyName(int(names));
@@ -107,8 +136,9 @@ describe('BGSAVE point in time (in-process)', () => {
                 const slot = ks.lookup(name, now);
                 const blob = slot === -1 ? undefined : ks.getBlob(slot);
                 if (blob !== undefined && blob.length > 0) {
-                  blob[int(blob.length)] = rnd();
-                  ks.setBlob(slot!, blob);
+                  const state = fillRing(blob);
+                  ks.setState(slot, ...state);
+                  ks.setBlob(slot, blob);
                 }
               } else if (op < 550) {
                 const victim = ks.sampleVictim(POLICIES[int(POLICIES.length)], 5, rnd);
@@ -169,7 +199,7 @@ describe('BGSAVE point in time (in-process)', () => {
     const ks = new Keyspace();
     for (let i = 0; i < 3000; i++) {
       const slot = ks.create(`k${i}`, KeyType.Gcra);
-      ks.setState(slot, i, i, i);
+      ks.setState(slot, i, i % 1000, 0);
       ks.setExpireAtMs(slot, now + 1e7);
     }
     let slices = 0;
@@ -184,7 +214,7 @@ describe('BGSAVE point in time (in-process)', () => {
       // Traffic during the second save: every key rewritten, some deleted, some created.
       for (let i = 0; i < 3000; i += 7) {
         const slot = ks.lookup(`k${i}`, now);
-        if (slot !== -1) ks.setState(slot, -1, -1, -1);
+        if (slot !== -1) ks.setState(slot, 1e9, 1, 0);
       }
       ks.delete(`k${slices * 13 % 3000}`, now);
       ks.setExpireAtMs(ks.create(`new${slices++}`, KeyType.Gcra), now + 1e7);

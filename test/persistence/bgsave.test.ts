@@ -41,7 +41,7 @@ describe('BGSAVE', () => {
       expect(s.logs.some((l) => l.includes('Background saving terminated with success'))).toBe(true);
       // The scheduled save runs once the first ends; no temp file remains.
       await waitFor('the scheduled save', async () => (await info(r)).rdb_bgsave_in_progress === '0' && Number((await info(r)).rdb_saves) >= 2);
-      expect(readdirSync(dir).filter((n) => n.startsWith('temp-'))).toEqual([]);
+      expect(readdirSync(dir).filter((n) => n.startsWith('.cellgate-temp-'))).toEqual([]);
       expect(during[1]).toBe('ERR Background save already in progress');
       expect(during[3]).toBe('Background saving scheduled');
     } finally {
@@ -50,9 +50,9 @@ describe('BGSAVE', () => {
     }
   });
 
-  it('a failed BGSAVE keeps the old snapshot, reports err, and refuses writes with MISCONF until a save succeeds', async () => {
+  it('a failed BGSAVE keeps the old snapshot, reports err, and (stop-writes-on-bgsave-error yes) refuses writes with MISCONF until a save succeeds', async () => {
     const dir = newDir();
-    const s = await startOn(dir);
+    const s = await startOn(dir, ['--stop-writes-on-bgsave-error', 'yes']);
     const r = new Redis(s.port);
     try {
       await r.call('DEBUG', 'CLOCK', 'SET', String(T0));
@@ -61,8 +61,8 @@ describe('BGSAVE', () => {
       const before = readFileSync(join(dir, 'cellgate.snap'));
       await r.call('CL.THROTTLE', 'b', 5, 10, 60);
       // Unwritable: a directory sits where the temp file must be created (works even as root); the
-      // first background save of a process writes temp-<pid>-1.snap.
-      const blocker = join(dir, `temp-${s.proc.pid}-1.snap`);
+      // first background save of a process writes .cellgate-temp-<pid>-1.snap.
+      const blocker = join(dir, `.cellgate-temp-${s.proc.pid}-1.snap`);
       mkdirSync(blocker);
       expect(await r.bgsave()).toBe('Background saving started');
       const i = await waitForBgsave(r);
@@ -128,13 +128,13 @@ describe('BGSAVE', () => {
 
   // A real full disk: a 1 MiB tmpfs. Needs root and mount (true in CI containers here); skipped elsewhere.
   const canMount = process.getuid?.() === 0 && spawnSync('mount', ['--version']).status === 0;
-  it.runIf(canMount)('disk full (ENOSPC) mid-BGSAVE: the old snapshot stays, INFO says err, MISCONF, the server keeps serving', async () => {
+  it.runIf(canMount)('disk full (ENOSPC) mid-BGSAVE: the old snapshot stays, INFO says err, MISCONF (stop-writes-on-bgsave-error yes), the server keeps serving', async () => {
     const dir = newDir();
     if (spawnSync('mount', ['-t', 'tmpfs', '-o', 'size=1m', 'tmpfs', dir]).status !== 0) return;
     let s: Awaited<ReturnType<typeof startOn>> | undefined;
     let r: Redis | undefined;
     try {
-      s = await startOn(dir);
+      s = await startOn(dir, ['--stop-writes-on-bgsave-error', 'yes']);
       r = new Redis(s.port);
       await r.call('DEBUG', 'CLOCK', 'SET', String(T0));
       await r.call('CL.THROTTLE', 'small', 5, 10, 60);
@@ -147,7 +147,7 @@ describe('BGSAVE', () => {
       expect(i.rdb_last_bgsave_status).toBe('err');
       expect(i.rdb_last_error).toMatch(/^ENOSPC/);
       expect(readFileSync(join(dir, 'cellgate.snap')).equals(before)).toBe(true);
-      expect(readdirSync(dir).filter((n) => n.startsWith('temp-'))).toEqual([]);
+      expect(readdirSync(dir).filter((n) => n.startsWith('.cellgate-temp-'))).toEqual([]);
       await expect(r.call('CL.THROTTLE', 'x', 5, 10, 60)).rejects.toThrow(/^MISCONF/);
       expect(await r.dbsize()).toBe(50_001);
     } finally {

@@ -25,8 +25,8 @@ describe('crash during BGSAVE', () => {
 
     await fillKeys(s.port, 1_000_000);
     expect(await r.dbsize()).toBe(1_001_000);
-    // The first background save of the process writes temp-<pid>-1.snap.
-    const temp = join(dir, `temp-${s.proc.pid}-1.snap`);
+    // The first background save of the process writes .cellgate-temp-<pid>-1.snap.
+    const temp = join(dir, `.cellgate-temp-${s.proc.pid}-1.snap`);
     expect(await r.bgsave()).toBe('Background saving started');
     // Wait until the save has written part of the file, then kill the process outright.
     const until = Date.now() + 10_000;
@@ -46,7 +46,7 @@ describe('crash during BGSAVE', () => {
     expect(existsSync(temp)).toBe(true);
     expect(runToExit(['check', temp]).status).toBe(1);
     // A temp file whose pid is alive (this test runner) may be another server's save in progress.
-    const othersTemp = join(dir, `temp-${process.pid}.snap`);
+    const othersTemp = join(dir, `.cellgate-temp-${process.pid}.snap`);
     writeFileSync(othersTemp, 'in progress');
 
     s = await startOn(dir, ['--save', '']);
@@ -78,6 +78,6 @@ describe('crash during BGSAVE', () => {
     const c = runToExit(['check', join(dir, 'cellgate.snap')]);
     expect(c.status).toBe(0);
     expect(c.stdout).toContain('\nkeys: 500000\n');
-    expect(readdirSync(dir).filter((n) => n.startsWith('temp-'))).toEqual([]);
+    expect(readdirSync(dir).filter((n) => n.startsWith('.cellgate-temp-'))).toEqual([]);
   });
 });

@@ -77,7 +77,7 @@ describe('snapshot at shutdown', () => {
     const dir = newDir();
     const { s, r } = await withKeys(dir);
     // A directory where the temp file must go makes every save fail (EISDIR), even as root.
-    mkdirSync(join(dir, `temp-${s.proc.pid}.snap`));
+    mkdirSync(join(dir, `.cellgate-temp-${s.proc.pid}.snap`));
     await expect(r.call('SHUTDOWN')).rejects.toThrow('ERR Errors trying to SHUTDOWN. Check logs.');
     expect(await r.ping()).toBe('PONG');
     expect((await info(r)).rdb_last_error).toMatch(/EISDIR|ERR_FS_EISDIR/);
@@ -92,7 +92,7 @@ describe('snapshot at shutdown', () => {
     await r.save();
     const before = readFileSync(join(dir, 'cellgate.snap'));
     await r.call('CL.THROTTLE', 'more', 5, 10, 60);
-    mkdirSync(join(dir, `temp-${s.proc.pid}.snap`));
+    mkdirSync(join(dir, `.cellgate-temp-${s.proc.pid}.snap`));
     r.disconnect();
     expect(await s.stop('SIGTERM')).toBe(1);
     expect(s.logs.some((l) => l.includes('The final snapshot failed: exiting anyway'))).toBe(true);

@@ -1,0 +1,129 @@
+/**
+ * The snapshot directory at start: created if missing, proved writable, and locked for the life of
+ * the process, so that every problem with it (read-only, permission denied, a file in the way,
+ * another server using it) stops the start at once with its real cause instead of surfacing as a
+ * failed save hours later. Throws DirError with a one-line reason.
+ */
+import { closeSync, mkdirSync, openSync, readFileSync, rmSync, statSync, writeSync } from 'node:fs';
+import { join, parse, resolve, sep } from 'node:path';
+import { LOCK_FILE_NAME } from './format.js';
+
+export class DirError extends Error {}
+
+/** Whether a process with this pid exists (EPERM: it does, under another user). */
+export function processAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+function code(e: unknown): string {
+  return (e as NodeJS.ErrnoException).code ?? (e as Error).message;
+}
+
+/**
+ * Creates `dir` and its missing parents one level at a time, stopping at the first error. Not
+ * `mkdirSync(dir, { recursive: true })`: Node's recursive mkdir retries the parent on some errors
+ * and loops forever at 100% CPU where mkdir fails with ENOENT although the parent exists (any path
+ * under /proc, e.g. `--dir /proc/x`).
+ */
+export function makeDirs(dir: string): void {
+  const full = resolve(dir);
+  let path = parse(full).root;
+  for (const part of full.slice(path.length).split(sep).filter(Boolean)) {
+    path = join(path, part);
+    let isDir: boolean;
+    try {
+      isDir = statSync(path).isDirectory();
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw new DirError(`cannot create the snapshot directory '${dir}': ${code(e)} (at ${path})`);
+      try {
+        mkdirSync(path);
+      } catch (e2) {
+        throw new DirError(`cannot create the snapshot directory '${dir}': ${code(e2)} (mkdir ${path})`);
+      }
+      continue;
+    }
+    if (!isDir) throw new DirError(`cannot create the snapshot directory '${dir}': ENOTDIR (${path} is not a directory)`);
+  }
+}
+
+/** Creates and removes a probe file in `dir`: a read-only or foreign directory fails here, not at the first save. */
+export function checkWritable(dir: string): void {
+  const probe = join(dir, `.cellgate-probe-${process.pid}`);
+  try {
+    const fd = openSync(probe, 'w', 0o600);
+    try {
+      writeSync(fd, 'x');
+    } finally {
+      closeSync(fd);
+    }
+    rmSync(probe);
+  } catch (e) {
+    rmSync(probe, { force: true, maxRetries: 0 });
+    throw new DirError(`the snapshot directory '${dir}' is not writable: ${code(e)}`);
+  }
+}
+
+/**
+ * The lock file `dir/.cellgate-lock`, created with O_EXCL and holding the owner's pid: a second
+ * server on the same directory (whose saves would overwrite each other's snapshot) fails at start,
+ * naming the first one's pid. A lock whose pid is not running (a `kill -9`, a power loss) is taken
+ * over; so is one holding our own pid (a restarted container, where the server is pid 1 again).
+ * `release()` removes it; main.ts calls it at exit.
+ */
+export class DirLock {
+  readonly file: string;
+  private held = false;
+
+  constructor(dir: string) {
+    this.file = join(dir, LOCK_FILE_NAME);
+  }
+
+  /** Takes the lock; returns the pid of a stale lock taken over, or null. Throws DirError. */
+  acquire(): number | null {
+    let stalePid: number | null = null;
+    for (let attempt = 0; attempt < 3; attempt++) {
+      try {
+        const fd = openSync(this.file, 'wx', 0o644);
+        try {
+          writeSync(fd, `${process.pid}\n`);
+        } finally {
+          closeSync(fd);
+        }
+        this.held = true;
+        return stalePid;
+      } catch (e) {
+        if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw new DirError(`cannot create the lock file ${this.file}: ${code(e)}`);
+      }
+      let text: string;
+      try {
+        text = readFileSync(this.file, 'utf8').trim();
+      } catch (e) {
+        if ((e as NodeJS.ErrnoException).code === 'ENOENT') continue; // released meanwhile
+        throw new DirError(`cannot read the lock file ${this.file}: ${code(e)}`);
+      }
+      const pid = /^\d+$/.test(text) ? Number(text) : 0;
+      if (pid > 0 && pid !== process.pid && processAlive(pid)) {
+        throw new DirError(`the snapshot directory is in use by another cellgate (pid ${pid}, lock file ${this.file}); if no cellgate runs with that pid, remove the lock file`);
+      }
+      stalePid = pid;
+      rmSync(this.file, { force: true });
+    }
+    throw new DirError(`cannot take the lock file ${this.file}: it keeps reappearing`);
+  }
+
+  /** Removes the lock file if this process holds it. Never throws. */
+  release(): void {
+    if (!this.held) return;
+    this.held = false;
+    try {
+      if (readFileSync(this.file, 'utf8').trim() === String(process.pid)) rmSync(this.file, { force: true });
+    } catch {
+      /* already gone */
+    }
+  }
+}
