@@ -1,4 +1,4 @@
-# cellgate as a container image (SPEC §7): multi-stage build, non-root, VOLUME /data, PING health check,
+# cellgate as a container image (README "Run it as a container"): multi-stage build, non-root, VOLUME /data, PING health check,
 # node as PID 1 so SIGTERM reaches the server (exec-form ENTRYPOINT, no shell in between).
 #
 #   docker build -t cellgate .

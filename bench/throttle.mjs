@@ -22,6 +22,10 @@
  *                         load and list the top self-time functions; 1: always; 0: never
  *   BENCH_WRITE [1]       write bench/RESULTS.md (0: print only)
  *   BENCH_TIMEOUT [300]   seconds before everything is killed
+ *   BENCH_MAIN [dist/main.js]  the cellgate build to measure (an older commit's, for before/after)
+ *
+ * Server CPU per operation: utime + stime of the server process (/proc/<pid>/stat) over a run, divided
+ * by its requests. Throughput on a shared 2-core machine is noisy; CPU per operation much less so.
  */
 import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
@@ -32,7 +36,8 @@ import { fileURLToPath } from 'node:url';
 import { NODE_ENV, NODE_FLAGS } from './node-flags.mjs';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
-const MAIN = join(ROOT, 'dist', 'main.js');
+/** BENCH_MAIN measures another build (e.g. an older commit's dist/main.js) with this same script. */
+const MAIN = process.env.BENCH_MAIN ?? join(ROOT, 'dist', 'main.js');
 const RESULTS = join(ROOT, 'bench', 'RESULTS.md');
 
 const env = process.env;
@@ -48,7 +53,7 @@ const CPUS = os.availableParallelism?.() ?? os.cpus().length;
 const HAVE_TASKSET = spawnSync('taskset', ['-V']).status === 0;
 const PIN = (env.BENCH_PIN ?? 'auto') !== '0' && CPUS >= 2 && HAVE_TASKSET;
 /**
- * Issue 5's targets: at pipeline 16 at least this share of INCR's requests/s and this multiple of the
+ * The performance targets (bench/RESULTS.md, "Performance notes"): at pipeline 16 at least this share of INCR's requests/s and this multiple of the
  * Lua script's, with a p99 at most this multiple of INCR's; at pipeline 1 at least this share of INCR.
  */
 const TARGET_VS_INCR = 0.6;
@@ -130,6 +135,15 @@ function track(child) {
   children.add(child);
   child.on('exit', () => children.delete(child));
   return child;
+}
+
+const CLK_TCK = Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout) || 100;
+
+/** CPU seconds (user + system) the process has used so far, from /proc/<pid>/stat. */
+function cpuSeconds(pid) {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return (Number(fields[11]) + Number(fields[12])) / CLK_TCK;
 }
 
 function pinned(cpu, cmd, args) {
@@ -319,9 +333,13 @@ function shellQuote(words) {
   return words.map((w) => (/^[\w@%+=:,./-]+$/.test(w) ? w : `'${w.replace(/'/g, `'\\''`)}'`)).join(' ');
 }
 
-/** Runs redis-benchmark once; resolves with {rps, p50, p99, avg, max, seconds}. */
-function runBenchmark(port, pipeline, requests, cmd) {
+/**
+ * Runs redis-benchmark once; resolves with {rps, p50, p99, avg, max, seconds, cpuUsPerOp} (the server's
+ * CPU per request when `serverPid` is given).
+ */
+function runBenchmark(port, pipeline, requests, cmd, serverPid) {
   const [bin, args] = pinned(1, 'redis-benchmark', benchmarkArgs(port, pipeline, requests, cmd));
+  const cpuBefore = serverPid === undefined ? 0 : cpuSeconds(serverPid);
   return new Promise((resolve, reject) => {
     const child = track(spawn(bin, args, { stdio: ['ignore', 'pipe', 'pipe'] }));
     let out = '';
@@ -340,6 +358,7 @@ function runBenchmark(port, pipeline, requests, cmd) {
       const vals = JSON.parse(`[${lines[header + 1]}]`);
       const get = (name) => Number(vals[cols.indexOf(name)]);
       resolve({
+        cpuUsPerOp: serverPid === undefined ? NaN : ((cpuSeconds(serverPid) - cpuBefore) * 1e6) / requests,
         rps: get('rps'),
         avg: get('avg_latency_ms'),
         p50: get('p50_latency_ms'),
@@ -361,6 +380,7 @@ function sh(cmd, args) {
 
 /** The cellgate being measured: its commit, and whether src/ differed from it (dist/ is built from src/). */
 function revision() {
+  if (process.env.BENCH_MAIN) return `the build at ${process.env.BENCH_MAIN}`;
   const head = spawnSync('git', ['-C', ROOT, 'rev-parse', '--short', 'HEAD'], { encoding: 'utf8' });
   if (head.status !== 0) return 'unknown (not a git checkout)';
   const dirty = spawnSync('git', ['-C', ROOT, 'status', '--porcelain', '--', 'src'], { encoding: 'utf8' }).stdout.trim();
@@ -537,31 +557,31 @@ async function main() {
       for (const t of order) {
         await prepare(t);
         const key = `${t.id}/${p}`;
-        const r = await runBenchmark(t.server.port, p, requests.get(key), t.cmd);
+        const r = await runBenchmark(t.server.port, p, requests.get(key), t.cmd, t.server.child.pid);
         if (!runs.has(key)) runs.set(key, []);
         runs.get(key).push(r);
-        say(`round ${round} P${String(p).padEnd(2)} ${t.id.padEnd(8)} ${fmtInt(r.rps).padStart(11)} rps  p50 ${fmtMs(r.p50)} ms  p99 ${fmtMs(r.p99)} ms  (${r.seconds.toFixed(1)} s)`);
+        say(`round ${round} P${String(p).padEnd(2)} ${t.id.padEnd(8)} ${fmtInt(r.rps).padStart(11)} rps  p50 ${fmtMs(r.p50)} ms  p99 ${fmtMs(r.p99)} ms  CPU ${r.cpuUsPerOp.toFixed(3)} µs/op  (${r.seconds.toFixed(1)} s)`);
       }
     }
   }
 
   const med = new Map();
   for (const [key, rs] of runs) {
-    med.set(key, { rps: median(rs.map((r) => r.rps)), p50: median(rs.map((r) => r.p50)), p99: median(rs.map((r) => r.p99)) });
+    med.set(key, { rps: median(rs.map((r) => r.rps)), p50: median(rs.map((r) => r.p50)), p99: median(rs.map((r) => r.p99)), cpu: median(rs.map((r) => r.cpuUsPerOp)) });
   }
   const resultRows = [];
   for (const p of PIPELINES) {
     for (const t of targets) {
       const m = med.get(`${t.id}/${p}`);
-      resultRows.push([t.label, p, fmtInt(m.rps), fmtMs(m.p50), fmtMs(m.p99), requests.get(`${t.id}/${p}`)]);
+      resultRows.push([t.label, p, fmtInt(m.rps), fmtMs(m.p50), fmtMs(m.p99), m.cpu.toFixed(3), requests.get(`${t.id}/${p}`)]);
     }
   }
-  const resultTable = table(['target', 'pipeline', 'requests/s (median)', 'p50 ms', 'p99 ms', '-n'], resultRows);
+  const resultTable = table(['target', 'pipeline', 'requests/s (median)', 'p50 ms', 'p99 ms', 'server CPU µs/op', '-n'], resultRows);
   const ratioRows = PIPELINES.map((p) => {
-    const c = med.get(`cellgate/${p}`).rps;
-    return [p, fmtRatio(c / med.get(`incr/${p}`).rps), fmtRatio(c / med.get(`lua/${p}`).rps)];
+    const c = med.get(`cellgate/${p}`);
+    return [p, fmtRatio(c.rps / med.get(`incr/${p}`).rps), fmtRatio(c.rps / med.get(`lua/${p}`).rps), fmtRatio(c.cpu / med.get(`incr/${p}`).cpu)];
   });
-  const ratioTable = table(['pipeline', 'cellgate / INCR', 'cellgate / Lua'], ratioRows);
+  const ratioTable = table(['pipeline', 'cellgate / INCR', 'cellgate / Lua', 'CPU per op: cellgate / INCR'], ratioRows);
 
   const p16 = PIPELINES.includes(16) ? 16 : PIPELINES[PIPELINES.length - 1];
   const vsIncr = med.get(`cellgate/${p16}`).rps / med.get(`incr/${p16}`).rps;
@@ -607,7 +627,7 @@ async function main() {
   const endLoad = os.loadavg().map((x) => x.toFixed(2)).join(' ');
   const rawRows = [];
   for (const [key, rs] of runs) {
-    for (const [i, r] of rs.entries()) rawRows.push([key.replace('/', ' P'), i + 1, fmtInt(r.rps), fmtMs(r.p50), fmtMs(r.p99), fmtMs(r.max), r.seconds.toFixed(1)]);
+    for (const [i, r] of rs.entries()) rawRows.push([key.replace('/', ' P'), i + 1, fmtInt(r.rps), fmtMs(r.p50), fmtMs(r.p99), fmtMs(r.max), r.cpuUsPerOp.toFixed(3), r.seconds.toFixed(1)]);
   }
   const commands = PIPELINES.flatMap((p) =>
     targets.map((t) => shellQuote([...(PIN ? ['taskset', '-c', '1'] : []), 'redis-benchmark', ...benchmarkArgs(`<${t.id === 'cellgate' ? 'cellgate' : 'redis'}-port>`, p, requests.get(`${t.id}/${p}`), t.cmd)])),
@@ -651,7 +671,7 @@ ${resultTable}
 
 ${ratioTable}
 
-Targets (issue 5):
+Targets:
 
 ${verdict}
 
@@ -682,7 +702,7 @@ ${profile.fileTable}
 ` : ''}
 ## Every run
 
-${table(['target', 'round', 'requests/s', 'p50 ms', 'p99 ms', 'max ms', 'seconds'], rawRows)}
+${table(['target', 'round', 'requests/s', 'p50 ms', 'p99 ms', 'max ms', 'server CPU µs/op', 'seconds'], rawRows)}
 `;
     // This script owns the first section (up to the next top-level heading); other benchmarks
     // (ratelimit.mjs, snapshot.mjs) keep theirs after it.

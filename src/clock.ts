@@ -2,7 +2,7 @@
  * The server clock, in whole microseconds since the Unix epoch.
  *
  * Real mode follows the wall clock at start and then advances with the monotonic clock, so limiter
- * decisions never see time run backwards (SPEC §4). If the wall clock later jumps forward (NTP
+ * decisions never see time run backwards (docs/commands.md, DEBUG CLOCK). If the wall clock later jumps forward (NTP
  * step), the clock catches up; if it jumps back, the clock ignores it.
  *
  * Debug mode (`DEBUG CLOCK SET/ADVANCE`) freezes time at a chosen instant so tests replay timelines

@@ -1,5 +1,5 @@
 /**
- * The `RL.*` family (SPEC §2.3): one command per algorithm, `RL.<ALGO> key limit period_ms
+ * The `RL.*` family (docs/algorithms.md): one command per algorithm, `RL.<ALGO> key limit period_ms
  * [BURST n] [COST n]`, and `RL.ALL`, several limits checked and spent all-or-nothing.
  *
  * Each call parses every argument first (an error leaves every key untouched), looks its key up

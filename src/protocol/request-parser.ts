@@ -4,7 +4,7 @@
  *
  * Why hand-written: the ecosystem's RESP parsers (redis-parser, respjs) parse *replies* for clients.
  * They do not know inline commands with Redis's quoting, the pre-authentication limits, or the
- * server's protocol-error texts and their close-after-reply rule, which SPEC §1 requires byte for byte.
+ * server's protocol-error texts and their close-after-reply rule, which clients rely on byte for byte.
  * It is also faster on the hot path: on 16 pipelined CL.THROTTLE, 66 ns per command against
  * redis-parser's 488 (with returnBuffers, reading the multibulk as a reply array), because it records
  * argument positions instead of making a Buffer per argument and reads short arguments in one pass

@@ -131,7 +131,7 @@ export function checkTimes(key: FakeKey, cost: number, nowMs: number, reply: Rep
 // Reference models: each test file gives the textbook definition of its algorithm as `allows`
 // (would a request of this cost be allowed at t?), `record` (an allowed request happened at t) and
 // `isFresh` (is the state that of a key never used?). Everything else in a reply is derived here by
-// brute force, the way the SPEC words it: remaining = the largest cost allowed now, retry_after_ms =
+// brute force, the way docs/algorithms.md words it: remaining = the largest cost allowed now, retry_after_ms =
 // the first later millisecond at which the request is allowed, reset_after_ms = the first
 // millisecond from now at which the state is fresh.
 // ---------------------------------------------------------------------------------------------

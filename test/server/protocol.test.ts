@@ -2,7 +2,7 @@
  * Protocol robustness over raw TCP sockets, in the spirit of Redis's tests/unit/protocol.tcl: what the
  * server answers to malformed, split, huge, binary and pipelined input, byte for byte, and that no
  * input takes it down or disturbs other connections. Expected bytes were checked against a real
- * redis-server 7.0 where Redis and cellgate share the behaviour (SPEC §1).
+ * redis-server 7.0 where Redis and cellgate share the behaviour.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { spawnSync } from 'node:child_process';

@@ -1,5 +1,5 @@
 /**
- * SPEC §2.1/§2: invalid CL.THROTTLE input never changes state. Where redis-cell would answer
+ * Invalid CL.THROTTLE input (docs/commands.md) never changes state. Where redis-cell would answer
  * "limited" to negative arguments, refund or corrupt a key with a negative quantity, or wrap its
  * arithmetic on huge values, cellgate answers a clear error naming the argument, and the key (TAT
  * and expiry) is exactly as before: a control key that never saw the bad calls answers the same.

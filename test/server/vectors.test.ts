@@ -241,7 +241,7 @@ describe('CL.THROTTLE errors and edges (redis-cell 0.5, with cellgate\'s stricte
 
   covered.add('arity_three_numbers_missing_one');
   it('arity_three_numbers_missing_one: cellgate\'s short form (capacity 1, rate 2/s) succeeds', async () => {
-    // redis-cell answers a usage error; SPEC §2.1 defines `CL.THROTTLE key capacity rate_per_second`,
+    // redis-cell answers a usage error; cellgate defines `CL.THROTTLE key capacity rate_per_second`,
     // so `e 1 2` ≡ `e 0 2 1`: T = 0.5 s, τ = 0.5 s, the one token is taken and refills in 500 ms.
     const [step] = recorded('arity_three_numbers_missing_one').steps;
     const actual = await runSteps([step, { at_us: step.at_us, cmd: ['PTTL', 'e'] }]);
