@@ -86,6 +86,11 @@ async function main(argv: string[]): Promise<void> {
   // Node's default for SIGHUP is to exit silently (a closed terminal, a supervisor's reload signal);
   // cellgate has nothing to reload, so it says so and keeps running.
   process.on('SIGHUP', () => log.warning('received SIGHUP: ignored (cellgate reads its configuration only at start; use CONFIG SET)'));
+  // The last net under the guarded scheduler (src/server/tasks.ts) and the per-command catch: an
+  // exception or a rejected promise that escapes them anyway is logged and counted, and the limits
+  // go on being served, rather than ending the process without its final snapshot.
+  process.on('uncaughtException', (e) => server.tasks.failed('uncaught exception', e));
+  process.on('unhandledRejection', (e) => server.tasks.failed('unhandled rejection', e));
   prepareDir(server);
   try {
     await server.start();

@@ -448,14 +448,6 @@ export class Server {
       reply.error('NOAUTH Authentication required.');
       return;
     }
-    // maxmemory, as Redis's processCommand: evict (bounded) before any command; a command that may
-    // add memory (denyoom) is refused if memory stays over the limit and nothing can be evicted.
-    if (this.maxmemoryBytes > 0 && !this.memory.beforeCommand(this.maxmemoryBytes) && spec.flags.includes('denyoom')) {
-      stat.rejectedCalls++;
-      this.stats.error('OOM');
-      reply.error(OOM_MESSAGE);
-      return;
-    }
     // While the snapshot loads, commands without the `loading` flag are refused (LOADING); with
     // stop-writes-on-bgsave-error, after a failed background save writes are refused until a save
     // succeeds (MISCONF). `gated` is false in normal operation, so this costs one test.
@@ -467,6 +459,16 @@ export class Server {
         reply.error(refusal.message);
         return;
       }
+    }
+    // maxmemory, as Redis's processCommand: evict (bounded) before any command; a command that may
+    // add memory (denyoom) is refused if memory stays over the limit and nothing can be evicted.
+    // Nothing is evicted while the snapshot loads (a key evicted then would let a later duplicate of
+    // it in the file pass), as Redis does not evict while loading.
+    if (this.maxmemoryBytes > 0 && !this.snapshots.loading && !this.memory.beforeCommand(this.maxmemoryBytes) && spec.flags.includes('denyoom')) {
+      stat.rejectedCalls++;
+      this.stats.error('OOM');
+      reply.error(OOM_MESSAGE);
+      return;
     }
     const started = this.perfMark;
     const nowUs = this.clock.nowUsAt(started);
@@ -542,7 +544,8 @@ export class Server {
     const nowMs = this.clock.nowMs();
     this.expireSteps = 0;
     this.expireCycle();
-    this.runPart('memory check', () => this.memory.periodic());
+    // Not while the snapshot loads: a key evicted then would let a later duplicate of it in the file pass.
+    if (!this.snapshots.loading) this.runPart('memory check', () => this.memory.periodic());
     this.stats.sampleOps();
     this.runPart('snapshot cron', () => this.snapshots.cron(nowMs));
     this.clock.resync();
