@@ -8,16 +8,8 @@ import { readdirSync } from 'node:fs';
 import net from 'node:net';
 import { setTimeout as delay } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
-import { startServer } from '../helpers/server.js';
+import { freePort, startServer } from '../helpers/server.js';
 import { RawConnection } from '../helpers/raw.js';
-
-async function freePort(): Promise<number> {
-  const probe = net.createServer();
-  await new Promise<void>((resolve) => probe.listen(0, '127.0.0.1', resolve));
-  const port = (probe.address() as net.AddressInfo).port;
-  await new Promise((resolve) => probe.close(resolve));
-  return port;
-}
 
 /** The HTTP status of GET /metrics at host:port, or the connection error's code. */
 function scrape(host: string, port: number): Promise<number | string> {

@@ -2,18 +2,8 @@
  * Prometheus metrics on `metrics-port`: the text exposition format, fed by the same counters as INFO.
  */
 import { describe, expect, it } from 'vitest';
-import net from 'node:net';
 import { Redis } from 'ioredis';
-import { startServer } from '../helpers/server.js';
-
-/** A port that was free a moment ago (metrics-port 0 means "off", so the test picks one). */
-async function freePort(): Promise<number> {
-  const probe = net.createServer();
-  await new Promise<void>((resolve) => probe.listen(0, '127.0.0.1', resolve));
-  const port = (probe.address() as net.AddressInfo).port;
-  await new Promise((resolve) => probe.close(resolve));
-  return port;
-}
+import { freePort, startServer } from '../helpers/server.js';
 
 describe('metrics', () => {
   it('serves Prometheus text on /metrics with limiter decisions, keys and commands', async () => {
