@@ -6,6 +6,8 @@ set -eu
 missing=""
 command -v redis-cli >/dev/null 2>&1 || missing="$missing redis-tools"
 command -v redis-benchmark >/dev/null 2>&1 || case "$missing" in *redis-tools*) ;; *) missing="$missing redis-tools" ;; esac
+# redis-server: tests compare cellgate's replies with the real Redis's, and the benchmarks run it.
+command -v redis-server >/dev/null 2>&1 || missing="$missing redis-server"
 # openssl makes the TLS tests' certificates; ip (iproute2) gives the protected-mode test its own
 # network namespace. Without them those tests skip, saying why.
 command -v openssl >/dev/null 2>&1 || missing="$missing openssl"
