@@ -1,6 +1,6 @@
 #!/bin/sh
 # Installs the Debian packages the test suite talks to, if they are missing: redis-cli and
-# redis-benchmark (redis-tools) and Debian's Python redis client (python3-redis, for /usr/bin/python3:
+# redis-benchmark (redis-tools), redis-server, and Debian's Python redis client (python3-redis, for /usr/bin/python3:
 # the tests run that interpreter, not a pyenv one). Needs root (or sudo).
 set -eu
 missing=""
