@@ -144,7 +144,7 @@ function repeat(command: Buffer, times: number): Buffer {
 }
 
 describe('cost bounded by the log, not by the history', () => {
-  it('RL.SLIDINGLOG on a 1,000,000-entry log: 2,000 pipelined refusals and peeks average < 200 µs each', async () => {
+  it('RL.SLIDINGLOG on a 1,000,000-entry log: 2,000 pipelined refusals and peeks average < 2 ms each (the old walk: ~14 ms)', async () => {
     const { redis, server } = env;
     const limit = 1_000_000;
     const start = T0 + 100_000_000;
@@ -171,14 +171,17 @@ describe('cost bounded by the log, not by the history', () => {
       expect(replies[1999]).toEqual([1, limit, limit / 2, limit / 10, limit / 2, 0]);
       const stats = infoField(await redis.call('INFO', 'commandstats') as string, 'cmdstat_rl.slidinglog') ?? '';
       expect(stats).toMatch(/^calls=2000,/);
-      expect(Number(/usec_per_call=([\d.]+)/.exec(stats)?.[1])).toBeLessThan(200);
+      // The server's own time per call (measured 7–17 µs): the bound only separates a walk of the whole
+      // log (~14,000 µs) from a search, with room for a loaded machine. test/limiters/sliding-log.test.ts
+      // counts the entries a call reads, which no load changes.
+      expect(Number(/usec_per_call=([\d.]+)/.exec(stats)?.[1])).toBeLessThan(2000);
     } finally {
       pipe.close();
       await redis.call('DEL', 'hist');
     }
   }, 180_000);
 
-  it('RL.ALL with 64 distinct keys of 1 MiB that differ only in their last bytes answers, in < 1 s', async () => {
+  it('RL.ALL with 64 distinct keys of 1 MiB that differ only in their last bytes answers, in < 3 s of server time (the pairwise compare: ~6 s)', async () => {
     const { redis, server } = env;
     await redis.call('DEBUG', 'CLOCK', 'SET', String(T0));
     await redis.call('CONFIG', 'RESETSTAT');
@@ -202,7 +205,9 @@ describe('cost bounded by the log, not by the history', () => {
       expect(error.error).toMatch(/^ERR duplicate key '.*' in limit 64: each limit needs its own key$/s);
       const stats = infoField(await redis.call('INFO', 'commandstats') as string, 'cmdstat_rl.all') ?? '';
       expect(stats).toMatch(/^calls=2,/);
-      expect(Number(/usec=(\d+)/.exec(stats)?.[1]) / 2).toBeLessThan(1_000_000);
+      // Measured ~0.13 s per call, hashing and copying 64 MiB of keys; the bound separates that from
+      // the pairwise compare (~5.7 s) with room for a loaded machine.
+      expect(Number(/usec=(\d+)/.exec(stats)?.[1]) / 2).toBeLessThan(3_000_000);
     } finally {
       conn.destroy();
       await redis.call('FLUSHALL');
