@@ -206,6 +206,9 @@ export function cellThrottle(
     const nextWholeUs = truncUs(nextUs, nextNs);
     // f64 division then `as i64`: x/0 saturates to i64::MAX, 0/0 (NaN) becomes 0.
     out.remaining = intervalWholeUs === 0 ? (nextWholeUs > 0 ? Number.MAX_VALUE : 0) : Math.trunc(nextWholeUs / intervalWholeUs);
+    // redis-cell answers −1 when τ − ttl lies in (−T, −⌊T⌋µs], which only a key written with a larger
+    // tolerance (other parameters before) can reach; a remaining below 0 means nothing to a caller.
+    if (out.remaining < 0) out.remaining = 0;
   } else {
     out.remaining = 0;
   }

@@ -264,6 +264,14 @@ describe('CL.THROTTLE and GCRA: waits stay true under clock steps and changing l
     }), { numRuns: 300 });
   });
 
+  it('CL.THROTTLE: a key written with a larger tolerance reports remaining 0, not -1 (a case found by the property above)', () => {
+    const k: TatKey = { has: false, tatUs: 0, tatNs: 0, expireAtMs: 0 };
+    const nowUs = T0 * 1000 + 1;
+    throttle(k, cellParams(3, 6, 1) as CellParams, 4, nowUs, true);
+    // T = 2/9 s; τ − ttl lies in (−T, −⌊T⌋µs], where redis-cell's integer division gives −1.
+    expect(throttle(k, cellParams(1, 9, 2) as CellParams, 0, nowUs, true)).toEqual([1, 2, 0, 1, 1]);
+  });
+
   it('GCRA: remaining >= 0; refused with retry_after R >= 0 -> allowed R s later', () => {
     fc.assert(fc.property(tatCaseArb, ({ sets, moves }) => {
       const k: TatKey = { has: false, tatUs: 0, tatNs: 0, expireAtMs: 0 };
