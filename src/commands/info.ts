@@ -149,6 +149,6 @@ function info(ctx: CommandContext, argv: CommandArgs): void {
 }
 
 export const infoCommands: CommandSpec[] = [
-  { name: 'info', arity: -1, flags: ['loading', 'stale'], ...noKeys(), group: 'server', since: '1.0.0', complexity: 'O(1)',
+  { name: 'info', arity: -1, flags: ['loading', 'stale'], aclExtra: ['dangerous'], ...noKeys(), group: 'server', since: '1.0.0', complexity: 'O(1)',
     summary: 'Returns information and statistics about the server.', args: [{ name: 'section', type: 'string', optional: true, multiple: true }], run: info },
 ];
