@@ -137,11 +137,11 @@ function log(ctx: CommandContext, argv: CommandArgs): void {
       return;
     }
     const n = argv.redisInteger(2);
-    if (n === null || n < 0) {
-      ctx.reply.error('ERR value is out of range, must be positive');
+    if (n === null) {
+      ctx.reply.error('ERR value is not an integer or out of range');
       return;
     }
-    count = Math.min(n, count);
+    count = Math.max(0, Math.min(n, count));
   }
   const r = ctx.reply;
   const now = Date.now();
