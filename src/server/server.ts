@@ -467,6 +467,8 @@ export class Server {
       if (result !== ACL_OK) {
         stat.rejectedCalls++;
         this.stats.error('NOPERM');
+        if (result === ACL_DENIED_CMD) this.stats.aclDeniedCmd++;
+        else this.stats.aclDeniedKey++;
         const object = result === ACL_DENIED_CMD ? fullName : argv.buffer(deniedKeyIndex).toString('latin1');
         this.acl.addLog(result === ACL_DENIED_CMD ? 'command' : 'key', 'toplevel', object, user.name, aclClientInfo(client), Date.now());
         reply.error(noPermMessage(result, user, fullName));

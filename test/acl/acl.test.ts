@@ -102,6 +102,9 @@ describe('permissions', () => {
     expect(await admin.call('ACL', 'LOG', 'x')).toEqual({ error: 'ERR value is not an integer or out of range' });
     expect(await admin.call('ACL', 'LOG', 'RESET')).toBe('OK');
     expect(await admin.call('ACL', 'LOG')).toEqual([]);
+    const info = String(await admin.call('INFO', 'stats'));
+    expect(info).toMatch(/\r\nacl_access_denied_cmd:6\r\n/);
+    expect(info).toMatch(/\r\nacl_access_denied_key:0\r\nacl_access_denied_channel:0\r\n/);
     app.close();
   });
 
