@@ -467,6 +467,7 @@ export class Server {
       if (result !== ACL_OK) {
         stat.rejectedCalls++;
         this.stats.error('NOPERM');
+        client.lastCommand = fullName; // the log's client-info names the refused command, as Redis's
         if (result === ACL_DENIED_CMD) this.stats.aclDeniedCmd++;
         else this.stats.aclDeniedKey++;
         const object = result === ACL_DENIED_CMD ? fullName : argv.buffer(deniedKeyIndex).toString('latin1');
@@ -515,7 +516,8 @@ export class Server {
     stat.usec += durationUs;
     this.perfMark = ended;
     if (durationUs >= this.slowlogThresholdUs && this.slowlogThresholdUs >= 0) {
-      const redact = spec === lookupCommand('auth') || spec === lookupCommand('hello');
+      // ACL SETUSER carries passwords too (`>secret`), as AUTH and HELLO do.
+      const redact = spec === lookupCommand('auth') || spec === lookupCommand('hello') || fullName === 'acl|setuser';
       this.slowlog.consider(this.slowlogThresholdUs, this.slowlogMaxLen, durationUs, argv, redact, nowUs, client.addr, client.name);
     }
     stat.calls++;

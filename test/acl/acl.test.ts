@@ -97,7 +97,7 @@ describe('permissions', () => {
     const flush = log.find((e) => e[7] === 'flushall')!;
     expect(flush.filter((_, i) => i % 2 === 0)).toEqual(['count', 'reason', 'context', 'object', 'username', 'age-seconds', 'client-info', 'entry-id', 'timestamp-created', 'timestamp-last-updated']);
     expect(flush.slice(0, 10)).toEqual(['count', 2, 'reason', 'command', 'context', 'toplevel', 'object', 'flushall', 'username', 'app']);
-    expect(String(flush[13])).toContain('user=app');
+    expect(String(flush[13])).toContain(' cmd=flushall user=app ');
     expect(await admin.call('ACL', 'LOG', '1')).toHaveLength(1);
     expect(await admin.call('ACL', 'LOG', 'x')).toEqual({ error: 'ERR value is not an integer or out of range' });
     expect(await admin.call('ACL', 'LOG', 'RESET')).toBe('OK');
@@ -180,6 +180,16 @@ describe('other subcommands', () => {
     await admin.call('ACL', 'SETUSER', 'd2');
     expect(await admin.call('ACL', 'DELUSER', 'd1', 'd2', 'none')).toBe(2);
     expect(await admin.call('ACL', 'DELUSER', 'default')).toEqual({ error: "ERR The 'default' user cannot be removed" });
+  });
+
+  it('ACL SETUSER\'s arguments (passwords) are redacted in the slowlog', async () => {
+    expect(await admin.call('CONFIG', 'SET', 'slowlog-log-slower-than', '0')).toBe('OK');
+    await admin.call('ACL', 'SETUSER', 'slow1', 'on', '>very-secret');
+    expect(await admin.call('CONFIG', 'SET', 'slowlog-log-slower-than', '10000')).toBe('OK');
+    const entries = (await admin.call('SLOWLOG', 'GET', '10')) as Reply[][];
+    const setuser = entries.find((e) => (e[3] as string[])[0] === 'ACL')!;
+    expect(setuser[3]).toEqual(['ACL', '(redacted)', '(redacted)', '(redacted)', '(redacted)']);
+    expect(JSON.stringify(entries)).not.toContain('very-secret');
   });
 
   it('ACL GENPASS, HELP, SAVE/LOAD without aclfile', async () => {
