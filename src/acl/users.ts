@@ -366,10 +366,15 @@ export class Acl {
     if (this.log.length > LOG_MAX_LEN) this.log.length = LOG_MAX_LEN;
   }
 
+  /** The users sorted by name, as Redis keeps them (ACL LIST, ACL USERS, the ACL file). */
+  sortedUsers(): User[] {
+    return [...this.users.values()].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  }
+
   /** The ACL file's text: one `user <name> <rules>` line per user, as Redis writes it. */
   fileText(): string {
     let out = '';
-    for (const u of this.users.values()) out += `user ${u.name} ${u.describe()}\n`;
+    for (const u of this.sortedUsers()) out += `user ${u.name} ${u.describe()}\n`;
     return out;
   }
 

@@ -96,7 +96,7 @@ function delUser(ctx: CommandContext, argv: CommandArgs): void {
 }
 
 function sortedUsers(ctx: CommandContext): User[] {
-  return [...ctx.server.acl.users.values()].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  return ctx.server.acl.sortedUsers();
 }
 
 function list(ctx: CommandContext): void {

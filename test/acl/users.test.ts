@@ -156,13 +156,15 @@ describe('aclfile', () => {
     writeFileSync(file, '# limiter clients\nuser app on >app-secret ~* +@limiter\nuser default on nopass ~* &* +@all\n');
     const server = await startServer({ args: ['--aclfile', file] });
     try {
-      const app = await Checker.open(server.port);
+      const appConn = await RawConnection.open(server.port);
+      const app = Checker.wrap(appConn);
       expect(await app.call('AUTH', 'app', 'app-secret')).toBe('OK');
       expect(await app.call('CL.THROTTLE', 'k', '1', '1', '1')).toEqual(expect.any(Array));
       const admin = await Checker.open(server.port);
       expect(await admin.call('ACL', 'SETUSER', 'ops', 'on', '>ops-pw', '%R~*', '+@read')).toBe('OK');
       expect(await admin.call('ACL', 'SAVE')).toBe('OK');
       const saved = readFileSync(file, 'latin1');
+      expect(saved.split('\n').map((l) => l.split(' ')[1])).toEqual(['app', 'default', 'ops', undefined]);
       expect(saved).toContain('user app on #');
       expect(saved).toContain(' ~* resetchannels -@all +@limiter\n');
       expect(saved).toContain('user ops on #');
@@ -172,6 +174,9 @@ describe('aclfile', () => {
       expect(await admin.call('ACL', 'DELUSER', 'ops')).toBe(1);
       expect(await admin.call('ACL', 'LOAD')).toBe('OK');
       expect(await admin.call('ACL', 'LIST')).toEqual(before);
+      // Users are replaced by the file's: their connections are closed (the default user's stay).
+      await closed(appConn);
+      expect(await admin.call('PING')).toBe('PONG');
       // A bad line: nothing changes, and the error names the line.
       writeFileSync(file, `${saved}user broken on +nosuch\n`);
       const bad = (await admin.call('ACL', 'LOAD')) as { error: string };
