@@ -156,6 +156,25 @@ describe('permissions', () => {
   });
 });
 
+describe('RESP3', () => {
+  it('HELLO 3 AUTH user pass; ACL GETUSER and ACL LOG are maps', async () => {
+    await admin.call('ACL', 'SETUSER', 'h3', 'on', '>p3', '+@all', '~*');
+    const c = await Checker.open(server.port);
+    const hello = (await c.call('HELLO', '3', 'AUTH', 'h3', 'p3')) as Map<Reply, Reply>;
+    expect(hello.get('proto')).toBe(3);
+    expect(await c.call('ACL', 'WHOAMI')).toBe('h3');
+    const user = (await c.call('ACL', 'GETUSER', 'h3')) as Map<Reply, Reply>;
+    expect([...user.keys()]).toEqual(['flags', 'passwords', 'commands', 'keys', 'channels', 'selectors']);
+    expect(user.get('commands')).toBe('+@all');
+    expect(await c.call('HELLO', '3', 'AUTH', 'h3', 'wrong')).toEqual({ error: WRONGPASS });
+    const [entry] = (await c.call('ACL', 'LOG', '1')) as Map<Reply, Reply>[];
+    expect(entry.get('reason')).toBe('auth');
+    expect(entry.get('username')).toBe('h3');
+    expect(typeof entry.get('age-seconds')).toBe('number');
+    c.close();
+  });
+});
+
 describe('other subcommands', () => {
   it('ACL CAT lists Redis\'s categories and @limiter; a category lists its commands', async () => {
     const cats = (await admin.call('ACL', 'CAT')) as string[];
