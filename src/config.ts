@@ -41,6 +41,7 @@ const DEFS: ConfigDef[] = [
   { name: 'bind', kind: { type: 'string' }, default: '127.0.0.1 ::1', mutable: false, help: 'addresses to listen on' },
   { name: 'protected-mode', kind: { type: 'bool' }, default: 'yes', mutable: true, help: 'refuse non-loopback clients when no password is set' },
   { name: 'requirepass', kind: { type: 'bytes' }, default: '', mutable: true, help: 'password for the default user' },
+  { name: 'aclfile', kind: { type: 'string' }, default: '', mutable: false, help: 'ACL users file (ACL LOAD/SAVE), loaded at start' },
   { name: 'requirepass-file', kind: { type: 'string' }, default: '', mutable: false, help: 'read requirepass from this file at start (container secrets)' },
   { name: 'maxclients', kind: { type: 'int', min: 1, max: 1_000_000 }, default: '10000', mutable: true, help: 'most connected clients' },
   { name: 'timeout', kind: { type: 'int', min: 0, max: 2_147_483_647 }, default: '0', mutable: true, help: 'close clients idle this many seconds (0 = never)' },

@@ -2,31 +2,34 @@
  * Connection commands, as Redis 7: PING, ECHO, QUIT, RESET, HELLO, AUTH, SELECT, CLIENT.
  */
 import type { CommandArgs } from '../protocol/command-args.js';
-import { timingSafeEqual, createHash } from 'node:crypto';
 import { REDIS_VERSION } from '../server/server.js';
 import type { Client } from '../server/client.js';
+import type { User } from '../acl/users.js';
 import { lower, parseRedisInteger, str } from './args.js';
 import { noKeys, type CommandContext, type CommandSpec } from './types.js';
 
 const WRONGPASS = 'WRONGPASS invalid username-password pair or user is disabled.';
+const DEFAULT_USER = Buffer.from('default');
 
 /**
- * Checks a username/password against `requirepass` in constant time: both sides are hashed first so
- * neither the length nor the content leaks through timing. Both are bytes (Config keeps requirepass's
- * bytes as set), so a password that is not UTF-8 works as it does in Redis.
+ * Authenticates `client` as `user` (Redis's checkPasswordBasedAuth): the user must exist, be on and
+ * have `pass` among its passwords, compared as SHA-256 digests in constant time (src/acl/users.ts),
+ * as bytes. A failure is counted and logged in the ACL log; the client keeps its user and its
+ * pre-auth limits.
  */
-function credentialsValid(ctx: CommandContext, user: string, pass: Buffer): boolean {
-  const required = ctx.server.config.get('requirepass');
-  if (user !== 'default') return false;
-  if (required === '') return true; // the default user is "nopass"
-  const a = createHash('sha256').update(pass).digest();
-  const b = createHash('sha256').update(ctx.server.config.bytes('requirepass')).digest();
-  return timingSafeEqual(a, b);
-}
-
-function authFailed(ctx: CommandContext): void {
-  ctx.server.stats.authFailures++;
-  ctx.reply.error(WRONGPASS);
+function authenticate(ctx: CommandContext, user: Buffer, pass: Buffer): boolean {
+  const acl = ctx.server.acl;
+  const name = user.toString('latin1');
+  const u = acl.authenticate(name, pass);
+  if (u === null) {
+    ctx.server.stats.authFailures++;
+    acl.addLog('auth', 'toplevel', 'auth', name, clientInfoLine(ctx.client, Date.now()), Date.now());
+    ctx.reply.error(WRONGPASS);
+    return false;
+  }
+  ctx.client.user = u;
+  ctx.client.authenticated = true;
+  return true;
 }
 
 function ping(ctx: CommandContext, argv: CommandArgs): void {
@@ -44,18 +47,13 @@ function auth(ctx: CommandContext, argv: CommandArgs): void {
     ctx.reply.error('ERR syntax error');
     return;
   }
-  const user = argv.length === 3 ? argv.str(1) : 'default';
+  const user = argv.length === 3 ? argv.buffer(1) : DEFAULT_USER;
   const pass = argv.buffer(argv.length - 1);
-  if (argv.length === 2 && ctx.server.config.get('requirepass') === '') {
+  if (argv.length === 2 && ctx.server.acl.defaultUser.nopass) {
     ctx.reply.error('ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?');
     return;
   }
-  if (!credentialsValid(ctx, user, pass)) {
-    authFailed(ctx);
-    return;
-  }
-  ctx.client.authenticated = true;
-  ctx.reply.ok();
+  if (authenticate(ctx, user, pass)) ctx.reply.ok();
 }
 
 /** HELLO [protover [AUTH username password] [SETNAME clientname]] */
@@ -75,14 +73,14 @@ function hello(ctx: CommandContext, argv: CommandArgs): void {
     }
     proto = ver as 2 | 3;
   }
-  let authUser: string | null = null;
+  let authUser: Buffer | null = null;
   let authPass: Buffer | null = null;
   let setName: string | null = null;
   for (let i = 2; i < argv.length; i++) {
     const opt = argv.lower(i);
     const left = argv.length - i - 1;
     if (opt === 'auth' && left >= 2) {
-      authUser = argv.str(i + 1);
+      authUser = argv.buffer(i + 1);
       authPass = argv.buffer(i + 2);
       i += 2;
     } else if (opt === 'setname' && left >= 1) {
@@ -98,11 +96,7 @@ function hello(ctx: CommandContext, argv: CommandArgs): void {
     }
   }
   if (authUser !== null && authPass !== null) {
-    if (!credentialsValid(ctx, authUser, authPass)) {
-      authFailed(ctx);
-      return;
-    }
-    client.authenticated = true;
+    if (!authenticate(ctx, authUser, authPass)) return;
   }
   if (!client.authenticated) {
     r.error('NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time');
@@ -134,6 +128,7 @@ function reset(ctx: CommandContext): void {
   ctx.reply.proto = 2;
   c.name = '';
   c.noEvict = false;
+  c.user = ctx.server.acl.defaultUser;
   c.authenticated = !ctx.server.authRequired;
   ctx.reply.status('RESET');
 }
@@ -163,7 +158,7 @@ export function clientInfoLine(client: Client, nowMs: number): string {
     `age=${Math.floor((nowMs - client.createdMs) / 1000)}`, `idle=${Math.floor((nowMs - client.lastInteractionMs) / 1000)}`,
     `flags=${client.noEvict ? 'e' : 'N'}`, 'db=0', 'sub=0', 'psub=0', 'ssub=0', 'multi=-1', `qbuf=${qbuf}`, 'qbuf-free=0',
     'argv-mem=0', 'multi-mem=0', 'rbs=0', 'rbp=0', 'obl=0', 'oll=0', `omem=${client.outputBytes}`,
-    `tot-mem=${qbuf + client.outputBytes}`, `events=${client.readPaused ? '' : 'r'}${client.outputBytes > 0 ? 'w' : ''}`, `cmd=${client.lastCommand}`, 'user=default', 'redir=-1',
+    `tot-mem=${qbuf + client.outputBytes}`, `events=${client.readPaused ? '' : 'r'}${client.outputBytes > 0 ? 'w' : ''}`, `cmd=${client.lastCommand}`, `user=${client.user.name}`, 'redir=-1',
     `resp=${client.proto}`, `lib-name=${client.libName}`, `lib-ver=${client.libVer}`,
   ].join(' ');
 }
@@ -276,6 +271,7 @@ function clientKill(ctx: CommandContext, argv: CommandArgs): void {
   let normalType = true;
   let skipMe = true;
   let maxAgeSec: number | null = null;
+  let user: User | null = null;
   for (let i = 2; i < argv.length; i += 2) {
     const opt = argv.lower(i);
     if (i + 1 >= argv.length) {
@@ -301,8 +297,8 @@ function clientKill(ctx: CommandContext, argv: CommandArgs): void {
     } else if (opt === 'laddr') {
       laddr = str(value);
     } else if (opt === 'user') {
-      // One user exists: `default`.
-      if (str(value) !== 'default') {
+      user = ctx.server.acl.users.get(value.toString('latin1')) ?? null;
+      if (user === null) {
         ctx.reply.error(`ERR No such user '${str(value)}'`);
         return;
       }
@@ -331,6 +327,7 @@ function clientKill(ctx: CommandContext, argv: CommandArgs): void {
     if (id !== null && c.id !== id) continue;
     if (addr !== null && c.addr !== addr) continue;
     if (laddr !== null && c.laddr !== laddr) continue;
+    if (user !== null && c.user !== user) continue;
     if (maxAgeSec !== null && (now - c.createdMs) / 1000 <= maxAgeSec) continue;
     if (skipMe && c === ctx.client) continue;
     killClient(ctx, c);

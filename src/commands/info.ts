@@ -88,6 +88,9 @@ const SECTIONS: Record<string, Section> = {
     ['keyspace_misses', s.stats.keyspaceMisses],
     ['total_error_replies', s.stats.errorReplies],
     ['acl_access_denied_auth', s.stats.authFailures],
+    ['acl_access_denied_cmd', s.stats.aclDeniedCmd],
+    ['acl_access_denied_key', s.stats.aclDeniedKey],
+    ['acl_access_denied_channel', 0],
     ['client_query_buffer_limit_disconnections', s.stats.queryBufferLimitDisconnections],
     ['client_output_buffer_limit_disconnections', s.stats.outputLimitDisconnections],
     ['periodic_task_runs', s.periodicRuns],
@@ -149,6 +152,6 @@ function info(ctx: CommandContext, argv: CommandArgs): void {
 }
 
 export const infoCommands: CommandSpec[] = [
-  { name: 'info', arity: -1, flags: ['loading', 'stale'], ...noKeys(), group: 'server', since: '1.0.0', complexity: 'O(1)',
+  { name: 'info', arity: -1, flags: ['loading', 'stale'], aclExtra: ['dangerous'], ...noKeys(), group: 'server', since: '1.0.0', complexity: 'O(1)',
     summary: 'Returns information and statistics about the server.', args: [{ name: 'section', type: 'string', optional: true, multiple: true }], run: info },
 ];

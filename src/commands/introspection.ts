@@ -9,17 +9,9 @@ import { replyHelp } from './connection.js';
 import { noKeys, type ArgDoc, type CommandContext, type CommandSpec } from './types.js';
 import type { ReplyWriter } from '../protocol/reply-writer.js';
 
-/** ACL categories derived from flags and group, as Redis derives most of them. */
+/** ACL categories as COMMAND INFO shows them (`@write`); the table computes them (src/acl/categories.ts). */
 function aclCategories(spec: CommandSpec): string[] {
-  const cats: string[] = [];
-  if (spec.flags.includes('write')) cats.push('@write');
-  if (spec.flags.includes('readonly')) cats.push('@read');
-  if (spec.flags.includes('fast')) cats.push('@fast');
-  else cats.push('@slow');
-  if (spec.flags.includes('admin')) cats.push('@admin', '@dangerous');
-  if (spec.group === 'connection') cats.push('@connection');
-  if (spec.firstKey > 0) cats.push('@keyspace');
-  return cats;
+  return spec.aclCategories!.map((c) => '@' + c);
 }
 
 function writeInfo(r: ReplyWriter, spec: CommandSpec): void {

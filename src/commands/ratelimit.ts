@@ -411,5 +411,15 @@ export const rateLimitCommands: CommandSpec[] = [
       { name: 'cost', type: 'integer', token: 'COST', optional: true },
     ],
     run: rlAll,
+    // For ACL key patterns: each limit's key, then ALGO limit period_ms [BURST n].
+    forEachKey: (argv, base, visit) => {
+      const count = argv.redisInteger(base + 1) ?? 0;
+      let i = base + 2;
+      for (let n = 0; n < count && i < argv.length; n++) {
+        if (!visit(i)) return;
+        i += 4;
+        if (i < argv.length && argv.lower(i) === 'burst') i += 2;
+      }
+    },
   },
 ];

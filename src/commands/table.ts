@@ -11,6 +11,8 @@ import { rateLimitCommands } from './ratelimit.js';
 import { persistenceCommands } from './persistence.js';
 import { slowlogCommands } from './slowlog.js';
 import { throttleCommands } from './throttle.js';
+import { aclCommands } from './acl.js';
+import { deriveCategories } from '../acl/categories.js';
 import type { CommandSpec } from './types.js';
 
 const COMMANDS: CommandSpec[] = [
@@ -23,11 +25,23 @@ const COMMANDS: CommandSpec[] = [
   ...persistenceCommands,
   ...slowlogCommands,
   ...introspectionCommands,
+  ...aclCommands,
 ];
 
 const BY_NAME = new Map<string, CommandSpec>();
 const SUBCOMMANDS = new Map<CommandSpec, Map<string, CommandSpec>>();
+let nextId = 0;
+/** Every command and subcommand gets an id, its categories and the key access its keys need. */
+function prepare(spec: CommandSpec): void {
+  spec.id = nextId++;
+  spec.aclCategories = deriveCategories(spec);
+  // Keys of a write command are read and written (CL.THROTTLE, RL.*), except those that only delete.
+  const deletes = spec.name === 'del' || spec.name === 'unlink';
+  spec.aclKeyAccess = spec.flags.includes('write') ? (deletes ? 2 : 3) : 1;
+}
 for (const spec of COMMANDS) {
+  prepare(spec);
+  for (const sub of spec.subcommands ?? []) prepare(sub);
   BY_NAME.set(spec.name, spec);
   if (spec.subcommands !== undefined) {
     const subs = new Map<string, CommandSpec>();

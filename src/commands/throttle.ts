@@ -251,7 +251,7 @@ export const throttleCommands: CommandSpec[] = [
     run: clThrottle,
   },
   {
-    name: 'gcra', arity: -5, flags: ['write', 'denyoom', 'fast'], ...firstKeyOnly(),
+    name: 'gcra', arity: -5, flags: ['write', 'denyoom', 'fast'], aclExtra: ['string', 'limiter'], ...firstKeyOnly(),
     group: 'string', since: '8.8.0', complexity: 'O(1)',
     summary: 'Rate limit via GCRA (Redis 8.8 compatible): [limited, limit, remaining, retry_after, reset_after].',
     args: [

@@ -55,6 +55,23 @@ export interface CommandSpec {
   run?: CommandHandler;
   /** Set by the table for subcommands: `client|setname`. */
   fullName?: string;
+  /**
+   * ACL categories beyond those derived from flags and group (src/acl/categories.ts), without `@`:
+   * `keyspace`, `dangerous`, ...
+   */
+  aclExtra?: string[];
+  /** Set by the table: every ACL category of the command (derived plus aclExtra), without `@`. */
+  aclCategories?: string[];
+  /** Set by the table: a small number for the ACL's per-user allowed table (one byte per id). */
+  id?: number;
+  /** Set by the table: the key access (src/acl/users.ts KEY_READ | KEY_WRITE bits) the command needs. */
+  aclKeyAccess?: number;
+  /**
+   * For commands whose keys are not at firstKey..lastKey by keyStep (RL.ALL): calls `visit` with
+   * each key's argument index (the name is at `base`), stopping when it returns false. Only the ACL reads it, and only for
+   * users whose key patterns are restricted.
+   */
+  forEachKey?: (argv: CommandArgs, base: number, visit: (index: number) => boolean) => void;
 }
 
 /** Shorthand for the common case of a command without keys. */

@@ -3,6 +3,7 @@
  * state Redis keeps (protocol version, name, auth, library info). Executing a command is the
  * server's job; the connection only hands it argument vectors, in order.
  */
+import type { User } from '../acl/users.js';
 import type { Socket } from 'node:net';
 import { ProtocolError, RequestParser, UNAUTH_MAX_REQUEST_BYTES } from '../protocol/request-parser.js';
 import type { Protocol } from '../protocol/reply-writer.js';
@@ -39,6 +40,8 @@ export class Client {
   libName = '';
   libVer = '';
   authenticated: boolean;
+  /** The ACL user (src/acl/users.ts): `default` until AUTH as another one succeeds. */
+  user: User;
   noEvict = false;
   readonly createdMs = Date.now();
   lastInteractionMs = Date.now();
@@ -58,7 +61,8 @@ export class Client {
     private readonly server: Server,
   ) {
     this.parser = new RequestParser({ maxBulkBytes: server.config.int('proto-max-bulk-len') });
-    this.authenticated = server.config.get('requirepass') === '';
+    this.user = server.acl.defaultUser;
+    this.authenticated = !server.authRequired;
     this.addr = formatAddress(socket.remoteAddress, socket.remotePort);
     this.laddr = formatAddress(socket.localAddress, socket.localPort);
     socket.setNoDelay(true);

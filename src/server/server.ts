@@ -12,7 +12,9 @@ import type { Config, OutputLimit } from '../config.js';
 import type { Logger } from '../log.js';
 import { Keyspace } from '../keyspace/keyspace.js';
 import { ReplyWriter } from '../protocol/reply-writer.js';
-import { lookupCommand, lookupSubcommand } from '../commands/table.js';
+import { allCommands, lookupCommand, lookupSubcommand } from '../commands/table.js';
+import { Acl, aclCheck, ACL_DENIED_CMD, ACL_OK, deniedKeyIndex, noPermMessage } from '../acl/users.js';
+import { aclClientInfo, loadAclFile } from '../commands/acl.js';
 import type { CommandContext, CommandSpec } from '../commands/types.js';
 import { Snapshotter, type SaveMode } from '../persistence/snapshotter.js';
 import { Client } from './client.js';
@@ -61,6 +63,8 @@ export class Server {
   /** Snapshots: load, SAVE/BGSAVE, the save policy, MISCONF (src/persistence). */
   readonly snapshots: Snapshotter = new Snapshotter(this);
   readonly stats = new Stats();
+  /** ACL users (src/acl/users.ts); the default user has requirepass as its password. */
+  readonly acl = new Acl(allCommands());
   readonly writer = new ReplyWriter();
   readonly clients = new Map<number, Client>();
   readonly runId = randomBytes(20).toString('hex');
@@ -131,7 +135,9 @@ export class Server {
   }
 
   get authRequired(): boolean {
-    return this.config.get('requirepass') !== '';
+    // Clients start authenticated as `default` only while it is on and nopass, as Redis.
+    const d = this.acl.defaultUser;
+    return !(d.enabled && d.nopass);
   }
 
   /**
@@ -140,6 +146,10 @@ export class Server {
    */
   async start(): Promise<void> {
     this.config.loadSecrets();
+    // requirepass first, then the ACL file, whose default user (if any) wins, as in Redis.
+    this.acl.syncRequirepass(this.config.get('requirepass'));
+    const aclfile = this.config.get('aclfile');
+    if (aclfile !== '') loadAclFile(this, aclfile, null);
     const addresses = this.config.get('bind').split(/\s+/).filter(Boolean);
     let port = this.config.int('port');
     const failures: string[] = [];
@@ -237,6 +247,7 @@ export class Server {
 
   /** Applies settings that CONFIG SET can change while running (logging, task frequency). */
   applyRuntimeConfig(): void {
+    this.acl.syncRequirepass(this.config.get('requirepass'));
     this.log.level = this.config.get('loglevel');
     this.log.format = this.config.get('log-format') as 'human' | 'json';
     this.snapshots.refreshDenyWrites();
@@ -448,6 +459,23 @@ export class Server {
       reply.error('NOAUTH Authentication required.');
       return;
     }
+    // ACL: one test for a user allowed everything (the default user); otherwise a byte per command
+    // id, and the keys only when the user's key patterns are restricted.
+    const user = client.user;
+    if (!user.unrestricted) {
+      const result = aclCheck(user, spec, argv, 0);
+      if (result !== ACL_OK) {
+        stat.rejectedCalls++;
+        this.stats.error('NOPERM');
+        client.lastCommand = fullName; // the log's client-info names the refused command, as Redis's
+        if (result === ACL_DENIED_CMD) this.stats.aclDeniedCmd++;
+        else this.stats.aclDeniedKey++;
+        const object = result === ACL_DENIED_CMD ? fullName : argv.buffer(deniedKeyIndex).toString('latin1');
+        this.acl.addLog(result === ACL_DENIED_CMD ? 'command' : 'key', 'toplevel', object, user.name, aclClientInfo(client), Date.now());
+        reply.error(noPermMessage(result, user, fullName));
+        return;
+      }
+    }
     // While the snapshot loads, commands without the `loading` flag are refused (LOADING); with
     // stop-writes-on-bgsave-error, after a failed background save writes are refused until a save
     // succeeds (MISCONF). `gated` is false in normal operation, so this costs one test.
@@ -488,7 +516,8 @@ export class Server {
     stat.usec += durationUs;
     this.perfMark = ended;
     if (durationUs >= this.slowlogThresholdUs && this.slowlogThresholdUs >= 0) {
-      const redact = spec === lookupCommand('auth') || spec === lookupCommand('hello');
+      // ACL SETUSER carries passwords too (`>secret`), as AUTH and HELLO do.
+      const redact = spec === lookupCommand('auth') || spec === lookupCommand('hello') || fullName === 'acl|setuser';
       this.slowlog.consider(this.slowlogThresholdUs, this.slowlogMaxLen, durationUs, argv, redact, nowUs, client.addr, client.name);
     }
     stat.calls++;

@@ -43,6 +43,9 @@ export class Stats {
   netOutputBytes = 0;
   errorReplies = 0;
   authFailures = 0;
+  /** Commands refused by ACL: the command itself, or one of its keys (INFO acl_access_denied_cmd/_key). */
+  aclDeniedCmd = 0;
+  aclDeniedKey = 0;
   /** Clients closed by client-query-buffer-limit (or the pre-auth 1 MB) and by client-output-buffer-limit. */
   queryBufferLimitDisconnections = 0;
   outputLimitDisconnections = 0;
@@ -112,6 +115,8 @@ export class Stats {
     this.netOutputBytes = 0;
     this.errorReplies = 0;
     this.authFailures = 0;
+    this.aclDeniedCmd = 0;
+    this.aclDeniedKey = 0;
     this.queryBufferLimitDisconnections = 0;
     this.outputLimitDisconnections = 0;
     this.keyspaceHits = 0;
