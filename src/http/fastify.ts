@@ -36,7 +36,7 @@ export function rateLimit<R extends FastifyRequestLike = FastifyRequestLike>(opt
     reply.code(outcome.status);
     reply.type('application/problem+json');
     // Sending from an async onRequest hook ends the request there: the route handler does not run.
-    await reply.send(JSON.stringify(outcome.body));
+    await reply.send(Buffer.from(JSON.stringify(outcome.body)));
   };
   return Object.assign(hook, { stats: limiter.stats });
 }
