@@ -135,8 +135,10 @@ export function createLimiter<Req extends RequestLike>(options: RateLimitOptions
           policies.map((p) => ({ key: `${prefix}${p.name}:${who}`, algorithm: p.algorithm, limit: p.limit, periodMs: p.periodMs, burst: p.burst })),
           { cost: units, timeoutMs },
         );
-        results = all.results;
         limited = all.limited;
+        // RL.ALL answers each limit "as if asked alone": on a refusal, the limits that would have
+        // allowed report what they would hold after spending, but nothing was spent.
+        results = limited ? all.results.map((d) => (d.limited ? d : { ...d, remaining: Math.min(d.limit, d.remaining + units) })) : all.results;
       }
     } catch (err) {
       stats.unavailable++;
