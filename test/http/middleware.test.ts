@@ -82,7 +82,7 @@ describe('refusal and fields', () => {
     expect(refused.status).toBe(429);
     expect(refused.headers.get('retry-after')).toBe('1');
     expect(refused.headers.get('ratelimit')).toMatch(/^"second";r=0;t=1, "3h";r=297;t=\d+$/); // all-or-nothing: nothing spent
-    expect((await refused.json()).detail).toBe('limit is 3 requests per second for this key');
+    expect(((await refused.json()) as { detail: string }).detail).toBe('limit is 3 requests per second for this key');
   });
 
   it('sends no Retry-After when the cost can never fit, and says so', async () => {
@@ -90,12 +90,12 @@ describe('refusal and fields', () => {
     const r = await get(url, { 'x-api-key': 'big', 'x-cost': '6' });
     expect(r.status).toBe(429);
     expect(r.headers.get('retry-after')).toBeNull();
-    expect((await r.json()).detail).toBe('this request costs 6, more than limit is 5 requests per minute can ever allow');
+    expect(((await r.json()) as { detail: string }).detail).toBe('this request costs 6, more than limit is 5 requests per minute can ever allow');
     expect((await get(url, { 'x-api-key': 'big', 'x-cost': '5' })).status).toBe(200);
   });
 
   it('sends the legacy X-RateLimit fields when asked, and skips what the skip rule says', async () => {
-    const { url, stats } = await nodeApp({ policy: { limit: 2, periodMs: 2000 }, legacyHeaders: true, skip: (req) => req.url === '/health' });
+    const { url, stats } = await nodeApp({ policy: { limit: 2, periodMs: 2000 }, legacyHeaders: true, skip: (req) => (req as { url?: string }).url === '/health' });
     const r = await get(url, { 'x-api-key': 'legacy' });
     expect([r.headers.get('x-ratelimit-limit'), r.headers.get('x-ratelimit-remaining'), r.headers.get('x-ratelimit-reset')]).toEqual(['2', '1', '1']);
     const skipped = await get(`${url}/health`, { 'x-api-key': 'legacy' });
@@ -136,7 +136,7 @@ describe('cellgate unavailable', () => {
       const d = await get(deny.url);
       expect(d.status).toBe(503);
       expect(d.headers.get('content-type')).toBe('application/problem+json');
-      expect((await d.json()).title).toBe('Service Unavailable');
+      expect(((await d.json()) as { title: string }).title).toBe('Service Unavailable');
     }
     expect(allow.stats.unavailable).toBe(3);
     expect(deny.stats.unavailable).toBe(3);
