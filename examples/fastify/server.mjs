@@ -3,7 +3,7 @@
 //
 //   PORT=3000 CELLGATE_URL=redis://127.0.0.1:6379 CELLGATE_UNAVAILABLE=allow node examples/fastify/server.mjs
 //
-// CELLGATE_UNAVAILABLE: what to do when cellgate does not answer within 50 ms: `allow` (default)
+// CELLGATE_UNAVAILABLE: what to do when cellgate does not answer within CELLGATE_TIMEOUT_MS (default 50): `allow` (default)
 // lets requests through, `deny` answers 503. Inside this repository `cellgate/fastify` resolves to
 // the package itself (build it first: npm run build); elsewhere, `npm install cellgate fastify ioredis`.
 import Fastify from 'fastify';
@@ -14,6 +14,7 @@ const limiter = rateLimit({
   client: process.env.CELLGATE_URL ?? 'redis://127.0.0.1:6379',
   policy: { name: 'default', limit: 10, periodMs: 10_000 },
   onUnavailable: process.env.CELLGATE_UNAVAILABLE === 'deny' ? 'deny' : 'allow',
+  timeoutMs: Number(process.env.CELLGATE_TIMEOUT_MS ?? 50),
 });
 
 const app = Fastify();

@@ -32,7 +32,10 @@ async function cellgate(port: number): Promise<RunningServer> {
 function example(framework: string, cellgatePort: number, unavailable: 'allow' | 'deny'): Promise<string> {
   const proc = spawn(process.execPath, [`examples/${framework}/server.mjs`], {
     cwd: ROOT,
-    env: { ...process.env, PORT: '0', CELLGATE_URL: `redis://127.0.0.1:${cellgatePort}`, CELLGATE_UNAVAILABLE: unavailable },
+    env: { ...process.env, PORT: '0', CELLGATE_URL: `redis://127.0.0.1:${cellgatePort}`, CELLGATE_UNAVAILABLE: unavailable,
+      // Generous, so a loaded test machine never turns a slow answer into "unavailable"; a stopped
+      // cellgate fails at once (refused connection), not after the timeout.
+      CELLGATE_TIMEOUT_MS: '2000' },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   running.push(proc);

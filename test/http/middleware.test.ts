@@ -34,7 +34,8 @@ afterAll(async () => {
 
 /** A node:http server limited by `options`, answering 200 "ok" to what passes. */
 async function nodeApp(options: Omit<RateLimitOptions, 'client'> & { client?: RateLimitOptions['client'] }) {
-  const limit = createRateLimiter({ client, ...options } as RateLimitOptions);
+  // A generous timeout: a loaded test machine must not turn a slow answer into "unavailable".
+  const limit = createRateLimiter({ client, timeoutMs: 5000, ...options } as RateLimitOptions);
   const app = http.createServer(async (req, res) => {
     if (!(await limit(req, res))) return;
     res.end('ok');
@@ -143,16 +144,39 @@ describe('cellgate unavailable', () => {
   });
 });
 
+describe('cellgate slow', () => {
+  it('answers by the policy after the timeout when cellgate does not answer, then counts again', async () => {
+    const { url, stats } = await nodeApp({ policy: { name: 'slow', limit: 5, periodMs: 1000 }, timeoutMs: 50 });
+    expect((await get(url, { 'x-api-key': 'slow' })).headers.get('ratelimit')).toBe('"slow";r=4;t=1');
+    const blocker = new Redis({ port: server.port, host: '127.0.0.1', protocol: 2 });
+    closers.push(() => blocker.disconnect());
+    await blocker.ping();
+    const sleeping = blocker.call('DEBUG', 'SLEEP', '2');
+    // Requests sent before the server takes the SLEEP are counted; the first one after is not.
+    let answered: Response | undefined;
+    for (let i = 0; i < 4 && answered === undefined; i++) {
+      const r = await get(url, { 'x-api-key': 'slow' });
+      expect(r.status).toBe(200);
+      if (r.headers.get('ratelimit') === null) answered = r;
+    }
+    expect(answered).toBeDefined();
+    expect(stats.unavailable).toBe(1);
+    expect(stats.lastError?.name).toBe('CellgateTimeoutError');
+    await sleeping;
+    expect((await get(url, { 'x-api-key': 'slow' })).headers.get('ratelimit')).toMatch(/^"slow";r=[0-3];t=1$/);
+  });
+});
+
 describe('frameworks', () => {
   it('Express and Fastify answer the same refusal', async () => {
     const policy = { limit: 1, periodMs: 10_000 };
     const app = express();
-    app.get('/x', expressLimit({ client, policy, prefix: 'ex:' }), (_req, res) => { res.send('ok'); });
+    app.get('/x', expressLimit({ client, policy, prefix: 'ex:', timeoutMs: 5000 }), (_req, res) => { res.send('ok'); });
     const ex = app.listen(0, '127.0.0.1');
     await new Promise((resolve) => ex.once('listening', resolve));
     closers.push(() => new Promise((resolve) => ex.close(resolve)));
     const fa = Fastify();
-    fa.get('/x', { onRequest: fastifyLimit({ client, policy, prefix: 'fa:' }) }, async () => 'ok');
+    fa.get('/x', { onRequest: fastifyLimit({ client, policy, prefix: 'fa:', timeoutMs: 5000 }) }, async () => 'ok');
     await fa.listen({ port: 0, host: '127.0.0.1' });
     closers.push(() => fa.close());
     for (const port of [(ex.address() as AddressInfo).port, (fa.server.address() as AddressInfo).port]) {
