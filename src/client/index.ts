@@ -1,0 +1,323 @@
+/**
+ * `cellgate/client`: a typed client for cellgate over a connection the application already has
+ * (ioredis or node-redis) or one it creates from a URL. Every limiter reply comes back as named
+ * fields, whatever the protocol (RESP2 arrays, RESP3 maps) and whatever the library made of them
+ * (ioredis 6's RESP3 "legacy" mapping flattens a map into `[name, value, ...]`, node-redis turns it
+ * into an object, other mappings into a `Map`). This room imports nothing from the server: it is a
+ * package surface of its own. Command reference: docs/commands.md.
+ */
+import {
+  CellgateArgumentError,
+  CellgateError,
+  CellgateReplyError,
+  CellgateTimeoutError,
+  CellgateUnavailableError,
+  toCellgateError,
+} from './errors.js';
+
+export {
+  CellgateArgumentError,
+  CellgateError,
+  CellgateReplyError,
+  CellgateTimeoutError,
+  CellgateUnavailableError,
+};
+
+/** One limiter's answer. Times are milliseconds; `retryAfterMs` is −1 when allowed, and −1 when limited with a cost that can never fit. */
+export interface Decision {
+  limited: boolean;
+  limit: number;
+  remaining: number;
+  retryAfterMs: number;
+  resetAfterMs: number;
+  delayMs: number;
+}
+
+/** `RL.ALL`'s answer: the overall flag and one decision per limit, in the order asked. */
+export interface AllDecision {
+  limited: boolean;
+  results: Decision[];
+}
+
+export type Algorithm = 'tokenbucket' | 'leakybucket' | 'fixedwindow' | 'slidinglog' | 'slidingwindow' | 'gcra';
+
+export const ALGORITHMS: readonly Algorithm[] = ['tokenbucket', 'leakybucket', 'fixedwindow', 'slidinglog', 'slidingwindow', 'gcra'];
+
+/** Options of every `RL.*` call. */
+export interface RlOptions {
+  /** Capacity (token bucket, leaky bucket, GCRA only); default `limit`. */
+  burst?: number;
+  /** Units this request spends (default 1; 0 peeks). */
+  cost?: number;
+  /** Overrides the client's timeout for this call. */
+  timeoutMs?: number;
+}
+
+export interface CallOptions {
+  timeoutMs?: number;
+}
+
+/** One limit of an `all()` call. */
+export interface LimitSpec {
+  key: string;
+  algorithm: Algorithm;
+  limit: number;
+  periodMs: number;
+  burst?: number;
+}
+
+/** What the client needs of an ioredis connection. */
+export interface IoredisLike {
+  call(command: string, ...args: (string | number)[]): Promise<unknown>;
+}
+
+/** What the client needs of a node-redis (v4/v5) connection. */
+export interface NodeRedisLike {
+  sendCommand(args: string[]): Promise<unknown>;
+}
+
+export type Connection = IoredisLike | NodeRedisLike;
+
+export interface ClientOptions {
+  /** Milliseconds a call may take before it rejects with `CellgateTimeoutError` (default 1000). */
+  timeoutMs?: number;
+}
+
+const DEFAULT_TIMEOUT_MS = 1000;
+const FIELDS = ['limited', 'limit', 'remaining', 'retry_after_ms', 'reset_after_ms', 'delay_ms'] as const;
+const RL_COMMAND: Record<Algorithm, string> = {
+  tokenbucket: 'RL.TOKENBUCKET',
+  leakybucket: 'RL.LEAKYBUCKET',
+  fixedwindow: 'RL.FIXEDWINDOW',
+  slidinglog: 'RL.SLIDINGLOG',
+  slidingwindow: 'RL.SLIDINGWINDOW',
+  gcra: 'RL.GCRA',
+};
+const HAS_BURST: ReadonlySet<Algorithm> = new Set<Algorithm>(['tokenbucket', 'leakybucket', 'gcra']);
+
+export class CellgateClient {
+  readonly timeoutMs: number;
+  private readonly send: (args: string[]) => Promise<unknown>;
+  private readonly owned: { quit(): Promise<unknown> | void } | undefined;
+
+  /**
+   * Wraps an existing ioredis or node-redis connection. The connection's own retry settings decide
+   * what happens while cellgate is down: ioredis queues commands and retries them 20 times by
+   * default, so create it with `enableOfflineQueue: false, maxRetriesPerRequest: 0` for calls that
+   * fail fast (the client's timeout bounds the wait either way). To let the client create and own a
+   * connection with those settings, use `connect(url)`.
+   */
+  constructor(connection: Connection, options: ClientOptions = {}, owned?: { quit(): Promise<unknown> | void }) {
+    this.timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+    checkInt('timeoutMs', this.timeoutMs, 1);
+    this.owned = owned;
+    if (typeof (connection as NodeRedisLike).sendCommand === 'function' && typeof (connection as IoredisLike).call !== 'function') {
+      const c = connection as NodeRedisLike;
+      this.send = (args) => c.sendCommand(args);
+    } else if (typeof (connection as IoredisLike).call === 'function') {
+      const c = connection as IoredisLike;
+      this.send = (args) => c.call(args[0], ...args.slice(1));
+    } else {
+      throw new CellgateArgumentError('connection', 'connection must be an ioredis or node-redis client');
+    }
+  }
+
+  /** `CL.THROTTLE key max_burst count_per_period period [quantity]` (redis-cell; period in seconds). */
+  async throttle(key: string, maxBurst: number, countPerPeriod: number, periodSeconds: number, quantity = 1, options: CallOptions = {}): Promise<Decision> {
+    checkKey(key);
+    checkInt('max_burst', maxBurst, 0);
+    checkInt('count_per_period', countPerPeriod, 1);
+    checkInt('period', periodSeconds, 1);
+    checkInt('quantity', quantity, 0);
+    const reply = await this.call(['CL.THROTTLE', key, String(maxBurst), String(countPerPeriod), String(periodSeconds), String(quantity)], options.timeoutMs);
+    return fromSeconds(reply, 'CL.THROTTLE');
+  }
+
+  /** `GCRA key max_burst tokens_per_period period [TOKENS count]` (Redis's command; period in seconds, may be fractional). */
+  async gcra(key: string, maxBurst: number, tokensPerPeriod: number, periodSeconds: number, tokens = 1, options: CallOptions = {}): Promise<Decision> {
+    checkKey(key);
+    checkInt('max_burst', maxBurst, 0);
+    checkInt('tokens_per_period', tokensPerPeriod, 1);
+    if (!Number.isFinite(periodSeconds) || periodSeconds <= 0) throw new CellgateArgumentError('period', `invalid period '${periodSeconds}': must be a number > 0`);
+    checkInt('TOKENS', tokens, 1);
+    const reply = await this.call(['GCRA', key, String(maxBurst), String(tokensPerPeriod), String(periodSeconds), 'TOKENS', String(tokens)], options.timeoutMs);
+    return fromSeconds(reply, 'GCRA');
+  }
+
+  /** Any `RL.*` algorithm by name. */
+  async rl(algorithm: Algorithm, key: string, limit: number, periodMs: number, options: RlOptions = {}): Promise<Decision> {
+    const args = [commandOf(algorithm), key];
+    pushLimit(args, { key, algorithm, limit, periodMs, burst: options.burst });
+    if (options.cost !== undefined) {
+      checkInt('COST', options.cost, 0);
+      args.push('COST', String(options.cost));
+    }
+    return fromRl(await this.call(args, options.timeoutMs), args[0]);
+  }
+
+  tokenBucket(key: string, limit: number, periodMs: number, options?: RlOptions): Promise<Decision> {
+    return this.rl('tokenbucket', key, limit, periodMs, options);
+  }
+  leakyBucket(key: string, limit: number, periodMs: number, options?: RlOptions): Promise<Decision> {
+    return this.rl('leakybucket', key, limit, periodMs, options);
+  }
+  fixedWindow(key: string, limit: number, periodMs: number, options?: RlOptions): Promise<Decision> {
+    return this.rl('fixedwindow', key, limit, periodMs, options);
+  }
+  slidingLog(key: string, limit: number, periodMs: number, options?: RlOptions): Promise<Decision> {
+    return this.rl('slidinglog', key, limit, periodMs, options);
+  }
+  slidingWindow(key: string, limit: number, periodMs: number, options?: RlOptions): Promise<Decision> {
+    return this.rl('slidingwindow', key, limit, periodMs, options);
+  }
+  /** `RL.GCRA`: GCRA with millisecond fields (`gcra()` is Redis's own `GCRA` command). */
+  gcraMs(key: string, limit: number, periodMs: number, options?: RlOptions): Promise<Decision> {
+    return this.rl('gcra', key, limit, periodMs, options);
+  }
+
+  /** `RL.ALL`: every limit checked together, spent on all only when every one allows. */
+  async all(limits: readonly LimitSpec[], options: { cost?: number; timeoutMs?: number } = {}): Promise<AllDecision> {
+    if (!Array.isArray(limits as unknown) || limits.length === 0) throw new CellgateArgumentError('numlimits', 'all() needs at least one limit');
+    const args = ['RL.ALL', String(limits.length)];
+    for (const l of limits) {
+      commandOf(l.algorithm);
+      args.push(l.key, l.algorithm.toUpperCase());
+      pushLimit(args, l);
+    }
+    if (options.cost !== undefined) {
+      checkInt('COST', options.cost, 0);
+      args.push('COST', String(options.cost));
+    }
+    const reply = await this.call(args, options.timeoutMs);
+    if (!Array.isArray(reply) || reply.length !== limits.length + 1) throw unexpected('RL.ALL', reply);
+    return { limited: toInt(reply[0], 'RL.ALL') === 1, results: reply.slice(1).map((r) => fromRl(r, 'RL.ALL')) };
+  }
+
+  /** Closes the connection if this client created it (`connect(url)`); a wrapped one stays the application's. */
+  async close(): Promise<void> {
+    if (this.owned) await this.owned.quit();
+  }
+
+  /** Sends one command, bounded by the timeout; every failure becomes a `CellgateError`. */
+  private call(args: string[], timeoutMs = this.timeoutMs): Promise<unknown> {
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => reject(new CellgateTimeoutError(args[0], timeoutMs)), timeoutMs);
+      let pending: Promise<unknown>;
+      try {
+        pending = this.send(args);
+      } catch (err) {
+        clearTimeout(timer);
+        reject(toCellgateError(err));
+        return;
+      }
+      pending.then(
+        (reply) => { clearTimeout(timer); resolve(reply); },
+        (err: unknown) => { clearTimeout(timer); reject(toCellgateError(err)); },
+      );
+    });
+  }
+}
+
+export interface ConnectOptions extends ClientOptions {
+  /** Milliseconds to wait for a TCP connection (default 1000). */
+  connectTimeoutMs?: number;
+}
+
+/**
+ * Creates a client with a connection of its own (ioredis, which must be installed), set up to fail
+ * fast while cellgate is unreachable: no offline queue, no per-command retries, reconnection in the
+ * background (at most one attempt a second), and connection errors kept out of the log (a failed
+ * call says what happened). `url` as ioredis takes it: `redis://[:password@]host:port`.
+ */
+export async function connect(url: string, options: ConnectOptions = {}): Promise<CellgateClient> {
+  let mod: { Redis?: unknown; default?: unknown };
+  try {
+    mod = (await import('ioredis')) as { Redis?: unknown; default?: unknown };
+  } catch (err) {
+    throw new CellgateError('cellgate/client connect() needs the ioredis package (npm install ioredis), or pass your own connection to new CellgateClient()', { cause: err });
+  }
+  const Redis = (mod.Redis ?? mod.default) as new (url: string, opts: object) => IoredisLike & { on(e: string, f: (err: Error) => void): void; quit(): Promise<unknown>; disconnect(): void };
+  const redis = new Redis(url, {
+    enableOfflineQueue: false,
+    maxRetriesPerRequest: 0,
+    connectTimeout: options.connectTimeoutMs ?? 1000,
+    retryStrategy: (times: number) => Math.min(times * 100, 1000),
+  });
+  // Without a listener ioredis prints every failed reconnection attempt; calls report the outage.
+  redis.on('error', () => {});
+  return new CellgateClient(redis, options, { quit: () => redis.disconnect() });
+}
+
+function checkKey(key: unknown): void {
+  if (typeof key !== 'string' || key.length === 0) throw new CellgateArgumentError('key', `invalid key '${String(key)}': must be a non-empty string`);
+}
+
+function checkInt(name: string, value: unknown, min: number): void {
+  if (typeof value !== 'number' || !Number.isSafeInteger(value)) throw new CellgateArgumentError(name, `invalid ${name} '${String(value)}': not an integer`);
+  if (value < min) throw new CellgateArgumentError(name, `invalid ${name} '${value}': must be >= ${min}`);
+}
+
+function pushLimit(args: string[], l: LimitSpec): void {
+  checkKey(l.key);
+  checkInt('limit', l.limit, 1);
+  checkInt('period_ms', l.periodMs, 1);
+  args.push(String(l.limit), String(l.periodMs));
+  if (l.burst !== undefined) {
+    if (!HAS_BURST.has(l.algorithm)) throw new CellgateArgumentError('BURST', `BURST applies to tokenbucket, leakybucket and gcra only, not ${l.algorithm}`);
+    checkInt('BURST', l.burst, 1);
+    args.push('BURST', String(l.burst));
+  }
+}
+
+function commandOf(algorithm: Algorithm): string {
+  if (Object.hasOwn(RL_COMMAND, algorithm)) return RL_COMMAND[algorithm];
+  throw new CellgateArgumentError('algorithm', `invalid algorithm '${String(algorithm)}': expected one of ${ALGORITHMS.join(', ')}`);
+}
+
+function unexpected(command: string, reply: unknown): CellgateError {
+  return new CellgateError(`unexpected ${command} reply: ${JSON.stringify(reply, (_k, v: unknown) => (typeof v === 'bigint' ? String(v) : v instanceof Map ? Object.fromEntries(v) : v))}`);
+}
+
+function toInt(v: unknown, command: string): number {
+  const n = typeof v === 'number' ? v : typeof v === 'bigint' || typeof v === 'string' ? Number(v) : NaN;
+  if (!Number.isFinite(n)) throw unexpected(command, v);
+  return n;
+}
+
+/**
+ * The six `RL.*` fields from any shape a library gives: an array of six integers (RESP2), a flat
+ * `[name, value, ...]` array (ioredis RESP3 legacy mapping), a `Map`, or a plain object.
+ */
+function rlFields(reply: unknown, command: string): number[] {
+  if (Array.isArray(reply)) {
+    if (reply.length === 6 && reply.every((v) => typeof v !== 'string' || /^-?\d+$/.test(v))) return reply.map((v) => toInt(v, command));
+    if (reply.length === 12) {
+      const byName = new Map<string, unknown>();
+      for (let i = 0; i < 12; i += 2) byName.set(String(reply[i]), reply[i + 1]);
+      return FIELDS.map((f) => toInt(byName.get(f), command));
+    }
+    throw unexpected(command, reply);
+  }
+  if (reply instanceof Map) return FIELDS.map((f) => toInt(reply.get(f), command));
+  if (reply !== null && typeof reply === 'object') return FIELDS.map((f) => toInt((reply as Record<string, unknown>)[f], command));
+  throw unexpected(command, reply);
+}
+
+function fromRl(reply: unknown, command: string): Decision {
+  const [limited, limit, remaining, retryAfterMs, resetAfterMs, delayMs] = rlFields(reply, command);
+  return { limited: limited === 1, limit, remaining, retryAfterMs, resetAfterMs, delayMs };
+}
+
+/** CL.THROTTLE and GCRA answer in whole seconds; the named fields are milliseconds for every command. */
+function fromSeconds(reply: unknown, command: string): Decision {
+  if (!Array.isArray(reply) || reply.length !== 5) throw unexpected(command, reply);
+  const [limited, limit, remaining, retryAfter, resetAfter] = reply.map((v) => toInt(v, command));
+  return {
+    limited: limited === 1,
+    limit,
+    remaining,
+    retryAfterMs: retryAfter < 0 ? -1 : retryAfter * 1000,
+    resetAfterMs: resetAfter * 1000,
+    delayMs: 0,
+  };
+}

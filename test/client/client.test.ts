@@ -1,0 +1,159 @@
+/**
+ * cellgate/client over a real cellgate: the same named fields whatever the library and protocol
+ * (ioredis 6 with its RESP3 default and "legacy" reply mapping, ioredis RESP2, node-redis RESP2 and
+ * RESP3), typed errors naming the argument, a bounded wait, and a package whose main is a library.
+ */
+import { spawnSync } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Redis } from 'ioredis';
+import { createClient } from 'redis';
+import {
+  CellgateArgumentError,
+  CellgateClient,
+  CellgateTimeoutError,
+  CellgateUnavailableError,
+  connect,
+  type Decision,
+} from '../../src/client/index.ts';
+import { freePort, startServer, type RunningServer } from '../helpers/server.ts';
+
+const ROOT = fileURLToPath(new URL('../..', import.meta.url));
+
+let server: RunningServer;
+const closers: (() => unknown)[] = [];
+
+beforeAll(async () => {
+  server = await startServer();
+  const admin = new Redis({ port: server.port, host: '127.0.0.1', protocol: 2 });
+  await admin.call('DEBUG', 'CLOCK', 'SET', '1800000000000');
+  admin.disconnect();
+});
+afterAll(async () => {
+  for (const close of closers) await close();
+  await server?.stop();
+});
+
+async function variants(): Promise<[string, CellgateClient][]> {
+  const io3 = new Redis({ port: server.port, host: '127.0.0.1' }); // ioredis 6 default: RESP3, legacy mapping
+  const io2 = new Redis({ port: server.port, host: '127.0.0.1', protocol: 2 });
+  const nr2 = createClient({ url: `redis://127.0.0.1:${server.port}` });
+  const nr3 = createClient({ url: `redis://127.0.0.1:${server.port}`, RESP: 3 });
+  await Promise.all([nr2.connect(), nr3.connect()]);
+  closers.push(() => io3.disconnect(), () => io2.disconnect(), () => nr2.destroy(), () => nr3.destroy());
+  return [
+    ['ioredis RESP3', new CellgateClient(io3)],
+    ['ioredis RESP2', new CellgateClient(io2)],
+    ['node-redis RESP2', new CellgateClient(nr2)],
+    ['node-redis RESP3', new CellgateClient(nr3)],
+  ];
+}
+
+/** The same sequence of calls, on keys of the variant's own: with the clock frozen, replies must be equal. */
+async function script(c: CellgateClient, p: string): Promise<unknown[]> {
+  const out: unknown[] = [];
+  for (let i = 0; i < 3; i++) out.push(await c.throttle(`${p}:cl`, 1, 1, 60));
+  out.push(await c.throttle(`${p}:cl2`, 5, 5, 1, 10)); // can never fit
+  out.push(await c.gcra(`${p}:g`, 5, 10, 60, 2));
+  for (const algo of ['tokenBucket', 'leakyBucket', 'fixedWindow', 'slidingLog', 'slidingWindow', 'gcraMs'] as const) {
+    for (let i = 0; i < 3; i++) out.push(await c[algo](`${p}:${algo}`, 2, 1000));
+  }
+  out.push(await c.leakyBucket(`${p}:lb`, 5, 1000, { burst: 6, cost: 2 }));
+  out.push(await c.all([
+    { key: `${p}:s`, algorithm: 'slidinglog', limit: 3, periodMs: 1000 },
+    { key: `${p}:3h`, algorithm: 'tokenbucket', limit: 300, periodMs: 10_800_000 },
+  ]));
+  return out;
+}
+
+describe('named fields over every library and protocol', () => {
+  it('returns identical decisions over ioredis RESP3 (default), ioredis RESP2, node-redis RESP2 and RESP3', async () => {
+    const results: [string, unknown[]][] = [];
+    for (const [name, c] of await variants()) results.push([name, await script(c, name.replace(/\W/g, ''))]);
+    const reference = results[1][1]; // ioredis RESP2: plain arrays
+    for (const [, r] of results) expect(r).toEqual(reference);
+
+    const cl = reference.slice(0, 3) as Decision[];
+    expect(cl[0]).toEqual({ limited: false, limit: 2, remaining: 1, retryAfterMs: -1, resetAfterMs: 60_000, delayMs: 0 });
+    expect(cl[2]).toMatchObject({ limited: true, remaining: 0, retryAfterMs: 60_000 });
+    expect(reference[3]).toMatchObject({ limited: true, retryAfterMs: -1 });
+    const tb = reference.slice(5, 8) as Decision[];
+    expect(tb.map((d) => d.limited)).toEqual([false, false, true]);
+    expect(tb[2]).toMatchObject({ limit: 2, remaining: 0, retryAfterMs: 500 });
+    const lb = reference[23] as Decision;
+    expect(lb).toMatchObject({ limited: false, limit: 6, remaining: 4, delayMs: 0 });
+    const queue = reference.slice(8, 11) as Decision[];
+    expect(queue.map((d) => [d.limited, d.delayMs])).toEqual([[false, 0], [false, 500], [true, 0]]);
+    const all = reference[24] as { limited: boolean; results: Decision[] };
+    expect(all.limited).toBe(false);
+    expect(all.results.map((d) => [d.limit, d.remaining])).toEqual([[3, 2], [300, 299]]);
+  });
+});
+
+describe('errors', () => {
+  it('names the argument the server refused, and the one the client refuses before sending', async () => {
+    const io = new Redis({ port: server.port, host: '127.0.0.1' });
+    closers.push(() => io.disconnect());
+    const c = new CellgateClient(io);
+    // A period beyond what the server accepts: only the server knows this bound.
+    const err = await c.tokenBucket('e:1', 1, 2 ** 50).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(CellgateArgumentError);
+    expect((err as CellgateArgumentError).argument).toBe('period_ms');
+    const local = await c.slidingLog('e:2', 0, 1000).catch((e: unknown) => e);
+    expect(local).toBeInstanceOf(CellgateArgumentError);
+    expect((local as CellgateArgumentError).argument).toBe('limit');
+    const burst = await c.fixedWindow('e:3', 5, 1000, { burst: 2 }).catch((e: unknown) => e);
+    expect((burst as CellgateArgumentError).argument).toBe('BURST');
+  });
+
+  it('rejects with CellgateTimeoutError when the server does not answer in time', async () => {
+    const blocker = new Redis({ port: server.port, host: '127.0.0.1', protocol: 2 });
+    const io = new Redis({ port: server.port, host: '127.0.0.1', protocol: 2 });
+    closers.push(() => blocker.disconnect(), () => io.disconnect());
+    await io.ping();
+    const c = new CellgateClient(io, { timeoutMs: 50 });
+    const sleeping = blocker.call('DEBUG', 'SLEEP', '0.5');
+    const err = await c.gcraMs('t:1', 10, 1000).catch((e: unknown) => e);
+    await sleeping;
+    expect(err).toBeInstanceOf(CellgateTimeoutError);
+  });
+
+  it('connect() to a server that is not there fails each call, never hangs', async () => {
+    const port = await freePort();
+    const c = await connect(`redis://127.0.0.1:${port}`, { timeoutMs: 2000 });
+    try {
+      for (let i = 0; i < 3; i++) {
+        const err = await c.throttle('u:1', 5, 10, 60).catch((e: unknown) => e);
+        expect(err).toBeInstanceOf(CellgateUnavailableError);
+      }
+    } finally {
+      await c.close();
+    }
+  });
+});
+
+describe('the package', () => {
+  it('importing it by name gives the client and starts no server', () => {
+    // The package's self-reference resolves through package.json "exports", as for a user.
+    const r = spawnSync(process.execPath, ['--input-type=module', '-e',
+      "const m = await import('cellgate'); const c = await import('cellgate/client'); const e = await import('cellgate/express');" +
+      "const f = await import('cellgate/fastify'); const h = await import('cellgate/http');" +
+      "console.log(typeof m.CellgateClient, m.CellgateClient === c.CellgateClient, typeof e.rateLimit, typeof f.rateLimit, typeof h.createRateLimiter)"],
+      { cwd: ROOT, encoding: 'utf8', timeout: 20_000 });
+    expect(r.signal).toBeNull(); // a server would keep the process alive until the timeout kills it
+    expect(r.stdout.trim()).toBe('function true function function function');
+    expect(r.status).toBe(0);
+  });
+
+  it('npm pack ships the built files, docs and changelog, not src/ or test/', () => {
+    const r = spawnSync('npm', ['pack', '--dry-run', '--json', '--ignore-scripts'], { cwd: ROOT, encoding: 'utf8', timeout: 60_000 });
+    expect(r.status).toBe(0);
+    const files = (JSON.parse(r.stdout) as { files: { path: string }[] }[])[0].files.map((f) => f.path);
+    expect(files).toContain('dist/main.js');
+    expect(files).toContain('dist/client/index.d.ts');
+    expect(files).toContain('dist/http/express.d.ts');
+    expect(files).toContain('CHANGELOG.md');
+    expect(files).toContain('README.md');
+    expect(files.filter((f) => /^(src|test|bench|scripts|examples)\//.test(f) || f.endsWith('.map'))).toEqual([]);
+  });
+});
