@@ -273,12 +273,13 @@ export const throttleCommands: CommandSpec[] = [
   },
   {
     name: 'gcra', arity: -5, flags: ['write', 'denyoom', 'fast'], ...firstKeyOnly(),
-    group: 'string', since: '8.8.0', complexity: 'O(1)',
-    summary: 'Rate limit via GCRA (Redis 8.8 compatible): [limited, limit, remaining, retry_after, reset_after].',
+    // Group, summary and argument names as Redis's src/commands/gcra.json.
+    group: 'rate_limit', since: '8.8.0', complexity: 'O(1)',
+    summary: 'Rate limit via GCRA (Generic Cell Rate Algorithm).',
     args: [
       { name: 'key', type: 'key' },
-      { name: 'max_burst', type: 'integer' },
-      { name: 'tokens_per_period', type: 'integer' },
+      { name: 'max-burst', type: 'integer' },
+      { name: 'tokens-per-period', type: 'integer' },
       { name: 'period', type: 'double' },
       { name: 'count', type: 'integer', token: 'TOKENS', optional: true },
     ],
