@@ -7,7 +7,8 @@ import { readFileSync } from 'node:fs';
 import { splitInlineArgs } from './protocol/inline.js';
 
 type Kind =
-  | { type: 'int'; min: number; max: number }
+  /** `clamp`: accepted anywhere in [min, max], then held to [clamp[0], clamp[1]] (Redis's hz). */
+  | { type: 'int'; min: number; max: number; clamp?: [number, number] }
   | { type: 'memory'; min?: number }
   /** Bytes, not text: kept as a binary string (one char per byte), as keys are. */
   | { type: 'bytes' }
@@ -71,7 +72,7 @@ const DEFS: ConfigDef[] = [
   { name: 'databases', kind: { type: 'int', min: 1, max: 1 }, default: '1', mutable: false, help: 'one database, 0' },
   { name: 'slowlog-log-slower-than', kind: { type: 'int', min: -1, max: Number.MAX_SAFE_INTEGER }, default: '10000', mutable: true, help: 'log commands slower than this many microseconds (-1 = never, 0 = all)' },
   { name: 'slowlog-max-len', kind: { type: 'int', min: 0, max: Number.MAX_SAFE_INTEGER }, default: '128', mutable: true, help: 'entries the slow log keeps' },
-  { name: 'hz', kind: { type: 'int', min: 1, max: 500 }, default: '10', mutable: true, help: 'background task frequency' },
+  { name: 'hz', kind: { type: 'int', min: 0, max: 2_147_483_647, clamp: [1, 500] }, default: '10', mutable: true, help: 'background task frequency (held to 1..500, as Redis)' },
   { name: 'loglevel', kind: { type: 'enum', values: ['debug', 'verbose', 'notice', 'warning', 'nothing'] }, default: 'notice', mutable: true, help: 'log verbosity' },
   { name: 'log-format', kind: { type: 'enum', values: ['human', 'json'] }, default: 'human', mutable: true, help: 'log lines as text or JSON objects' },
   { name: 'logfile', kind: { type: 'string' }, default: '', mutable: false, help: 'log file (empty = stdout)' },
@@ -119,6 +120,7 @@ function canonical(def: ConfigDef, value: string): string {
       if (!/^-?\d+$/.test(value)) throw new ConfigError('argument couldn\'t be parsed into an integer');
       const n = Number(value);
       if (n < k.min || n > k.max) throw new ConfigError(`argument must be between ${k.min} and ${k.max} inclusive`);
+      if (k.clamp !== undefined) return String(Math.min(Math.max(n, k.clamp[0]), k.clamp[1]));
       return String(n);
     }
     case 'memory': {

@@ -12,14 +12,28 @@ import type { SaveMode } from '../persistence/snapshotter.js';
 import { replyHelp } from './connection.js';
 import { noKeys, type CommandContext, type CommandSpec } from './types.js';
 
+/**
+ * CONFIG GET parameter [parameter ...]. As Redis 7: a name without glob characters is looked up
+ * (case-insensitively) and answered under the name as asked; a pattern answers canonical names.
+ * Each option is answered once.
+ */
 function configGet(ctx: CommandContext, argv: CommandArgs): void {
-  const patterns = argv.lowerFrom(2);
-  const pairs = ctx.server.config.matching((name) => patterns.some((p) => globMatch(p, name)));
-  ctx.reply.mapHeader(pairs.length);
-  for (const [name, value] of pairs) {
-    ctx.reply.bulk(name);
-    if (ctx.server.config.isBytes(name)) ctx.reply.bulk(ctx.server.config.bytes(name));
-    else ctx.reply.text(value);
+  const config = ctx.server.config;
+  const answered = new Map<string, string>();
+  for (let i = 2; i < argv.length; i++) {
+    const asked = argv.text(i);
+    const name = asked.toLowerCase();
+    if (!/[*?[]/.test(name)) {
+      if (config.has(name) && !answered.has(name)) answered.set(name, asked);
+      continue;
+    }
+    for (const [n] of config.matching((candidate) => globMatch(name, candidate))) if (!answered.has(n)) answered.set(n, n);
+  }
+  ctx.reply.mapHeader(answered.size);
+  for (const [name, asked] of answered) {
+    ctx.reply.bulk(asked);
+    if (config.isBytes(name)) ctx.reply.bulk(config.bytes(name));
+    else ctx.reply.text(config.get(name));
   }
 }
 
@@ -72,7 +86,7 @@ const CONFIG_HELP = [
   'RESETSTAT',
   '    Reset statistics reported by the INFO command.',
   'HELP',
-  '    Print this help.',
+  '    Prints this help.',
 ];
 
 function time(ctx: CommandContext): void {
@@ -133,7 +147,7 @@ const DEBUG_HELP = [
   'SLEEP <seconds>',
   '    Stop the server for <seconds> (decimals allowed).',
   'HELP',
-  '    Print this help.',
+  '    Prints this help.',
 ];
 
 function debugAllowed(ctx: CommandContext): boolean {

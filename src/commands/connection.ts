@@ -198,7 +198,7 @@ const CLIENT_HELP = [
   'SETNAME <name>',
   '    Assign the name <name> to the current connection.',
   'HELP',
-  '    Print this help.',
+  '    Prints this help.',
 ];
 
 /** Replies with help lines as Redis does: an array of status strings. */
@@ -221,8 +221,9 @@ function clientList(ctx: CommandContext, argv: CommandArgs): void {
     } else if (opt === 'id' && i + 1 < argv.length) {
       ids = new Set();
       for (i++; i < argv.length; i++) {
+        // Any integer, as Redis 7: an ID no client has (0, −1) just lists nothing.
         const id = argv.redisInteger(i);
-        if (id === null || id < 1) {
+        if (id === null) {
           ctx.reply.error('ERR Invalid client ID');
           return;
         }
@@ -312,7 +313,11 @@ function clientKill(ctx: CommandContext, argv: CommandArgs): void {
     } else if (opt === 'maxage') {
       maxAgeSec = parseRedisInteger(value);
       if (maxAgeSec === null) {
-        ctx.reply.error('ERR value is not an integer or out of range');
+        ctx.reply.error('ERR maxage is not an integer or out of range');
+        return;
+      }
+      if (maxAgeSec <= 0) {
+        ctx.reply.error('ERR maxage should be greater than 0');
         return;
       }
     } else {

@@ -4,12 +4,24 @@
  */
 import type { CommandArgs } from '../protocol/command-args.js';
 import os from 'node:os';
+import { randomBytes } from 'node:crypto';
 import { TYPE_NAMES } from '../keyspace/keyspace.js';
 import { REDIS_VERSION, VERSION, type Server } from '../server/server.js';
 import { processMemory } from '../server/memory.js';
 import { noKeys, type CommandContext, type CommandSpec } from './types.js';
 
 type Section = (server: Server, nowUs: number) => [string, string | number][];
+
+/** A server's replication ID: 40 random hex digits made at its first INFO, as Redis makes one at start. */
+const replicationIds = new WeakMap<Server, string>();
+function replicationId(server: Server): string {
+  let id = replicationIds.get(server);
+  if (id === undefined) {
+    id = randomBytes(20).toString('hex');
+    replicationIds.set(server, id);
+  }
+  return id;
+}
 
 function human(bytes: number): string {
   const units = ['B', 'K', 'M', 'G', 'T'];
@@ -98,10 +110,22 @@ const SECTIONS: Record<string, Section> = {
     ['accept_errors', s.stats.acceptErrors],
     ['tls_handshake_timeouts', s.stats.tlsHandshakeTimeouts],
   ],
-  replication: () => [
+  // What Redis 7 prints for a master without replicas: tools read master_replid/offset to tell
+  // servers apart and to wait for replication (here there is none, so the offset stays 0).
+  replication: (s) => [
     ['role', 'master'],
     ['connected_slaves', 0],
+    ['master_failover_state', 'no-failover'],
+    ['master_replid', replicationId(s)],
+    ['master_replid2', '0000000000000000000000000000000000000000'],
+    ['master_repl_offset', 0],
+    ['second_repl_offset', -1],
+    ['repl_backlog_active', 0],
+    ['repl_backlog_size', 1048576],
+    ['repl_backlog_first_byte_offset', 0],
+    ['repl_backlog_histlen', 0],
   ],
+  cluster: () => [['cluster_enabled', 0]],
   cpu: () => {
     const u = process.cpuUsage();
     return [
@@ -126,10 +150,10 @@ const SECTIONS: Record<string, Section> = {
 
 const TITLES: Record<string, string> = {
   server: 'Server', clients: 'Clients', memory: 'Memory', persistence: 'Persistence', stats: 'Stats',
-  replication: 'Replication', cpu: 'CPU', errorstats: 'Errorstats', commandstats: 'Commandstats',
+  replication: 'Replication', cpu: 'CPU', errorstats: 'Errorstats', commandstats: 'Commandstats', cluster: 'Cluster',
   limiter: 'Limiter', keyspace: 'Keyspace',
 };
-const DEFAULT = ['server', 'clients', 'memory', 'persistence', 'stats', 'replication', 'cpu', 'errorstats', 'limiter', 'keyspace'];
+const DEFAULT = ['server', 'clients', 'memory', 'persistence', 'stats', 'replication', 'cpu', 'errorstats', 'cluster', 'limiter', 'keyspace'];
 const ALL = [...DEFAULT.slice(0, -1), 'commandstats', 'keyspace'];
 
 /** Builds the INFO text for the requested sections (Redis's `default`, `all`, `everything` too). */

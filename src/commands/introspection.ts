@@ -8,6 +8,7 @@ import { globMatch } from '../glob.js';
 import { replyHelp } from './connection.js';
 import { noKeys, type ArgDoc, type CommandContext, type CommandSpec } from './types.js';
 import type { ReplyWriter } from '../protocol/reply-writer.js';
+import { memoryCommands } from './memory.js';
 
 /** ACL categories as COMMAND INFO shows them (`@write`); the table computes them (src/acl/categories.ts). */
 function aclCategories(spec: CommandSpec): string[] {
@@ -127,19 +128,19 @@ const COMMAND_HELP = [
   '    If no command names are given, documentation details for all',
   '    commands are returned.',
   'HELP',
-  '    Print this help.',
+  '    Prints this help.',
 ];
 
 function commandInfo(ctx: CommandContext, argv: CommandArgs): void {
   replyCommandInfo(ctx, argv.lowerFrom(2));
 }
 
-/** COMMAND INFO for `names` (all commands when empty; null for unknown names). */
+/** COMMAND INFO for `names` (all commands when empty; a null bulk, as Redis, for unknown names). */
 function replyCommandInfo(ctx: CommandContext, names: string[]): void {
   const specs = names.length === 0 ? allCommands() : names.map((n) => lookupCommand(n));
   ctx.reply.arrayHeader(specs.length);
   for (const s of specs) {
-    if (s === undefined) ctx.reply.nullArray();
+    if (s === undefined) ctx.reply.nullBulk();
     else writeInfo(ctx.reply, s);
   }
 }
@@ -183,6 +184,7 @@ const sub = (name: string, arity: number, summary: string, run: CommandSpec['run
 });
 
 export const introspectionCommands: CommandSpec[] = [
+  ...memoryCommands,
   { name: 'command', arity: -1, flags: ['loading', 'stale'], ...noKeys(), group: 'server', since: '2.8.13', complexity: 'O(N) where N is the total number of commands',
     summary: 'Returns detailed information about all commands.', args: [],
     run: (ctx) => replyCommandInfo(ctx, []),

@@ -48,10 +48,27 @@ function ttlReply(ctx: CommandContext, argv: CommandArgs, inMs: boolean): void {
   ctx.reply.integer(inMs ? ms : Math.floor((ms + 500) / 1000));
 }
 
+const U64_MAX = 2n ** 64n - 1n;
+
+/**
+ * A SCAN cursor read as Redis does (strtoul, base 10, whole argument): an optional sign then
+ * decimal digits; a negative value wraps modulo 2^64, "" is 0, leading whitespace or a value
+ * beyond 2^64 − 1 is refused (null). Cursors past the keyspace's range all mean "the end".
+ */
+export function parseScanCursor(text: string): number | null {
+  const m = /^([+-]?)(\d*)$/.exec(text);
+  if (m === null || (m[2] === '' && m[1] !== '')) return null;
+  if (m[2] === '') return 0;
+  let v = BigInt(m[2]);
+  if (v > U64_MAX) return null;
+  if (m[1] === '-' && v !== 0n) v = 2n ** 64n - v;
+  return v > BigInt(Number.MAX_SAFE_INTEGER) ? Number.MAX_SAFE_INTEGER : Number(v);
+}
+
 function scan(ctx: CommandContext, argv: CommandArgs): void {
   const r = ctx.reply;
-  const cursorText = argv.text(1, 21); // a cursor has at most 20 digits
-  if (!/^\d+$/.test(cursorText) || cursorText.length > 20) {
+  const cursor = parseScanCursor(argv.str(1));
+  if (cursor === null) {
     r.error('ERR invalid cursor');
     return;
   }
@@ -84,7 +101,7 @@ function scan(ctx: CommandContext, argv: CommandArgs): void {
   }
   const ks = ctx.server.keyspace;
   const found: string[] = [];
-  const next = ks.scan(Math.min(Number(cursorText), Number.MAX_SAFE_INTEGER), count, ctx.nowMs, (slot) => {
+  const next = ks.scan(cursor, count, ctx.nowMs, (slot) => {
     const key = ks.keyOf(slot);
     if (pattern !== null && !globMatch(pattern, key)) return;
     if (typeFilter !== null && TYPE_NAMES[ks.typeOf(slot)] !== typeFilter) return;

@@ -18,7 +18,7 @@ const SLOWLOG_HELP = [
   'RESET',
   '    Reset the slowlog.',
   'HELP',
-  '    Print this help.',
+  '    Prints this help.',
 ];
 
 function slowlogGet(ctx: CommandContext, argv: CommandArgs): void {

@@ -1,6 +1,7 @@
 /**
  * CL.THROTTLE (redis-cell 0.5) and GCRA (Redis 8.8). Both keep one TAT per key and share it:
- * TYPE answers `gcra` for either. State in the keyspace: A = TAT whole µs, B = TAT extra ns (0..999).
+ * TYPE answers `gcra` for either. State in the keyspace: A = TAT whole µs, B = TAT extra ns (0..999),
+ * C = GCRA's exact remainder beyond A when its TAT passes 2^53 µs (src/limiters/redis-gcra.ts), else 0.
  */
 import type { CommandArgs } from '../protocol/command-args.js';
 import { createKeyArg, lookupKeyArg } from './args.js';
@@ -68,10 +69,10 @@ function gcraSlot(ctx: CommandContext, argv: CommandArgs): number | null {
 }
 
 /** Stores a TAT and expiry, creating the key (argument 1) if needed. */
-function storeTat(ctx: CommandContext, argv: CommandArgs, slot: number, tatUs: number, tatNs: number, expireAtMs: number): void {
+function storeTat(ctx: CommandContext, argv: CommandArgs, slot: number, tatUs: number, tatNs: number, expireAtMs: number, tatRestUs = 0): void {
   const ks = ctx.server.keyspace;
   if (slot === -1) slot = createKeyArg(ks, argv, 1, KeyType.Gcra);
-  ks.setState(slot, tatUs, tatNs);
+  ks.setState(slot, tatUs, tatNs, tatRestUs);
   ks.setExpireAtMs(slot, expireAtMs);
 }
 
@@ -170,8 +171,11 @@ function parseClThrottle(ctx: CommandContext, argv: CommandArgs): boolean {
 const clThrottleCounter = new LimiterCounter('cl.throttle');
 const gcraCounter = new LimiterCounter('gcra');
 
-/** Redis's getRangeLongFromObjectOrReply(c, o, 1, LONG_MAX, ..., NULL). */
-function positiveLong(ctx: CommandContext, argv: CommandArgs, i: number): number | null {
+/**
+ * Redis's getRangeLongFromObjectOrReply(c, o, 1, LONG_MAX, ..., NULL). A value above 2^53 comes back
+ * as an exact bigint (GCRA's arithmetic needs it exactly; a number would be rounded).
+ */
+function positiveLong(ctx: CommandContext, argv: CommandArgs, i: number): number | bigint | null {
   const n = argv.redisInteger(i);
   if (n === null) {
     ctx.reply.error('ERR value is not an integer or out of range');
@@ -181,8 +185,10 @@ function positiveLong(ctx: CommandContext, argv: CommandArgs, i: number): number
     ctx.reply.error('ERR value is out of range, value must between 1 and 9223372036854775807');
     return null;
   }
-  return n;
+  return n > Number.MAX_SAFE_INTEGER ? BigInt(argv.text(i)) : n;
 }
+
+const GCRA_OVERFLOW = 'ERR GCRA limiting uses microsecond accuracy. Combination of period, tokens_per_period and';
 
 function gcra(ctx: CommandContext, argv: CommandArgs): void {
   const r = ctx.reply;
@@ -190,11 +196,12 @@ function gcra(ctx: CommandContext, argv: CommandArgs): void {
     r.error("ERR wrong number of arguments for 'gcra' command");
     return;
   }
-  const maxBurst = argv.redisInteger(2);
-  if (maxBurst === null || maxBurst < 0) {
+  const burstArg = argv.redisInteger(2);
+  if (burstArg === null || burstArg < 0) {
     r.error('ERR value is out of range, must be positive');
     return;
   }
+  const maxBurst = burstArg > Number.MAX_SAFE_INTEGER ? BigInt(argv.text(2)) : burstArg;
   const tokensPerPeriod = positiveLong(ctx, argv, 3);
   if (tokensPerPeriod === null) return;
   const period = argv.redisDouble(4);
@@ -206,7 +213,7 @@ function gcra(ctx: CommandContext, argv: CommandArgs): void {
     r.error('ERR period must be > 0 and < 1e12');
     return;
   }
-  let tokens = 1;
+  let tokens: number | bigint = 1;
   if (argv.length >= 6) {
     if (argv.lower(5) !== 'tokens') {
       r.error('ERR syntax error');
@@ -222,18 +229,32 @@ function gcra(ctx: CommandContext, argv: CommandArgs): void {
   }
   const slot = gcraSlot(ctx, argv);
   if (slot === null) return;
-  const params = gcraParams(maxBurst, tokensPerPeriod, period, tokens);
+  // C divides by the long converted to double: the nearest double, as Number() gives.
+  const params = gcraParams(maxBurst, Number(tokensPerPeriod), period, tokens);
   if (params === 'tokens-overflow' || params === 'burst-overflow') {
-    const what = params === 'tokens-overflow' ? 'TOKENS' : 'max_burst';
-    r.error(`ERR GCRA limiting uses microsecond accuracy. Combination of period, tokens_per_period and ${what} would cause an overflow`);
+    r.error(`${GCRA_OVERFLOW} ${params === 'tokens-overflow' ? 'TOKENS' : 'max_burst'} would cause an overflow`);
     return;
   }
   const ks = ctx.server.keyspace;
   const d = gcraDecision;
-  gcraDecide(params, slot !== -1, slot !== -1 ? ks.getA(slot) : 0, ctx.nowUs, d);
-  if (d.write) storeTat(ctx, argv, slot, d.tatUs, 0, d.expireAtMs);
+  if (slot !== -1) gcraDecide(params, true, ks.getA(slot), ctx.nowUs, d, ks.getC(slot));
+  else gcraDecide(params, false, 0, ctx.nowUs, d);
+  if (d.overflow) {
+    r.error(`${GCRA_OVERFLOW} TOKENS would cause an overflow`);
+    return;
+  }
+  if (d.write) storeTat(ctx, argv, slot, d.tatUs, 0, d.expireAtMs, d.tatRestUs);
   gcraCounter.count(ctx.server.stats, d.limited);
-  replyFive(ctx, d.limited, d.limit, d.remaining, d.retryAfterSec, d.resetAfterSec);
+  if (!d.wide) {
+    replyFive(ctx, d.limited, d.limit, d.remaining, d.retryAfterSec, d.resetAfterSec);
+    return;
+  }
+  // limit or remaining beyond 2^53: written from the exact bigints.
+  r.arrayHeader(5);
+  r.integer(d.limited ? 1 : 0);
+  r.raw(`:${d.wideLimit}\r\n:${d.wideRemaining}\r\n`);
+  r.integer(d.retryAfterSec);
+  r.integer(d.resetAfterSec);
 }
 
 export const throttleCommands: CommandSpec[] = [
@@ -252,12 +273,13 @@ export const throttleCommands: CommandSpec[] = [
   },
   {
     name: 'gcra', arity: -5, flags: ['write', 'denyoom', 'fast'], aclExtra: ['string', 'limiter'], ...firstKeyOnly(),
-    group: 'string', since: '8.8.0', complexity: 'O(1)',
-    summary: 'Rate limit via GCRA (Redis 8.8 compatible): [limited, limit, remaining, retry_after, reset_after].',
+    // Group, summary and argument names as Redis's src/commands/gcra.json.
+    group: 'rate_limit', since: '8.8.0', complexity: 'O(1)',
+    summary: 'Rate limit via GCRA (Generic Cell Rate Algorithm).',
     args: [
       { name: 'key', type: 'key' },
-      { name: 'max_burst', type: 'integer' },
-      { name: 'tokens_per_period', type: 'integer' },
+      { name: 'max-burst', type: 'integer' },
+      { name: 'tokens-per-period', type: 'integer' },
       { name: 'period', type: 'double' },
       { name: 'count', type: 'integer', token: 'TOKENS', optional: true },
     ],

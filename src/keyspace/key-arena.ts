@@ -52,6 +52,11 @@ export class KeyArena {
    */
   bytes = 0;
 
+  /** The bytes a stored key of `len` bytes counts in `bytes` (its chunk, or itself when big). */
+  static costOf(len: number): number {
+    return len > MAX_CHUNK ? len : CLASS_SIZES[CLASS_OF_LENGTH[len]];
+  }
+
   /** Copies `src[start, end)` in and returns its ref (the length is the caller's to keep). */
   store(src: Uint8Array, start: number, end: number): number {
     const len = end - start;

@@ -250,6 +250,12 @@ export class KeyTable {
     return this.word(slot, LENGTH);
   }
 
+  /** What `slot` adds to usedBytes: its record, and its key's arena chunk when the key is long. */
+  slotBytes(slot: number): number {
+    const len = this.word(slot, LENGTH);
+    return RECORD_BYTES + (len > INLINE_BYTES ? KeyArena.costOf(len) : 0);
+  }
+
   /** Copies the key of `slot` into `target` at `offset`; returns its length. */
   copyKey(slot: number, target: Buffer, offset: number): number {
     const len = this.word(slot, LENGTH);

@@ -186,6 +186,15 @@ export class Keyspace {
   }
 
   /**
+   * Bytes one key counts in datasetBytes (MEMORY USAGE): its record, its long key's arena chunk and
+   * its blob with the blob's overhead. The index table's share (4 B a position) is left out.
+   */
+  keyBytes(slot: number): number {
+    const blob = this.blobs.size > 0 ? this.blobs.get(slot) : undefined;
+    return this.index.slotBytes(slot) + (blob === undefined ? 0 : blob.byteLength + BLOB_OVERHEAD_BYTES);
+  }
+
+  /**
    * The slot of the live key `bytes[start, end)`, or -1. An expired key found here is gone from then
    * on (see expiredSlot).
    */

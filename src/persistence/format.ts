@@ -174,7 +174,9 @@ function isIntIn(x: number, min: number, max: number): boolean {
  * - every key: expireAtMs an integer ms in [0, 2^53 − 1] (a token bucket of limit 1 refilling one
  *   unit per ms with a 2^52 deficit legitimately expires 2^52 ms ahead); a blob only on a sliding log.
  * - gcra: A = TAT whole µs, an integer in [0, 2^53 − 1]; B = the TAT's extra ns, an integer 0..999;
- *   C = 0.
+ *   C = 0. Or, for a GCRA TAT past 2^53 µs (src/limiters/redis-gcra.ts): A = the nearest double of
+ *   the TAT, B = 0, C = the exact remainder TAT − A (an integer of at most 1024 either way), the TAT
+ *   at most 2^63 − 1.
  * - tokenbucket, leakybucket: A = time of the last write (ms), an integer in [0, expireAtMs];
  *   B = deficit in scaled units, an integer in [0, MAX_SCALED]; C = 0.
  * - fixedwindow: A = window start, an integer in [0, expireAtMs]; B = count in [0, MAX_SCALED]; C = 0.
@@ -193,9 +195,15 @@ export function entryProblem(type: number, expireAtMs: number, a: number, b: num
   if (blob !== undefined && type !== KeyType.SlidingLog) return `a ${TYPE_NAMES[type]} key carries a blob`;
   switch (type) {
     case KeyType.Gcra:
-      if (!isIntIn(a, 0, Number.MAX_SAFE_INTEGER)) return `gcra TAT ${a} µs is not an integer in [0, 2^53)`;
+      if (a > Number.MAX_SAFE_INTEGER && Number.isInteger(a)) {
+        if (b !== 0) return `gcra TAT extra nanoseconds ${b} on a TAT past 2^53 µs, expected 0`;
+        if (!isIntIn(c, -1024, 1024)) return `gcra TAT remainder ${c} µs is not an integer in [-1024, 1024]`;
+        if (BigInt(a) + BigInt(c) > 9223372036854775807n) return `gcra TAT ${BigInt(a) + BigInt(c)} µs is above 2^63 - 1`;
+        return null;
+      }
+      if (!isIntIn(a, 0, Number.MAX_SAFE_INTEGER)) return `gcra TAT ${a} µs is not an integer in [0, 2^63)`;
       if (!isIntIn(b, 0, 999)) return `gcra TAT extra nanoseconds ${b} is not an integer in [0, 999]`;
-      if (c !== 0) return `gcra state C is ${c}, expected 0`;
+      if (c !== 0) return `gcra state C is ${c}, expected 0 below 2^53 µs`;
       return null;
     case KeyType.TokenBucket:
     case KeyType.LeakyBucket:

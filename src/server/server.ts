@@ -26,7 +26,7 @@ import { createTlsServer, tlsPeerRefused } from './tls.js';
 import { errorText, Tasks } from './tasks.js';
 import { DescriptorBudget } from './fd-limit.js';
 
-export const VERSION = '0.1.0';
+export const VERSION = '0.2.0';
 /** The Redis version whose protocol and replies cellgate matches (INFO redis_version, HELLO). */
 export const REDIS_VERSION = '7.2.4';
 

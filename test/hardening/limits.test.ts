@@ -279,7 +279,7 @@ describe('CLIENT KILL and CLIENT LIST', () => {
       // Three arguments are the old form, whatever they say.
       expect(await me.call('CLIENT', 'KILL', 'ID')).toEqual({ error: 'ERR No such client' });
       expect(await me.call('CLIENT', 'KILL', 'ID', '1', 'SKIPME')).toEqual({ error: 'ERR syntax error' });
-      expect(await me.call('CLIENT', 'KILL', 'MAXAGE', 'old')).toEqual({ error: 'ERR value is not an integer or out of range' });
+      expect(await me.call('CLIENT', 'KILL', 'MAXAGE', 'old')).toEqual({ error: 'ERR maxage is not an integer or out of range' });
       expect(await me.call('CLIENT', 'KILL', 'NOPE', 'x')).toEqual({ error: 'ERR syntax error' });
       // MAXAGE spares young clients; LADDR with SKIPME (default yes) spares the caller.
       const e = await named('e');

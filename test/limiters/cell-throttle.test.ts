@@ -560,7 +560,7 @@ class RefGcraKey {
   }
 }
 
-function gparams(burst: number, tokensPerPeriod: number, period: number, tokens = 1): GcraParams {
+function gparams(burst: number | bigint, tokensPerPeriod: number, period: number, tokens: number | bigint = 1): GcraParams {
   const p = gcraParams(burst, tokensPerPeriod, period, tokens);
   if (typeof p !== 'object') throw new Error(p);
   return p;
@@ -570,16 +570,19 @@ describe('GCRA (Redis 8.8): hand-checked cases', () => {
   const T0 = EPOCH_US; // a whole second
 
   it('emission interval: (long long)(period·1e6 / tokens + 0.5), at least 1 µs; variance = E·(burst+1)', () => {
-    expect(gparams(1, 2, 3)).toEqual({ limit: 2, emissionUs: 1_500_000, varianceUs: 3_000_000, incrementUs: 1_500_000 });
+    expect(gparams(1, 2, 3)).toEqual({ limit: 2, emissionUs: 1_500_000, varianceUs: 3_000_000, incrementUs: 1_500_000, wide: null });
     expect(gparams(0, 3, 1).emissionUs).toBe(333_333); // 333333.33 + 0.5 → 333333
     expect(gparams(0, 3, 2).emissionUs).toBe(666_667); // 666666.67 + 0.5 → 666667
     expect(gparams(0, 3_000_000, 1).emissionUs).toBe(1); // 0.33 + 0.5 → 0 → at least 1
-    expect(gparams(4, 10, 0.5, 3)).toEqual({ limit: 5, emissionUs: 50_000, varianceUs: 250_000, incrementUs: 150_000 });
+    expect(gparams(4, 10, 0.5, 3)).toEqual({ limit: 5, emissionUs: 50_000, varianceUs: 250_000, incrementUs: 150_000, wide: null });
   });
 
   it('overflow checks name TOKENS or max_burst as Redis does', () => {
-    expect(gcraParams(9223372036854775806, 1, 999999999999, 1)).toBe('burst-overflow');
-    expect(gcraParams(0, 1, 999999999999, 9223372036854775807)).toBe('tokens-overflow');
+    expect(gcraParams(9223372036854775806n, 1, 999999999999, 1)).toBe('burst-overflow');
+    expect(gcraParams(0, 1, 999999999999, 9223372036854775807n)).toBe('tokens-overflow');
+    // E·n exactly 2^63 − 1 passes (2^63 − 1 = 7²·73·127·337 · 92737·649657): E = 153092023 µs.
+    expect(gparams(0, 1, 153.092023, 92737 * 649657).wide).toEqual({ limit: 1n, emissionUs: 153092023n, varianceUs: 153092023n, incrementUs: 2n ** 63n - 1n });
+    expect(gcraParams(0, 1, 153.092023, 92737 * 649657 + 1)).toBe('tokens-overflow');
   });
 
   it('burst 1, 2 per 3 s: two allowed, the third limited until the next 1.5 s', () => {

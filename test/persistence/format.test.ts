@@ -137,3 +137,20 @@ describe('snapshot format', () => {
     expect(wrong).toEqual([]);
   });
 });
+
+describe('gcra state past 2^53 µs (GCRA over Redis\'s 64-bit range)', () => {
+  it('the validator takes the nearest double plus an exact remainder, up to 2^63 − 1, and nothing else', async () => {
+    const { entryProblem } = await import('../../src/persistence/format.js');
+    const top = 2 ** 63; // the nearest double of 2^63 − 1
+    expect(entryProblem(KeyType.Gcra, 1000, 12345, 999, 0, undefined)).toBeNull();
+    expect(entryProblem(KeyType.Gcra, Number.MAX_SAFE_INTEGER, top, 0, -1, undefined)).toBeNull();
+    expect(entryProblem(KeyType.Gcra, Number.MAX_SAFE_INTEGER, 2 ** 60, 0, 100, undefined)).toBeNull();
+    expect(entryProblem(KeyType.Gcra, Number.MAX_SAFE_INTEGER, top, 0, 0, undefined)).toMatch(/above 2\^63 - 1/);
+    expect(entryProblem(KeyType.Gcra, Number.MAX_SAFE_INTEGER, 2 ** 60, 5, 0, undefined)).toMatch(/extra nanoseconds/);
+    expect(entryProblem(KeyType.Gcra, Number.MAX_SAFE_INTEGER, 2 ** 60, 0, 2000, undefined)).toMatch(/remainder/);
+    expect(entryProblem(KeyType.Gcra, Number.MAX_SAFE_INTEGER, 2 ** 60, 0, 0.5, undefined)).toMatch(/remainder/);
+    // Below 2^53 the remainder must be 0 (CL.THROTTLE and RL.GCRA write their ns in B).
+    expect(entryProblem(KeyType.Gcra, 1000, 12345, 0, 1, undefined)).toMatch(/expected 0/);
+    expect(entryProblem(KeyType.Gcra, 1000, Infinity, 0, 0, undefined)).not.toBeNull();
+  });
+});

@@ -17,7 +17,7 @@ describe('startup', () => {
     const s = await startServer();
     try {
       const ready = s.logs.map((l) => JSON.parse(l) as Record<string, unknown>).find((l) => String(l.msg).includes('ready'))!;
-      expect(ready).toMatchObject({ level: 'notice', version: '0.1.0', port: s.port, pid: s.proc.pid });
+      expect(ready).toMatchObject({ level: 'notice', version: '0.2.0', port: s.port, pid: s.proc.pid });
     } finally {
       await s.stop();
     }
@@ -90,6 +90,6 @@ describe('startup', () => {
   it('--version prints the version', () => {
     const r = runToExit(['--version']);
     expect(r.status).toBe(0);
-    expect(r.stdout).toBe('cellgate 0.1.0\n');
+    expect(r.stdout).toBe('cellgate 0.2.0\n');
   });
 });
