@@ -4,7 +4,7 @@
  *   `kubernetes-models` (tommy351/kubernetes-models-ts, a dev dependency): it ships the schemas of
  *   every built-in kind compiled to ajv validators, offline (no cluster, no download), is generated
  *   from a recent Kubernetes release (it knows the native-sidecar `restartPolicy` of init containers)
- *   and is kept up to date. Its schemas accept unknown fields (as the API server does without
+ *   and is kept up to date. Version 4 (5 needs Node 22; the project supports Node 20). Its schemas accept unknown fields (as the API server does without
  *   field validation), so the recipe's own checks below name the fields that matter.
  * - The sidecar's arguments and environment start a real cellgate whose /healthz and /readyz answer.
  * - examples/grafana/cellgate.json: no dashboard JSON schema is published on npm (@grafana/schema has
