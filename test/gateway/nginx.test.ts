@@ -52,6 +52,9 @@ async function startNginx(confName: string, vars: Record<string, string | number
   expect(conf).toContain('listen 127.0.0.1:8080;');
   conf = conf.replace('listen 127.0.0.1:8080;', `listen 127.0.0.1:${port};`).replace(/127\.0\.0\.1:8081/g, `127.0.0.1:${appPort}`);
   for (const [name, value] of Object.entries(vars)) conf = setVar(conf, name, value);
+  // The example's 50 ms timeout fails open when cellgate is slow; on a loaded test machine that would
+  // turn a 429 into a 200, so the tests give cellgate time (the unreachable case fails at once anyway).
+  if (confName === 'nginx.conf') conf = setVar(conf, 'cellgate_timeout_ms', 5000);
   conf = edit(conf);
   writeFileSync(join(dir, 'nginx.conf'), conf);
   copyFileSync(join(EXAMPLE, 'cellgate.lua'), join(dir, 'cellgate.lua'));
