@@ -225,4 +225,33 @@ describe.skipIf(missing.length > 0)(`nginx gateway (examples/nginx)${missing.len
     await open.stop();
     await shut.stop();
   });
+
+  it('cellgate stopped and started again: requests pass unlimited while it is down (allow), limited again once it is back', async () => {
+    const port = await freePort();
+    const vars = { cellgate_port: port, cellgate_unavailable: 'allow', cellgate_count: 1, cellgate_period: 60 };
+    let first: RunningServer | null = await startServer({ args: ['--port', String(port)] });
+    let second: RunningServer | null = null;
+    const n = await startNginx('nginx.conf', vars);
+    try {
+      const limited = await request(n);
+      expect([limited.status, limited.headers.get('ratelimit')]).toEqual([200, '"default";r=5;t=60']);
+      await first.stop();
+      first = null;
+      const down: Answer[] = [];
+      for (let i = 0; i < 10; i++) down.push(await request(n));
+      // Fail open: every request through, none with RateLimit fields (nothing was decided).
+      expect(statuses(down)).toEqual({ 200: 10 });
+      expect(down.every((a) => a.headers.get('ratelimit') === null)).toBe(true);
+      second = await startServer({ args: ['--port', String(port)] });
+      const back: Answer[] = [];
+      for (let i = 0; i < 8; i++) back.push(await request(n));
+      // A fresh cellgate (no snapshot shared with the first): a fresh burst of 6, then 429s.
+      expect(back.map((a) => a.status)).toEqual([200, 200, 200, 200, 200, 200, 429, 429]);
+      expect(back[0].headers.get('ratelimit')).toBe('"default";r=5;t=60');
+    } finally {
+      await n.stop();
+      await first?.stop();
+      await second?.stop();
+    }
+  });
 });
