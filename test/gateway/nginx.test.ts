@@ -72,7 +72,8 @@ async function startNginx(confName: string, vars: Record<string, string | number
   }
   const errorLog = () => (existsSync(join(dir, 'error.log')) ? readFileSync(join(dir, 'error.log'), 'utf8') : '');
   if (!up) {
-    proc.kill('SIGKILL');
+    // SIGTERM, not SIGKILL: the master stops its worker, which SIGKILL would leave running.
+    proc.kill('SIGTERM');
     await exited;
     const log = errorLog();
     rmSync(dir, { recursive: true, force: true });
