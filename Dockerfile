@@ -40,7 +40,10 @@ RUN mkdir -p /data && chown node:node /data
 USER node
 WORKDIR /data
 VOLUME /data
-EXPOSE 6379
+# 6379: RESP. 9121: the metrics port (/metrics, /healthz, /readyz), off until it is turned on, e.g.
+# `-e CELLGATE_METRICS_PORT=9121 -e CELLGATE_METRICS_BIND=0.0.0.0` (it has no password: publish it
+# only to the scraper; examples/kubernetes probes it).
+EXPOSE 6379 9121
 # PING over RESP from inside the container (loopback, so protected mode does not apply); AUTHs with
 # CELLGATE_REQUIREPASS when it is set.
 HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 CMD ["node", "/app/healthcheck.mjs"]

@@ -1,6 +1,8 @@
 /**
  * Prometheus metrics: `GET /metrics` on `metrics-port` (off when 0), in the text exposition format,
- * on the addresses of `metrics-bind` (loopback by default: the numbers tell who uses the server and
+ * and the health endpoints probes poll (README "Health and metrics"): `GET /healthz` answers 200
+ * while the process serves, `GET /readyz` 200 when the server can take traffic, else 503 with the
+ * reason (see `notReadyReason`). All of it on the addresses of `metrics-bind` (loopback by default: the numbers tell who uses the server and
  * how, and the port has no password). The numbers are the ones INFO shows, named the Prometheus way
  * (`_total` counters, base units). At most METRICS_MAX_CONNECTIONS connections are open at once and
  * each is closed after METRICS_IDLE_MS without a complete request, so idle connections to this port
@@ -10,7 +12,9 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { TYPE_NAMES } from '../keyspace/keyspace.js';
 import { VERSION, REDIS_VERSION, METRICS_MAX_CONNECTIONS, type Server } from './server.js';
+import type { CommandStat } from './stats.js';
 import { processMemory } from './memory.js';
+import { DURATION_BOUNDS_US } from './stats.js';
 
 /** A scrape connection is closed after this long without a complete request (headers or body) or while idle. */
 const METRICS_IDLE_MS = 10_000;
@@ -25,6 +29,40 @@ function family(name: string, type: 'counter' | 'gauge', help: string, samples: 
     out += `${name}${l} ${Number.isFinite(value) ? value : 0}\n`;
   }
   return out;
+}
+
+/** The `le` label of each bucket, in seconds, rendered once. */
+const DURATION_LE = [...DURATION_BOUNDS_US.map((us) => String(us / 1e6)), '+Inf'];
+
+/**
+ * The per-command latency histogram, from the non-cumulative bucket counts execute() keeps: buckets
+ * made cumulative here, `_count` their total (every timed call is in exactly one bucket).
+ */
+function durationHistogram(commands: Map<string, CommandStat>): string {
+  const name = 'cellgate_command_duration_seconds';
+  let out = `# HELP ${name} Time to run each command (histogram; calls refused before running are not timed).\n# TYPE ${name} histogram\n`;
+  for (const [command, c] of commands) {
+    const label = escapeLabel(command);
+    let cumulative = 0;
+    for (let i = 0; i < c.durationBuckets.length; i++) {
+      cumulative += c.durationBuckets[i];
+      out += `${name}_bucket{command="${label}",le="${DURATION_LE[i]}"} ${cumulative}\n`;
+    }
+    out += `${name}_sum{command="${label}"} ${c.usec / 1e6}\n${name}_count{command="${label}"} ${cumulative}\n`;
+  }
+  return out;
+}
+
+/**
+ * Why the server should not take traffic now, or null when it is ready: the snapshot is still
+ * loading (commands get LOADING), or the last background save failed (the limits would not survive
+ * a restart; with stop-writes-on-bgsave-error writes are refused too). A storage backend, when there
+ * is one, adds its state here: this function is the one place readiness is decided.
+ */
+export function notReadyReason(server: Server): string | null {
+  if (server.snapshots.loading) return 'loading the snapshot';
+  if (!server.snapshots.lastBgsaveSucceeded) return 'the last background save failed (INFO persistence rdb_last_bgsave_status:err)';
+  return null;
 }
 
 function escapeLabel(value: string): string {
@@ -58,6 +96,7 @@ export function metricsText(server: Server): string {
     family('cellgate_commands_processed_total', 'counter', 'Commands run.', [[null, s.totalCommands]]),
     family('cellgate_command_calls_total', 'counter', 'Calls per command.', calls),
     family('cellgate_command_duration_seconds_total', 'counter', 'Time spent running each command.', seconds),
+    durationHistogram(s.commands),
     family('cellgate_command_errors_total', 'counter', 'Calls per command answered with an error or refused.', failed),
     family('cellgate_limiter_decisions_total', 'counter', 'Limiter decisions per command and result.', limiterSamples),
     family('cellgate_keys', 'gauge', 'Keys in the keyspace per algorithm.', keys),
@@ -82,8 +121,20 @@ export async function startMetrics(server: Server, addresses: string[], port: nu
   const perListener = Math.max(1, Math.floor(METRICS_MAX_CONNECTIONS / Math.max(1, addresses.length)));
   for (const address of addresses) {
     const listener = http.createServer({ headersTimeout: METRICS_IDLE_MS, requestTimeout: METRICS_IDLE_MS, keepAliveTimeout: 5000 }, (req, res) => {
-      if (req.method !== 'GET' || (req.url !== '/metrics' && req.url !== '/')) {
-        res.writeHead(404, { 'content-type': 'text/plain' }).end('not found: try /metrics\n');
+      const path = (req.url ?? '').split('?', 1)[0];
+      if (req.method === 'GET' && path === '/healthz') {
+        // Answered from the event loop: a process that answers is alive (a hung loop answers nothing).
+        res.writeHead(200, { 'content-type': 'text/plain' }).end('ok\n');
+        return;
+      }
+      if (req.method === 'GET' && path === '/readyz') {
+        const reason = notReadyReason(server);
+        if (reason === null) res.writeHead(200, { 'content-type': 'text/plain' }).end('ready\n');
+        else res.writeHead(503, { 'content-type': 'text/plain' }).end(`not ready: ${reason}\n`);
+        return;
+      }
+      if (req.method !== 'GET' || (path !== '/metrics' && path !== '/')) {
+        res.writeHead(404, { 'content-type': 'text/plain' }).end('not found: try /metrics, /healthz or /readyz\n');
         return;
       }
       let body: string;

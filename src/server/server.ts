@@ -21,7 +21,7 @@ import { Client } from './client.js';
 import { startMetrics } from './metrics.js';
 import { SlowLog } from './slowlog.js';
 import { MemoryGuard, OOM_MESSAGE } from './memory.js';
-import { Stats, type CommandStat } from './stats.js';
+import { Stats, recordDuration, type CommandStat } from './stats.js';
 import { createTlsServer, tlsPeerRefused } from './tls.js';
 import { errorText, Tasks } from './tasks.js';
 import { DescriptorBudget } from './fd-limit.js';
@@ -514,6 +514,7 @@ export class Server {
     const ended = performance.now();
     const durationUs = (ended - started) * 1000;
     stat.usec += durationUs;
+    recordDuration(stat, durationUs);
     this.perfMark = ended;
     if (durationUs >= this.slowlogThresholdUs && this.slowlogThresholdUs >= 0) {
       // ACL SETUSER carries passwords too (`>secret`), as AUTH and HELLO do.

@@ -7,6 +7,30 @@ export interface CommandStat {
   usec: number;
   rejectedCalls: number;
   failedCalls: number;
+  /**
+   * Calls per duration bucket, not cumulative: `durationBuckets[i]` counts the calls that took more
+   * than DURATION_BOUNDS_US[i - 1] and at most DURATION_BOUNDS_US[i] µs; the last slot is the
+   * overflow (+Inf). Allocated once with the stat, so counting a call allocates nothing.
+   */
+  durationBuckets: Float64Array;
+}
+
+/**
+ * Upper bounds (µs) of the `cellgate_command_duration_seconds` histogram buckets. A limiter call takes
+ * a few µs, so Prometheus's default buckets (5 ms to 10 s) would put every call in the first one:
+ * these start at 10 µs and go to 1 s, in the usual 1-2.5-5 steps.
+ */
+export const DURATION_BOUNDS_US: readonly number[] = [10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10_000, 25_000, 100_000, 1_000_000];
+const DURATION_BUCKETS = DURATION_BOUNDS_US.length;
+
+/**
+ * Counts one call of `durationUs` in its histogram bucket: a walk up from the first bound, so a
+ * typical call (under 10 or 25 µs) costs one or two comparisons and an increment.
+ */
+export function recordDuration(stat: CommandStat, durationUs: number): void {
+  let b = 0;
+  while (b < DURATION_BUCKETS && durationUs > DURATION_BOUNDS_US[b]) b++;
+  stat.durationBuckets[b]++;
 }
 
 export interface LimiterStat {
@@ -69,7 +93,7 @@ export class Stats {
   command(name: string): CommandStat {
     let s = this.commands.get(name);
     if (s === undefined) {
-      s = { calls: 0, usec: 0, rejectedCalls: 0, failedCalls: 0 };
+      s = { calls: 0, usec: 0, rejectedCalls: 0, failedCalls: 0, durationBuckets: new Float64Array(DURATION_BUCKETS + 1) };
       this.commands.set(name, s);
     }
     return s;

@@ -1,0 +1,242 @@
+/**
+ * The deployment examples, checked against their schemas and against a real cellgate:
+ * - examples/kubernetes/*.yaml validate against the Kubernetes API's OpenAPI schemas. The validator is
+ *   `kubernetes-models` (tommy351/kubernetes-models-ts, a dev dependency): it ships the schemas of
+ *   every built-in kind compiled to ajv validators, offline (no cluster, no download), is generated
+ *   from a recent Kubernetes release (it knows the native-sidecar `restartPolicy` of init containers)
+ *   and is kept up to date. Version 4 (5 needs Node 22; the project supports Node 20). Its schemas accept unknown fields (as the API server does without
+ *   field validation), so the recipe's own checks below name the fields that matter.
+ * - The sidecar's arguments and environment start a real cellgate whose /healthz and /readyz answer.
+ * - examples/grafana/cellgate.json: no dashboard JSON schema is published on npm (@grafana/schema has
+ *   TypeScript types only), so its structure is checked here, and every metric and label its PromQL
+ *   names must be in a real scrape. examples/prometheus/alerts.yml the same way (promtool is not
+ *   packaged without the whole Prometheus server).
+ */
+import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { parseAllDocuments, parse as parseYaml } from 'yaml';
+import { Redis } from 'ioredis';
+import { Deployment } from 'kubernetes-models/apps/v1/Deployment';
+import { StatefulSet } from 'kubernetes-models/apps/v1/StatefulSet';
+import { Secret } from 'kubernetes-models/v1/Secret';
+import { Service } from 'kubernetes-models/v1/Service';
+import { freePort, startServer, type RunningServer } from '../helpers/server.js';
+import { parseExposition, type Exposition } from './prometheus.js';
+
+const ROOT = fileURLToPath(new URL('../../', import.meta.url));
+const K8S_DIR = join(ROOT, 'examples/kubernetes');
+
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+type Doc = any;
+interface Validatable { validate(): void }
+const KINDS: Record<string, new (data: Doc) => Validatable> = {
+  'apps/v1 Deployment': Deployment,
+  'apps/v1 StatefulSet': StatefulSet,
+  'v1 Secret': Secret,
+  'v1 Service': Service,
+};
+
+function manifests(): { file: string; doc: Doc }[] {
+  const out: { file: string; doc: Doc }[] = [];
+  for (const file of readdirSync(K8S_DIR).filter((f) => f.endsWith('.yaml'))) {
+    for (const d of parseAllDocuments(readFileSync(join(K8S_DIR, file), 'utf8'))) {
+      expect(d.errors, file).toEqual([]);
+      out.push({ file, doc: d.toJS() });
+    }
+  }
+  return out;
+}
+
+function validate(doc: Doc): void {
+  const Kind = KINDS[`${doc.apiVersion} ${doc.kind}`];
+  if (Kind === undefined) throw new Error(`no schema registered for ${doc.apiVersion} ${doc.kind}`);
+  new Kind(doc).validate();
+}
+
+function sidecarDeployment(): Doc {
+  return manifests().find((m) => m.doc.kind === 'Deployment')!.doc;
+}
+
+/** Metric names a PromQL expression uses: identifiers that are not functions, keywords or labels. */
+const PROMQL_WORDS = new Set(['sum', 'by', 'rate', 'histogram_quantile', 'time', 'and', 'or', 'unless', 'without', 'avg', 'max', 'min', 'count', 'irate', 'increase', 'le', 'on', 'ignoring', 'bool']);
+const PROMETHEUS_OWN = new Set(['up']);
+
+function metricsIn(expr: string): string[] {
+  const stripped = expr.replace(/"[^"]*"/g, '""').replace(/\{[^}]*\}/g, '{}').replace(/\[[^\]]*\]/g, '[]').replace(/\b(by|without|on|ignoring)\s*\([^)]*\)/g, '');
+  return [...new Set((stripped.match(/[a-zA-Z_:][a-zA-Z0-9_:]*/g) ?? []).filter((w) => !PROMQL_WORDS.has(w) && !/^\$/.test(w)))];
+}
+
+/** Label names an expression filters or groups on. */
+function labelsIn(expr: string): string[] {
+  const names: string[] = [];
+  for (const m of expr.matchAll(/\{([^}]*)\}/g)) for (const l of m[1].matchAll(/([a-zA-Z_]\w*)\s*(=~|!=|!~|=)/g)) names.push(l[1]);
+  for (const m of expr.matchAll(/\b(?:by|without)\s*\(([^)]*)\)/g)) names.push(...m[1].split(',').map((s) => s.trim()).filter(Boolean));
+  return names;
+}
+
+function balanced(expr: string): boolean {
+  let depth = 0;
+  for (const c of expr) {
+    if ('({['.includes(c)) depth++;
+    if (')}]'.includes(c)) depth--;
+    if (depth < 0) return false;
+  }
+  return depth === 0;
+}
+
+/** Checks every metric and label an expression names against a real scrape. */
+function checkExpr(expr: string, scrape: Exposition, where: string): void {
+  expect(balanced(expr), `${where}: brackets`).toBe(true);
+  const used = metricsIn(expr);
+  expect(used.length, `${where}: names a metric`).toBeGreaterThan(0);
+  const labels = new Set(['job', 'instance']);
+  for (const name of used) {
+    if (PROMETHEUS_OWN.has(name)) continue;
+    const samples = scrape.samples.filter((s) => s.name === name);
+    expect(samples.length, `${where}: ${name} is exported by cellgate`).toBeGreaterThan(0);
+    for (const s of samples) for (const l of Object.keys(s.labels)) labels.add(l);
+  }
+  for (const l of labelsIn(expr)) expect(labels.has(l), `${where}: label ${l} on ${used.join(', ')}`).toBe(true);
+}
+
+describe('examples/kubernetes', () => {
+  it('every manifest validates against the Kubernetes API schema (kubernetes-models)', () => {
+    const all = manifests();
+    expect(all.map((m) => `${m.file} ${m.doc.kind}`).sort()).toEqual([
+      'cellgate-sidecar.yaml Deployment', 'cellgate-sidecar.yaml Secret', 'cellgate-sidecar.yaml Service',
+      'pvc-statefulset.yaml Service', 'pvc-statefulset.yaml StatefulSet',
+    ]);
+    for (const { file, doc } of all) expect(() => validate(doc), `${file} ${doc.kind}`).not.toThrow();
+  });
+
+  it('the validator is not a no-op: a wrong type or a missing required field is refused', () => {
+    const bad = structuredClone(sidecarDeployment());
+    bad.spec.template.spec.initContainers[0].ports[0].containerPort = '6379';
+    expect(() => validate(bad)).toThrow(/containerPort must be integer/);
+    const noImage = structuredClone(sidecarDeployment());
+    delete noImage.spec.selector;
+    expect(() => validate(noImage)).toThrow(/selector/);
+  });
+
+  it('cellgate is a native sidecar probed on /healthz and /readyz, with its password from the Secret through requirepass-file', () => {
+    const all = manifests();
+    const pod = sidecarDeployment().spec.template.spec;
+    const sidecar = pod.initContainers.find((c: Doc) => c.name === 'cellgate');
+    expect(sidecar.restartPolicy).toBe('Always');
+    const metricsPort = sidecar.ports.find((p: Doc) => p.name === 'metrics').containerPort;
+    expect(sidecar.args.join(' ')).toContain(`--metrics-port ${metricsPort}`);
+    expect(sidecar.livenessProbe.httpGet).toEqual({ path: '/healthz', port: 'metrics' });
+    expect(sidecar.readinessProbe.httpGet).toEqual({ path: '/readyz', port: 'metrics' });
+    const env = Object.fromEntries(sidecar.env.map((e: Doc) => [e.name, e.value]));
+    expect(env.CELLGATE_METRICS_BIND).toBe('0.0.0.0');
+    const mount = sidecar.volumeMounts.find((m: Doc) => env.CELLGATE_REQUIREPASS_FILE.startsWith(`${m.mountPath}/`));
+    const volume = pod.volumes.find((v: Doc) => v.name === mount.name);
+    const secret = all.find((m) => m.doc.kind === 'Secret')!.doc;
+    expect(volume.secret.secretName).toBe(secret.metadata.name);
+    expect(Object.keys(secret.stringData)).toContain(env.CELLGATE_REQUIREPASS_FILE.slice(mount.mountPath.length + 1));
+    expect(pod.volumes.find((v: Doc) => v.name === 'cellgate-data').emptyDir).toBeDefined();
+    // The app talks to the sidecar over loopback with the same Secret.
+    const app = pod.containers.find((c: Doc) => c.name === 'app');
+    expect(app.env.find((e: Doc) => e.name === 'CELLGATE_PASSWORD').valueFrom.secretKeyRef).toEqual({ name: secret.metadata.name, key: 'password' });
+    // The image exposes the same metrics port.
+    expect(readFileSync(join(ROOT, 'Dockerfile'), 'utf8')).toMatch(new RegExp(`^EXPOSE 6379 ${metricsPort}$`, 'm'));
+  });
+});
+
+describe('the sidecar configuration on a real cellgate; the dashboard and alerts against its scrape', () => {
+  let server: RunningServer;
+  let metricsPort: number;
+  let scrape: Exposition;
+  let dir: string;
+
+  beforeAll(async () => {
+    const sidecar = sidecarDeployment().spec.template.spec.initContainers[0];
+    dir = mkdtempSync(join(tmpdir(), 'cellgate-k8s-'));
+    const passwordFile = join(dir, 'password');
+    writeFileSync(passwordFile, 'hunter2-from-a-secret\n');
+    metricsPort = await freePort();
+    // The manifest's own arguments, the metrics port moved to a free one and the addresses kept on
+    // loopback (the test's network).
+    const args = (sidecar.args as string[]).map((a, i, all) => (all[i - 1] === '--metrics-port' ? String(metricsPort) : a));
+    server = await startServer({ args, env: { CELLGATE_REQUIREPASS_FILE: passwordFile, CELLGATE_METRICS_BIND: '127.0.0.1' } });
+    const r = new Redis({ port: server.port, host: '127.0.0.1', protocol: 2, password: 'hunter2-from-a-secret' });
+    try {
+      // One call of each kind the panels break down by, so their series exist in the scrape.
+      await r.call('CL.THROTTLE', 'k8s', '0', '1', '60');
+      await r.call('CL.THROTTLE', 'k8s', '0', '1', '60');
+      await r.call('RL.FIXEDWINDOW', 'k8s:f', '5', '1000');
+    } finally {
+      r.disconnect();
+    }
+    scrape = parseExposition(await (await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).text());
+  });
+  afterAll(async () => {
+    await server?.stop();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('starts with the manifest arguments and the password file; the probes answer 200', async () => {
+    expect((await fetch(`http://127.0.0.1:${metricsPort}/healthz`)).status).toBe(200);
+    expect((await fetch(`http://127.0.0.1:${metricsPort}/readyz`)).status).toBe(200);
+    const noAuth = new Redis({ port: server.port, host: '127.0.0.1', protocol: 2, lazyConnect: true, maxRetriesPerRequest: 0, enableReadyCheck: false });
+    try {
+      await noAuth.connect();
+      await expect(noAuth.call('CL.THROTTLE', 'x', '1', '1', '1')).rejects.toThrow(/NOAUTH/);
+    } finally {
+      noAuth.disconnect();
+    }
+  });
+
+  it('examples/grafana/cellgate.json: a dashboard whose panels query metrics and labels cellgate exports', () => {
+    const dash = JSON.parse(readFileSync(join(ROOT, 'examples/grafana/cellgate.json'), 'utf8'));
+    expect(dash).toMatchObject({ title: expect.any(String), uid: 'cellgate', schemaVersion: expect.any(Number), panels: expect.any(Array) });
+    expect(dash.templating.list.map((v: Doc) => v.name)).toEqual(['datasource', 'job', 'instance']);
+    const ids = new Set<number>();
+    const exprs: string[] = [];
+    for (const p of dash.panels) {
+      expect(ids.has(p.id), `panel id ${p.id} unique`).toBe(false);
+      ids.add(p.id);
+      expect(['timeseries', 'stat', 'gauge', 'table', 'bargauge']).toContain(p.type);
+      expect(p.title).toMatch(/\S/);
+      const { x, y, w, h } = p.gridPos;
+      for (const n of [x, y, w, h]) expect(Number.isInteger(n) && n >= 0).toBe(true);
+      expect(x + w, p.title).toBeLessThanOrEqual(24);
+      expect(p.datasource).toEqual({ type: 'prometheus', uid: '${datasource}' });
+      expect(p.targets.length, p.title).toBeGreaterThan(0);
+      expect(new Set(p.targets.map((t: Doc) => t.refId)).size).toBe(p.targets.length);
+      for (const t of p.targets) {
+        checkExpr(t.expr, scrape, `${p.title} ${t.refId}`);
+        exprs.push(t.expr);
+      }
+    }
+    const all = exprs.join('\n');
+    // What the dashboard is for: decisions per command and result, latency quantiles from the
+    // histogram, keys, memory, snapshot age, the backend state.
+    for (const needed of ['cellgate_limiter_decisions_total', 'histogram_quantile(0.99', 'cellgate_command_duration_seconds_bucket', 'cellgate_keys', 'cellgate_memory_used_bytes', 'cellgate_snapshot_last_save_timestamp_seconds', 'cellgate_loading']) {
+      expect(all).toContain(needed);
+    }
+  });
+
+  it('examples/prometheus/alerts.yml: rule groups whose expressions name metrics cellgate exports', () => {
+    const rules = parseYaml(readFileSync(join(ROOT, 'examples/prometheus/alerts.yml'), 'utf8'));
+    expect(Object.keys(rules)).toEqual(['groups']);
+    const names = new Set<string>();
+    for (const g of rules.groups) {
+      expect(g.name).toMatch(/\S/);
+      for (const r of g.rules) {
+        expect(Object.keys(r).sort()).toEqual(['alert', 'annotations', 'expr', 'for', 'labels']);
+        expect(r.alert).toMatch(/^[A-Z][A-Za-z]+$/);
+        expect(names.has(r.alert)).toBe(false);
+        names.add(r.alert);
+        expect(r.for).toMatch(/^\d+[smh]$/);
+        expect(['critical', 'warning', 'info']).toContain(r.labels.severity);
+        expect(r.annotations.summary).toMatch(/\S/);
+        checkExpr(r.expr, scrape, r.alert);
+      }
+    }
+    expect(names.size).toBeGreaterThanOrEqual(5);
+  });
+});
