@@ -18,7 +18,8 @@ function aclCategories(spec: CommandSpec): string[] {
   else cats.push('@slow');
   if (spec.flags.includes('admin')) cats.push('@admin', '@dangerous');
   if (spec.group === 'connection') cats.push('@connection');
-  if (spec.firstKey > 0) cats.push('@keyspace');
+  if (spec.group === 'transactions') cats.push('@transaction');
+  else if (spec.firstKey > 0) cats.push('@keyspace');
   return cats;
 }
 

@@ -11,6 +11,7 @@ import { rateLimitCommands } from './ratelimit.js';
 import { persistenceCommands } from './persistence.js';
 import { slowlogCommands } from './slowlog.js';
 import { throttleCommands } from './throttle.js';
+import { transactionCommands } from './transactions.js';
 import type { CommandSpec } from './types.js';
 
 const COMMANDS: CommandSpec[] = [
@@ -23,6 +24,7 @@ const COMMANDS: CommandSpec[] = [
   ...persistenceCommands,
   ...slowlogCommands,
   ...introspectionCommands,
+  ...transactionCommands,
 ];
 
 const BY_NAME = new Map<string, CommandSpec>();
