@@ -379,6 +379,7 @@ describe('WATCH', () => {
     const c = await RawConnection.open(server.port);
     await c.write(lines('WATCH tx:wc'));
     await c.waitForBytes(5);
+    expect(c.text()).toBe('+OK\r\n');
     c.destroy();
     await c.waitForClose();
     await other.call('CL.THROTTLE', 'tx:wc', '5', '10', '60');
