@@ -150,6 +150,24 @@ describe('limiters in transactions', () => {
     expect(await redis.call('CL.THROTTLE', 'tx:lim', '5', '10', '60')).toEqual(THIRD);
   });
 
+  it('queued commands keep their own arguments (copied: the parser reuses its buffers), sent in separate reads', async () => {
+    const c = await RawConnection.open(server.port);
+    try {
+      await c.write(lines('MULTI'));
+      await c.waitForBytes(5);
+      for (let i = 0; i < 5; i++) {
+        await c.write(mbulk('CL.THROTTLE', `tx:copy${i}`, '5', '10', '60'));
+        await c.waitForBytes(5 + 9 * (i + 1));
+      }
+      await c.write(lines('EXEC'));
+      await c.settle();
+      expect(c.text()).toContain(`*5\r\n${'*5\r\n:0\r\n:6\r\n:5\r\n:-1\r\n:6\r\n'.repeat(5)}`);
+    } finally {
+      c.destroy();
+    }
+    for (let i = 0; i < 5; i++) expect(await redis.call('CL.THROTTLE', `tx:copy${i}`, '5', '10', '60')).toEqual(SECOND);
+  });
+
   it('EXECABORT after an unknown command or a wrong arity: nothing ran', async () => {
     for (const bad of ['NOSUCH x', 'CL.THROTTLE tx:abort 5']) {
       const c = await RawConnection.open(server.port);
