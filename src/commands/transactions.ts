@@ -38,15 +38,15 @@ function exec(ctx: CommandContext): void {
   const watching = client.watching;
   // A watched key that has expired by now counts as touched (Redis's isWatchedKeyExpired).
   const touched = watching !== null && (watching.dirty || ks.watchedKeyExpired(watching.keys, ctx.nowMs));
-  client.discardTransaction();
-  if (m.flagged) {
-    reply.error('EXECABORT Transaction discarded because of previous errors.');
+  if (m.flagged || touched) {
+    client.discardTransaction();
+    if (m.flagged) reply.error('EXECABORT Transaction discarded because of previous errors.');
+    else reply.nullArray();
     return;
   }
-  if (touched) {
-    reply.nullArray();
-    return;
-  }
+  // The watches go before anything runs (the transaction's own writes do not matter); the client
+  // stays in MULTI while its commands run (CLIENT INFO in the queue shows flags=x multi=N, as Redis).
+  dropWatches(ctx);
   // Redis refuses EXEC itself when the snapshot gate would refuse a queued command (MISCONF for
   // writes after a failed background save, LOADING): nothing runs.
   if (server.snapshots.gated) {
@@ -54,6 +54,7 @@ function exec(ctx: CommandContext): void {
       const refusal = server.snapshots.refusal(c.spec);
       if (refusal !== null) {
         server.stats.error(refusal.code);
+        client.discardTransaction();
         reply.error(`EXECABORT Transaction discarded because of: ${refusal.message}`);
         return;
       }
@@ -61,7 +62,18 @@ function exec(ctx: CommandContext): void {
   }
   reply.arrayHeader(m.commands.length);
   const nowUs = ctx.nowUs;
-  for (const c of m.commands) server.callQueued(client, c.spec, c.args, nowUs);
+  try {
+    for (const c of m.commands) server.callQueued(client, c.spec, c.args, nowUs);
+  } finally {
+    client.discardTransaction();
+  }
+}
+
+function dropWatches(ctx: CommandContext): void {
+  const client = ctx.client;
+  if (client.watching === null) return;
+  ctx.server.keyspace.unwatch(client.watching.keys);
+  client.watching = null;
 }
 
 function discard(ctx: CommandContext): void {
@@ -90,9 +102,8 @@ function watch(ctx: CommandContext, argv: CommandArgs): void {
 }
 
 function unwatch(ctx: CommandContext): void {
-  const client = ctx.client;
-  // Not in MULTI (UNWATCH is queued there): drops the watches; in EXEC they are dropped already.
-  if (client.multi === null) client.discardTransaction();
+  // Queued inside MULTI, UNWATCH runs in EXEC, whose watches are already gone.
+  dropWatches(ctx);
   ctx.reply.ok();
 }
 

@@ -440,7 +440,8 @@ export class Server {
     if ((spec.arity > 0 && argc !== spec.arity) || argc < -spec.arity || spec.run === undefined) {
       stat.rejectedCalls++;
       this.stats.error('ERR');
-      reply.error(`ERR wrong number of arguments for '${fullName}' command`);
+      // EXEC's own refusal carries the reason in EXECABORT form, in MULTI or not (Redis's execCommandAbort).
+      reply.error(fullName === 'exec' ? EXEC_ARITY_ABORT : `ERR wrong number of arguments for '${fullName}' command`);
       return;
     }
     if (!client.authenticated && !spec.flags.includes('no-auth')) {
@@ -525,6 +526,10 @@ export class Server {
     m.flagged = true;
     if (lookupCommand(argv.lower(0)) === lookupCommand('exec') && this.writer.length > mark) {
       const error = this.writer.errorTextAt(mark);
+      if (error.startsWith('EXECABORT ')) {
+        client.discardTransaction();
+        return;
+      }
       this.writer.truncate(mark);
       client.discardTransaction();
       // Redis passes its own format-built messages without their `ERR ` (arity), shared ones whole (NOAUTH, OOM).
@@ -705,6 +710,8 @@ export const PROTECTED_MODE_MESSAGE =
   'the server. 3) If you started the server manually just for testing, restart it with the \'--protected-mode no\' option. ' +
   '4) Set up an authentication password for the default user. NOTE: You only need to do one of the above things in order for ' +
   'the server to start accepting connections from the outside.\r\n';
+
+const EXEC_ARITY_ABORT = "EXECABORT Transaction discarded because of: wrong number of arguments for 'exec' command";
 
 /** Redis's reject_cmd_on_oom in MULTI: anything but EXEC/DISCARD/QUIT/RESET, and EXEC holding a denyoom command. */
 function oomInMulti(client: Client, spec: CommandSpec): boolean {

@@ -109,6 +109,10 @@ describe('replies byte for byte as redis-server', () => {
     expect(bytes).toContain("-EXECABORT Transaction discarded because of: wrong number of arguments for 'exec' command\r\n");
   });
 
+  it('EXEC with arguments outside MULTI: the same EXECABORT form', async () => {
+    expect(await sameAsRedis(lines('EXEC x', 'PING'))).toBe("-EXECABORT Transaction discarded because of: wrong number of arguments for 'exec' command\r\n+PONG\r\n");
+  });
+
   it('a no-multi command (SAVE) is refused and marks the transaction', async () => {
     const bytes = await sameAsRedis(lines('MULTI', 'SAVE', 'PING', 'EXEC'));
     expect(bytes).toBe('+OK\r\n-ERR Command not allowed inside a transaction\r\n+QUEUED\r\n-EXECABORT Transaction discarded because of previous errors.\r\n');
@@ -431,6 +435,10 @@ describe('introspection and limits', () => {
       await c.waitForBytes('+OK\r\n+OK\r\n+QUEUED\r\n+QUEUED\r\n+OK\r\n'.length);
       const after = ((await other.call('CLIENT', 'LIST')) as string).split('\n').find((l) => l.includes('name=txlist'))!;
       expect(after).toMatch(/ flags=N .* multi=-1 .* multi-mem=0 /);
+      // Inside EXEC the client is still in MULTI, as Redis shows it.
+      await c.write(lines('MULTI', 'CLIENT INFO', 'EXEC'));
+      await c.settle();
+      expect(c.text()).toMatch(/\*1\r\n\$\d+\r\nid=\d+ .* flags=x .* multi=1 /);
     } finally {
       c.destroy();
     }
