@@ -480,6 +480,27 @@ describe('introspection and limits', () => {
     }
   });
 
+  it('OOM at EXEC of a queue holding a denyoom command (CL.THROTTLE): EXECABORT with the reason, nothing ran', async () => {
+    const c = await RawConnection.open(server.port);
+    try {
+      await c.write(lines('MULTI', 'CL.THROTTLE tx:oomexec 5 10 60'));
+      await c.waitForBytes('+OK\r\n+QUEUED\r\n'.length);
+      await other.call('CL.THROTTLE', 'tx:oom', '5', '10', '60');
+      await other.config('SET', 'maxmemory-policy', 'noeviction');
+      await other.config('SET', 'maxmemory', '1');
+      await c.write(lines('EXEC', 'EXEC'));
+      await c.settle();
+      expect(c.text()).toBe(
+        "+OK\r\n+QUEUED\r\n-EXECABORT Transaction discarded because of: OOM command not allowed when used memory > 'maxmemory'.\r\n-ERR EXEC without MULTI\r\n",
+      );
+    } finally {
+      c.destroy();
+      await other.config('SET', 'maxmemory', '0');
+      await other.config('SET', 'maxmemory-policy', 'volatile-ttl');
+    }
+    expect(await redis.exists('tx:oomexec')).toBe(0);
+  });
+
   it('a MULTI that queues 100,000 commands without EXEC is closed at client-query-buffer-limit; nothing ran', async () => {
     await redis.config('SET', 'client-query-buffer-limit', '1mb');
     const before = Number(infoField(await redis.info('stats'), 'client_query_buffer_limit_disconnections'));
