@@ -476,11 +476,12 @@ export class Server {
       return;
     }
     // MULTI: a command is queued only here, after every refusal above (unknown command, arity,
-    // NOAUTH, LOADING/MISCONF, OOM, and any permission check), as Redis's processCommand queues
-    // last; a refusal while in MULTI marks the transaction (executeInMulti). Redis refuses
-    // `no-multi` commands and queues after its LOADING/MISCONF checks too; this file checks
-    // LOADING/MISCONF before OOM (Redis: OOM first), which only decides which error a command
-    // refused for both reasons gets. One test for a client not in MULTI.
+    // NOAUTH, any permission check, LOADING/MISCONF, OOM), because Redis's processCommand queues
+    // last, after all of its checks; a refusal while in MULTI marks the transaction
+    // (executeInMulti). Two differences decide only which error a command refused for two reasons
+    // gets: LOADING/MISCONF come before OOM here (Redis: OOM first), and `no-multi` is refused at
+    // the queue step (Redis: right after NOAUTH), which keeps it off the path of clients not in
+    // MULTI. One test for a client not in MULTI.
     if (client.multi !== null && this.transactionStep(client, spec, stat, argv)) return;
     const started = this.perfMark;
     const nowUs = this.clock.nowUsAt(started);
