@@ -30,6 +30,7 @@ export function deriveCategories(spec: CommandSpec): string[] {
   }
   if (spec.group === 'connection') cats.add('connection');
   if (spec.group === 'limiter') cats.add('limiter');
+  if (spec.group === 'transactions') cats.add('transaction');
   for (const c of cats) if (!KNOWN.has(c)) throw new Error(`unknown ACL category @${c} on ${spec.name}`);
   return CATEGORIES.filter((c) => cats.has(c));
 }

@@ -130,6 +130,7 @@ function reset(ctx: CommandContext): void {
   c.noEvict = false;
   c.user = ctx.server.acl.defaultUser;
   c.authenticated = !ctx.server.authRequired;
+  c.discardTransaction(); // leaves MULTI and unwatches, as Redis's RESET
   ctx.reply.status('RESET');
 }
 
@@ -152,15 +153,22 @@ function validName(name: string): boolean {
 /** One CLIENT LIST line with Redis 7's fields (memory fields are this server's approximations). */
 export function clientInfoLine(client: Client, nowMs: number): string {
   const qbuf = client.parser.pendingBytes;
+  const multiMem = client.multi === null ? 0 : client.multi.bytes;
   const fd = (client.socket as unknown as { _handle?: { fd?: number } })._handle?.fd ?? -1;
   return [
     `id=${client.id}`, `addr=${client.addr}`, `laddr=${client.laddr}`, `fd=${fd}`, `name=${client.name}`,
     `age=${Math.floor((nowMs - client.createdMs) / 1000)}`, `idle=${Math.floor((nowMs - client.lastInteractionMs) / 1000)}`,
-    `flags=${client.noEvict ? 'e' : 'N'}`, 'db=0', 'sub=0', 'psub=0', 'ssub=0', 'multi=-1', `qbuf=${qbuf}`, 'qbuf-free=0',
-    'argv-mem=0', 'multi-mem=0', 'rbs=0', 'rbp=0', 'obl=0', 'oll=0', `omem=${client.outputBytes}`,
-    `tot-mem=${qbuf + client.outputBytes}`, `events=${client.readPaused ? '' : 'r'}${client.outputBytes > 0 ? 'w' : ''}`, `cmd=${client.lastCommand}`, `user=${client.user.name}`, 'redir=-1',
+    `flags=${clientFlags(client)}`, 'db=0', 'sub=0', 'psub=0', 'ssub=0', `multi=${client.multi === null ? -1 : client.multi.commands.length}`, `qbuf=${qbuf}`, 'qbuf-free=0',
+    'argv-mem=0', `multi-mem=${multiMem}`, 'rbs=0', 'rbp=0', 'obl=0', 'oll=0', `omem=${client.outputBytes}`,
+    `tot-mem=${qbuf + multiMem + client.outputBytes}`, `events=${client.readPaused ? '' : 'r'}${client.outputBytes > 0 ? 'w' : ''}`, `cmd=${client.lastCommand}`, `user=${client.user.name}`, 'redir=-1',
     `resp=${client.proto}`, `lib-name=${client.libName}`, `lib-ver=${client.libVer}`,
   ].join(' ');
+}
+
+/** CLIENT LIST flags in Redis's order: x in MULTI, d a WATCHed key changed, e no-evict; N for none. */
+function clientFlags(client: Client): string {
+  const flags = (client.multi !== null ? 'x' : '') + (client.watching?.dirty === true ? 'd' : '') + (client.noEvict ? 'e' : '');
+  return flags === '' ? 'N' : flags;
 }
 
 const CLIENT_HELP = [

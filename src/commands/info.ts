@@ -135,7 +135,8 @@ const SECTIONS: Record<string, Section> = {
   },
   errorstats: (s) => [...s.stats.errors].map(([code, n]) => [`errorstat_${code}`, `count=${n}`]),
   commandstats: (s) =>
-    [...s.stats.commands].map(([name, c]) => [
+    // Only commands that were called, failed or refused, as Redis (a command queued by MULTI and never run is not).
+    [...s.stats.commands].filter(([, c]) => c.calls > 0 || c.rejectedCalls > 0 || c.failedCalls > 0).map(([name, c]) => [
       `cmdstat_${name}`,
       `calls=${c.calls},usec=${Math.round(c.usec)},usec_per_call=${c.calls ? (c.usec / c.calls).toFixed(2) : '0.00'},rejected_calls=${c.rejectedCalls},failed_calls=${c.failedCalls}`,
     ]),

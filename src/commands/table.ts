@@ -13,6 +13,7 @@ import { slowlogCommands } from './slowlog.js';
 import { throttleCommands } from './throttle.js';
 import { aclCommands } from './acl.js';
 import { deriveCategories } from '../acl/categories.js';
+import { transactionCommands } from './transactions.js';
 import type { CommandSpec } from './types.js';
 
 const COMMANDS: CommandSpec[] = [
@@ -26,6 +27,7 @@ const COMMANDS: CommandSpec[] = [
   ...slowlogCommands,
   ...introspectionCommands,
   ...aclCommands,
+  ...transactionCommands,
 ];
 
 const BY_NAME = new Map<string, CommandSpec>();

@@ -19,7 +19,7 @@ export interface ArgDoc {
 
 export type CommandFlag =
   | 'write' | 'readonly' | 'fast' | 'admin' | 'noscript' | 'loading' | 'stale' | 'no-auth'
-  | 'denyoom' | 'allow-busy' | 'no-multi' | 'blocking';
+  | 'denyoom' | 'allow-busy' | 'no-multi' | 'blocking' | 'skip_slowlog';
 
 /** What a handler gets: the server, the calling client, the reply writer and the call's time. */
 export interface CommandContext {

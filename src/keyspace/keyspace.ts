@@ -50,6 +50,23 @@ const BLOB_OVERHEAD_BYTES = 160;
 /** How a victim is chosen when `maxmemory` is reached (the policies other than noeviction). */
 export type EvictionPolicy = 'volatile-ttl' | 'allkeys-lru' | 'allkeys-random';
 
+/**
+ * One client's WATCH of one key (see Keyspace.watch). `owner.dirty` is set when the key is touched
+ * (any change: a write, a delete, expiry, eviction, FLUSH), as Redis's CLIENT_DIRTY_CAS. `expired`
+ * is Redis's `wk->expired`: the key was present but already expired when it was watched; its
+ * removal is then no logical change (the flag is cleared instead), anything else still is.
+ */
+export interface KeyWatch {
+  readonly key: string;
+  expired: boolean;
+  readonly owner: WatchOwner;
+}
+
+/** What a watch marks when its key is touched: one per client (its WATCHed keys together). */
+export interface WatchOwner {
+  dirty: boolean;
+}
+
 /** Receives a key of a background save: `source` holds it (the keyspace, or its storage before a FLUSH). */
 export type SaveSink = (source: Keyspace, slot: number) => void;
 
@@ -161,6 +178,14 @@ export class Keyspace {
   private save: SaveView | null = null;
   private saveCursor = NO_SAVE;
 
+  /**
+   * WATCHed keys (binary strings) and their watches. Every write path tests `watchedKeys` (the map's
+   * size) before anything else, so with nobody watching a write pays one integer comparison; the
+   * key's string is made only when some key is watched.
+   */
+  private watches = new Map<string, KeyWatch[]>();
+  private watchedKeys = 0;
+
   private settle(): void {
     const slot = this.expiredSlot;
     if (slot === -1) return;
@@ -216,6 +241,7 @@ export class Keyspace {
       this.index.setSpare(slot, KeyType.Free);
       if (this.blobs.size > 0) this.dropBlob(slot);
       this.expiredSlot = slot;
+      if (this.watchedKeys !== 0) this.touchSlot(slot);
       return -1;
     }
     this.index.setSpare(slot, this.meta(this.typeAt(slot)));
@@ -310,6 +336,7 @@ export class Keyspace {
 
   clear(): void {
     this.settle();
+    if (this.watchedKeys !== 0) this.touchAllWatched();
     this.dirty += this.index.size;
     if (this.saveCursor !== NO_SAVE) {
       // A background save has slots left to visit: it keeps reading them from the storage as it is
@@ -353,6 +380,7 @@ export class Keyspace {
   }
   setState(slot: number, a: number, b: number, c = 0): void {
     if (slot >= this.saveCursor) this.preserve(slot);
+    if (this.watchedKeys !== 0) this.touchSlot(slot);
     this.dirty++;
     const index = this.index;
     index.setState(slot, 1, a);
@@ -372,6 +400,7 @@ export class Keyspace {
   }
   setBlob(slot: number, blob: Float64Array | undefined): void {
     if (slot >= this.saveCursor) this.preserve(slot);
+    if (this.watchedKeys !== 0) this.touchSlot(slot);
     this.dirty++;
     const had = slot === this.blobMemoSlot ? this.blobMemo : this.blobs.get(slot);
     this.blobMemoSlot = slot;
@@ -537,12 +566,108 @@ export class Keyspace {
   }
 
   private removeSlot(slot: number): void {
+    if (this.watchedKeys !== 0) {
+      // The key's bytes go with the slot: name it first, touch its watches once it is gone.
+      const key = this.index.keyOf(slot);
+      this.unlinkSlot(slot);
+      this.touchKey(key);
+      return;
+    }
+    this.unlinkSlot(slot);
+  }
+
+  private unlinkSlot(slot: number): void {
     if (slot >= this.saveCursor) this.preserve(slot);
     this.index.remove(slot);
     this.typeCounts[this.typeAt(slot)]--;
     this.index.setSpare(slot, KeyType.Free);
     if (this.blobs.size > 0) this.dropBlob(slot);
     this.freeSlots.push(slot);
+  }
+
+  /**
+   * WATCH: `owner` is marked dirty by the next change of `key` (a binary string). A key present but
+   * already expired now is watched as expired (see KeyWatch), as Redis's watchForKey. Watching a key
+   * twice for the same owner is one watch; watchKeyOf tells whether it is watched.
+   */
+  watch(owner: WatchOwner, key: string, nowMs: number): KeyWatch | null {
+    let list = this.watches.get(key);
+    if (list === undefined) {
+      list = [];
+      this.watches.set(key, list);
+      this.watchedKeys = this.watches.size;
+    } else {
+      for (const w of list) if (w.owner === owner) return null;
+    }
+    const slot = this.presentSlot(key);
+    const w: KeyWatch = { key, expired: slot !== -1 && nowMs > this.index.getState(slot, 0), owner };
+    list.push(w);
+    return w;
+  }
+
+  /** Ends watches (UNWATCH, EXEC, DISCARD, a closed client). */
+  unwatch(watches: readonly KeyWatch[]): void {
+    for (const w of watches) {
+      const list = this.watches.get(w.key);
+      if (list === undefined) continue;
+      const i = list.indexOf(w);
+      if (i !== -1) list.splice(i, 1);
+      if (list.length === 0) this.watches.delete(w.key);
+    }
+    this.watchedKeys = this.watches.size;
+  }
+
+  /**
+   * Whether a watched key that was not expired when watched has expired by now without being removed
+   * yet (Redis's isWatchedKeyExpired, checked by EXEC: such a key counts as touched).
+   */
+  watchedKeyExpired(watches: readonly KeyWatch[], nowMs: number): boolean {
+    for (const w of watches) {
+      if (w.expired) continue;
+      const slot = this.presentSlot(w.key);
+      if (slot !== -1 && nowMs > this.index.getState(slot, 0)) return true;
+    }
+    return false;
+  }
+
+  /** The slot holding `key`, expired or not, or -1 (no lookup side effects: no expiry, no LRU stamp). */
+  private presentSlot(key: string): number {
+    const n = this.toScratch(key);
+    const slot = this.index.find(this.scratch, 0, n, hashKey(this.scratch, 0, n));
+    return slot === -1 || this.typeAt(slot) === KeyType.Free ? -1 : slot;
+  }
+
+  /** A change of the key in `slot` (made already): Redis's touchWatchedKey. */
+  private touchSlot(slot: number): void {
+    this.touchKey(this.index.keyOf(slot));
+  }
+
+  private touchKey(key: string): void {
+    const list = this.watches.get(key);
+    if (list === undefined) return;
+    let gone: boolean | undefined;
+    for (const w of list) {
+      if (w.expired) {
+        // Removing a key that had already expired when watched is no logical change.
+        gone ??= this.presentSlot(w.key) === -1;
+        if (gone) {
+          w.expired = false;
+          continue;
+        }
+      }
+      w.owner.dirty = true;
+    }
+  }
+
+  /** FLUSHDB/FLUSHALL, before the keys go: Redis's touchAllWatchedKeysInDb (only keys present count). */
+  private touchAllWatched(): void {
+    for (const [key, list] of this.watches) {
+      if (this.presentSlot(key) === -1) continue;
+      for (const w of list) {
+        if (w.expired) w.expired = false;
+        else w.owner.dirty = true;
+      }
+    }
   }
 
   /**

@@ -54,6 +54,13 @@ export class ReplyWriter {
     return this.buf.toString('latin1', offset + 1, end);
   }
 
+  /** The text of the error reply written at `offset`, without its `-` and CRLF (`ERR ...`). */
+  errorTextAt(offset: number): string {
+    let end = offset + 1;
+    while (end < this.len && this.buf[end] !== 0x0d) end++;
+    return this.buf.toString('latin1', offset + 1, end);
+  }
+
   private ensure(extra: number): void {
     const need = this.len + extra;
     if (need <= this.buf.length) return;

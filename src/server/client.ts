@@ -9,6 +9,7 @@ import { ProtocolError, RequestParser, UNAUTH_MAX_REQUEST_BYTES } from '../proto
 import type { Protocol } from '../protocol/reply-writer.js';
 import type { Server } from './server.js';
 import { errorText } from './tasks.js';
+import type { Transaction, Watching } from './transaction.js';
 
 /**
  * Backpressure: once this many reply bytes wait to be sent to a client (it pipelines without reading
@@ -46,6 +47,10 @@ export class Client {
   readonly createdMs = Date.now();
   lastInteractionMs = Date.now();
   lastCommand = 'NULL';
+  /** The queue between MULTI and EXEC/DISCARD, or null (see transaction.ts). */
+  multi: Transaction | null = null;
+  /** The keys WATCHed since the last EXEC/DISCARD/UNWATCH, or null. */
+  watching: Watching | null = null;
   /** Set by QUIT, protocol errors and kills: no more commands run, the socket ends after the reply. */
   closing = false;
   /** Reading and executing stopped until the socket drains (backpressure, see above). */
@@ -74,7 +79,19 @@ export class Client {
     socket.on('error', () => {
       /* ECONNRESET and friends: 'close' follows and cleans up. */
     });
-    socket.on('close', () => server.removeClient(this));
+    socket.on('close', () => {
+      this.discardTransaction();
+      server.removeClient(this);
+    });
+  }
+
+  /** Leaves MULTI and drops every WATCH (DISCARD, EXEC, RESET, a closed connection), as Redis's discardTransaction. */
+  discardTransaction(): void {
+    this.multi = null;
+    if (this.watching !== null) {
+      this.server.keyspace.unwatch(this.watching.keys);
+      this.watching = null;
+    }
   }
 
   /** Unsent reply bytes (CLIENT LIST omem, output limits). */
@@ -155,7 +172,8 @@ export class Client {
         this.closing = true;
         break;
       }
-      this.server.execute(this, result);
+      if (this.multi === null) this.server.execute(this, result);
+      else this.server.executeInMulti(this, result);
       writer.proto = this.proto; // HELLO may have switched it
       if (this.closing) break;
     }
@@ -197,11 +215,19 @@ export class Client {
     const pending = this.parser.pendingBytes;
     if (pending === 0) return; // the usual case after a batch; spares reading the setting
     const limit = this.authenticated ? this.server.config.int('client-query-buffer-limit') : Math.min(UNAUTH_QUERY_BUFFER_BYTES, this.server.config.int('client-query-buffer-limit'));
-    if (pending > limit) {
-      this.server.stats.queryBufferLimitDisconnections++;
-      this.server.log.warning(`Closing client that reached max query buffer length: id=${this.id} addr=${this.addr} qbuf=${pending}`, { id: this.id, addr: this.addr, qbuf: pending });
-      this.socket.destroy();
-    }
+    if (pending > limit) this.closeForQueryBuffer(pending);
+  }
+
+  /**
+   * The query buffer limit was passed (by pending input, or by input plus a MULTI queue: see
+   * Server.transactionStep): closed without a reply, as Redis does.
+   */
+  closeForQueryBuffer(bytes: number): void {
+    this.server.stats.queryBufferLimitDisconnections++;
+    this.server.log.warning(`Closing client that reached max query buffer length: id=${this.id} addr=${this.addr} qbuf=${bytes}`, { id: this.id, addr: this.addr, qbuf: bytes });
+    this.server.writer.discard();
+    this.closing = true;
+    this.socket.destroy();
   }
 
   /**

@@ -25,6 +25,7 @@ import { Stats, recordDuration, type CommandStat } from './stats.js';
 import { createTlsServer, tlsPeerRefused } from './tls.js';
 import { errorText, Tasks } from './tasks.js';
 import { DescriptorBudget } from './fd-limit.js';
+import { runsInMulti } from '../commands/transactions.js';
 
 export const VERSION = '0.2.0';
 /** The Redis version whose protocol and replies cellgate matches (INFO redis_version, HELLO). */
@@ -450,7 +451,8 @@ export class Server {
     if ((spec.arity > 0 && argc !== spec.arity) || argc < -spec.arity || spec.run === undefined) {
       stat.rejectedCalls++;
       this.stats.error('ERR');
-      reply.error(`ERR wrong number of arguments for '${fullName}' command`);
+      // EXEC's own refusal carries the reason in EXECABORT form, in MULTI or not (Redis's execCommandAbort).
+      reply.error(fullName === 'exec' ? EXEC_ARITY_ABORT : `ERR wrong number of arguments for '${fullName}' command`);
       return;
     }
     if (!client.authenticated && !spec.flags.includes('no-auth')) {
@@ -492,12 +494,23 @@ export class Server {
     // add memory (denyoom) is refused if memory stays over the limit and nothing can be evicted.
     // Nothing is evicted while the snapshot loads (a key evicted then would let a later duplicate of
     // it in the file pass), as Redis does not evict while loading.
-    if (this.maxmemoryBytes > 0 && !this.snapshots.loading && !this.memory.beforeCommand(this.maxmemoryBytes) && spec.flags.includes('denyoom')) {
+    // In MULTI every command but EXEC/DISCARD/QUIT/RESET is refused then, as queuing takes memory
+    // (Redis's reject_cmd_on_oom), and EXEC if it holds a denyoom command.
+    if (this.maxmemoryBytes > 0 && !this.snapshots.loading && !this.memory.beforeCommand(this.maxmemoryBytes) &&
+      (spec.flags.includes('denyoom') || (client.multi !== null && oomInMulti(client, spec)))) {
       stat.rejectedCalls++;
       this.stats.error('OOM');
       reply.error(OOM_MESSAGE);
       return;
     }
+    // MULTI: a command is queued only here, after every refusal above (unknown command, arity,
+    // NOAUTH, any permission check, LOADING/MISCONF, OOM), because Redis's processCommand queues
+    // last, after all of its checks; a refusal while in MULTI marks the transaction
+    // (executeInMulti). Two differences decide only which error a command refused for two reasons
+    // gets: LOADING/MISCONF come before OOM here (Redis: OOM first), and `no-multi` is refused at
+    // the queue step (Redis: right after NOAUTH), which keeps it off the path of clients not in
+    // MULTI. One test for a client not in MULTI.
+    if (client.multi !== null && this.transactionStep(client, spec, stat, argv)) return;
     const started = this.perfMark;
     const nowUs = this.clock.nowUsAt(started);
     const ctx = this.ctx;
@@ -516,7 +529,7 @@ export class Server {
     stat.usec += durationUs;
     recordDuration(stat, durationUs);
     this.perfMark = ended;
-    if (durationUs >= this.slowlogThresholdUs && this.slowlogThresholdUs >= 0) {
+    if (durationUs >= this.slowlogThresholdUs && this.slowlogThresholdUs >= 0 && !spec.flags.includes('skip_slowlog')) {
       // ACL SETUSER carries passwords too (`>secret`), as AUTH and HELLO do.
       const redact = spec === lookupCommand('auth') || spec === lookupCommand('hello') || fullName === 'acl|setuser';
       this.slowlog.consider(this.slowlogThresholdUs, this.slowlogMaxLen, durationUs, argv, redact, nowUs, client.addr, client.name);
@@ -524,6 +537,96 @@ export class Server {
     stat.calls++;
     this.stats.totalCommands++;
     // A reply that begins with '-' is an error: count it as Redis's failed_calls / errorstats do.
+    if (reply.length > mark && reply.peekByte(mark) === 0x2d) {
+      stat.failedCalls++;
+      this.stats.error(reply.errorCodeAt(mark));
+    }
+  }
+
+  /**
+   * execute() for a client in MULTI: a command that does not reach the queue step (transactionStep)
+   * was refused, which marks the transaction (EXEC then answers EXECABORT); a refused EXEC ends it
+   * with its error in Redis's EXECABORT form (execCommandAbort).
+   */
+  executeInMulti(client: Client, argv: CommandArgs): void {
+    const m = client.multi!;
+    m.admitted = false;
+    const mark = this.writer.length;
+    this.execute(client, argv);
+    if (m.admitted || client.multi !== m) return;
+    m.flagged = true;
+    if (lookupCommand(argv.lower(0)) === lookupCommand('exec') && this.writer.length > mark) {
+      const error = this.writer.errorTextAt(mark);
+      if (error.startsWith('EXECABORT ')) {
+        client.discardTransaction();
+        return;
+      }
+      this.writer.truncate(mark);
+      client.discardTransaction();
+      // Redis passes its own format-built messages without their `ERR ` (arity), shared ones whole (NOAUTH, OOM).
+      this.writer.error(`EXECABORT Transaction discarded because of: ${error.startsWith('ERR ') ? error.slice(4) : error}`);
+    }
+  }
+
+  /**
+   * A command from a client in MULTI that passed every refusal: queued (+QUEUED) and true, or false
+   * for the commands that run at once (EXEC, DISCARD, MULTI, WATCH, QUIT, RESET). `no-multi`
+   * commands are refused (and mark the transaction). The queue counts toward the query buffer
+   * limit: queued bytes plus pending input over client-query-buffer-limit closes the client, so a
+   * MULTI that never ends cannot pin unbounded memory.
+   */
+  private transactionStep(client: Client, spec: CommandSpec, stat: CommandStat, argv: CommandArgs): boolean {
+    const m = client.multi!;
+    m.admitted = true;
+    if (runsInMulti(spec)) return false;
+    const fullName = spec.fullName ?? spec.name;
+    client.lastCommand = fullName;
+    if (spec.flags.includes('no-multi')) {
+      m.flagged = true;
+      stat.rejectedCalls++;
+      this.stats.error('ERR');
+      this.writer.error('ERR Command not allowed inside a transaction');
+      return true;
+    }
+    m.push(spec, argv);
+    const held = m.bytes + client.parser.pendingBytes;
+    if (held > this.config.int('client-query-buffer-limit')) {
+      client.closeForQueryBuffer(held);
+      return true;
+    }
+    this.writer.status('QUEUED');
+    return true;
+  }
+
+  /**
+   * Runs one queued command inside EXEC: its reply goes to the shared writer (an element of EXEC's
+   * array), counted in commandstats and errorstats as a command of its own, as Redis's call() from
+   * execCommand. `nowUs` is EXEC's: one time snapshot for the whole transaction, as Redis's
+   * cmd_time_snapshot is taken once for nested calls.
+   */
+  callQueued(client: Client, spec: CommandSpec, argv: CommandArgs, nowUs: number): void {
+    const reply = this.writer;
+    const fullName = spec.fullName ?? spec.name;
+    const stat = this.commandStat(spec, fullName);
+    const ctx = this.ctx;
+    ctx.client = client;
+    ctx.nowUs = nowUs;
+    ctx.nowMs = Math.floor(nowUs / 1000);
+    const mark = reply.length;
+    const started = performance.now();
+    try {
+      spec.run!(ctx, argv);
+    } catch (e) {
+      this.commandFailed(fullName, e, mark);
+    }
+    const durationUs = (performance.now() - started) * 1000;
+    stat.usec += durationUs;
+    if (durationUs >= this.slowlogThresholdUs && this.slowlogThresholdUs >= 0) {
+      const redact = spec === lookupCommand('auth') || spec === lookupCommand('hello');
+      this.slowlog.consider(this.slowlogThresholdUs, this.slowlogMaxLen, durationUs, argv, redact, nowUs, client.addr, client.name);
+    }
+    stat.calls++;
+    this.stats.totalCommands++;
     if (reply.length > mark && reply.peekByte(mark) === 0x2d) {
       stat.failedCalls++;
       this.stats.error(reply.errorCodeAt(mark));
@@ -638,6 +741,22 @@ export const PROTECTED_MODE_MESSAGE =
   'the server. 3) If you started the server manually just for testing, restart it with the \'--protected-mode no\' option. ' +
   '4) Set up an authentication password for the default user. NOTE: You only need to do one of the above things in order for ' +
   'the server to start accepting connections from the outside.\r\n';
+
+const EXEC_ARITY_ABORT = "EXECABORT Transaction discarded because of: wrong number of arguments for 'exec' command";
+
+/** Redis's reject_cmd_on_oom in MULTI: anything but EXEC/DISCARD/QUIT/RESET, and EXEC holding a denyoom command. */
+function oomInMulti(client: Client, spec: CommandSpec): boolean {
+  switch (spec.fullName ?? spec.name) {
+    case 'exec':
+      return client.multi!.commands.some((c) => c.spec.flags.includes('denyoom'));
+    case 'discard':
+    case 'quit':
+    case 'reset':
+      return false;
+    default:
+      return true;
+  }
+}
 
 /** A connection's peer, the same for a TLS socket and the TCP socket under it. */
 function peerKey(socket: net.Socket): string {

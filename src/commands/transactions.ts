@@ -1,0 +1,124 @@
+/**
+ * Transactions: MULTI, EXEC, DISCARD, WATCH, UNWATCH, as Redis 7 (its multi.c). Between MULTI and
+ * EXEC the dispatcher queues every command that passes its checks (+QUEUED); EXEC runs the queue
+ * in one go, nothing else in between, all with EXEC's time. WATCHed keys are marked by the
+ * keyspace's write paths; EXEC after any change of one replies a null array and runs nothing. See
+ * docs/commands.md (Transactions).
+ */
+import type { CommandArgs } from '../protocol/command-args.js';
+import { Transaction, Watching } from '../server/transaction.js';
+import { noKeys, type CommandContext, type CommandSpec } from './types.js';
+
+/** The commands a client in MULTI runs at once instead of queuing (Redis's processCommand list). */
+const RUN_IN_MULTI = new Set(['exec', 'discard', 'multi', 'watch', 'quit', 'reset']);
+
+/** Whether `spec` runs at once in MULTI rather than being queued. */
+export function runsInMulti(spec: CommandSpec): boolean {
+  return spec.fullName === undefined && RUN_IN_MULTI.has(spec.name);
+}
+
+function multi(ctx: CommandContext): void {
+  const client = ctx.client;
+  if (client.multi !== null) {
+    ctx.reply.error('ERR MULTI calls can not be nested');
+    return;
+  }
+  client.multi = new Transaction();
+  ctx.reply.ok();
+}
+
+function exec(ctx: CommandContext): void {
+  const { client, server, reply } = ctx;
+  const m = client.multi;
+  if (m === null) {
+    reply.error('ERR EXEC without MULTI');
+    return;
+  }
+  const ks = server.keyspace;
+  const watching = client.watching;
+  // A watched key that has expired by now counts as touched (Redis's isWatchedKeyExpired).
+  const touched = watching !== null && (watching.dirty || ks.watchedKeyExpired(watching.keys, ctx.nowMs));
+  if (m.flagged || touched) {
+    client.discardTransaction();
+    if (m.flagged) reply.error('EXECABORT Transaction discarded because of previous errors.');
+    else reply.nullArray();
+    return;
+  }
+  // The watches go before anything runs (the transaction's own writes do not matter); the client
+  // stays in MULTI while its commands run (CLIENT INFO in the queue shows flags=x multi=N, as Redis).
+  dropWatches(ctx);
+  // Redis refuses EXEC itself when the snapshot gate would refuse a queued command (MISCONF for
+  // writes after a failed background save, LOADING): nothing runs.
+  if (server.snapshots.gated) {
+    for (const c of m.commands) {
+      const refusal = server.snapshots.refusal(c.spec);
+      if (refusal !== null) {
+        server.stats.error(refusal.code);
+        client.discardTransaction();
+        reply.error(`EXECABORT Transaction discarded because of: ${refusal.message}`);
+        return;
+      }
+    }
+  }
+  reply.arrayHeader(m.commands.length);
+  const nowUs = ctx.nowUs;
+  try {
+    for (const c of m.commands) server.callQueued(client, c.spec, c.args, nowUs);
+  } finally {
+    client.discardTransaction();
+  }
+}
+
+function dropWatches(ctx: CommandContext): void {
+  const client = ctx.client;
+  if (client.watching === null) return;
+  ctx.server.keyspace.unwatch(client.watching.keys);
+  client.watching = null;
+}
+
+function discard(ctx: CommandContext): void {
+  const client = ctx.client;
+  if (client.multi === null) {
+    ctx.reply.error('ERR DISCARD without MULTI');
+    return;
+  }
+  client.discardTransaction();
+  ctx.reply.ok();
+}
+
+function watch(ctx: CommandContext, argv: CommandArgs): void {
+  const client = ctx.client;
+  if (client.multi !== null) {
+    ctx.reply.error('ERR WATCH inside MULTI is not allowed');
+    return;
+  }
+  const watching = client.watching ?? (client.watching = new Watching());
+  const ks = ctx.server.keyspace;
+  for (let i = 1; i < argv.length; i++) {
+    const w = ks.watch(watching, argv.str(i), ctx.nowMs);
+    if (w !== null) watching.keys.push(w);
+  }
+  ctx.reply.ok();
+}
+
+function unwatch(ctx: CommandContext): void {
+  // Queued inside MULTI, UNWATCH runs in EXEC, whose watches are already gone.
+  dropWatches(ctx);
+  ctx.reply.ok();
+}
+
+const FLAGS = ['noscript', 'loading', 'stale', 'fast', 'allow-busy'] as const;
+
+export const transactionCommands: CommandSpec[] = [
+  { name: 'multi', arity: 1, flags: [...FLAGS], ...noKeys(), group: 'transactions', since: '1.2.0', complexity: 'O(1)',
+    summary: 'Starts a transaction.', args: [], run: multi },
+  { name: 'exec', arity: 1, flags: ['noscript', 'loading', 'stale', 'skip_slowlog'], ...noKeys(), group: 'transactions', since: '1.2.0',
+    complexity: 'Depends on commands in the transaction', summary: 'Executes all commands in a transaction.', args: [], run: exec },
+  { name: 'discard', arity: 1, flags: [...FLAGS], ...noKeys(), group: 'transactions', since: '2.0.0',
+    complexity: 'O(N), when N is the number of queued commands', summary: 'Discards a transaction.', args: [], run: discard },
+  { name: 'watch', arity: -2, flags: [...FLAGS], firstKey: 1, lastKey: -1, keyStep: 1, group: 'transactions', since: '2.2.0',
+    complexity: 'O(1) for every key.', summary: 'Monitors changes to keys to determine the execution of a transaction.',
+    args: [{ name: 'key', type: 'key', multiple: true }], run: watch },
+  { name: 'unwatch', arity: 1, flags: [...FLAGS], ...noKeys(), group: 'transactions', since: '2.2.0', complexity: 'O(1)',
+    summary: 'Forgets about watched keys of a transaction.', args: [], run: unwatch },
+];
