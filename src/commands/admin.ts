@@ -63,12 +63,27 @@ function configSet(ctx: CommandContext, argv: CommandArgs): void {
   ctx.reply.ok();
 }
 
+/** CONFIG REWRITE: the running values into the file the server started with (Config.rewrite). */
+function configRewrite(ctx: CommandContext): void {
+  try {
+    ctx.server.config.rewrite();
+  } catch (e) {
+    ctx.server.log.warning(`CONFIG REWRITE failed: ${(e as Error).message}`);
+    ctx.reply.error(`ERR ${(e as Error).message}`);
+    return;
+  }
+  ctx.server.log.notice('CONFIG REWRITE executed with success.');
+  ctx.reply.ok();
+}
+
 const CONFIG_HELP = [
   'CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:',
   'GET <pattern>',
   '    Return parameters matching the glob-like <pattern> and their values.',
   'SET <directive> <value>',
   '    Set the configuration <directive> to <value>.',
+  'REWRITE',
+  '    Rewrite the configuration file.',
   'RESETSTAT',
   '    Reset statistics reported by the INFO command.',
   'HELP',
@@ -139,7 +154,8 @@ const DEBUG_HELP = [
 function debugAllowed(ctx: CommandContext): boolean {
   const mode = ctx.server.config.get('enable-debug-command');
   if (mode === 'yes') return true;
-  if (mode === 'local') return /^(127\.|::1:)/.test(ctx.client.addr) || ctx.client.addr.startsWith('::1');
+  // Local as Redis counts it: loopback, or the unix socket (whose clients' addr is its path).
+  if (mode === 'local') return /^(127\.|::1:)/.test(ctx.client.addr) || ctx.client.addr.startsWith('::1') || ctx.client.addr.startsWith('/');
   return false;
 }
 
@@ -200,6 +216,7 @@ export const adminCommands: CommandSpec[] = [
       sub('get', -3, 'Returns the effective values of configuration parameters.', configGet, [{ name: 'parameter', type: 'string', multiple: true }]),
       sub('set', -4, 'Sets configuration parameters in-flight.', configSet, [{ name: 'data', type: 'block', multiple: true, arguments: [
         { name: 'parameter', type: 'string' }, { name: 'value', type: 'string' }] }]),
+      sub('rewrite', 2, 'Persists the effective configuration to file.', configRewrite),
       sub('resetstat', 2, 'Resets the server\'s statistics.', (ctx) => { ctx.server.stats.reset(); ctx.reply.ok(); }),
       sub('help', 2, 'Returns helpful text about the different subcommands.', (ctx) => replyHelp(ctx, CONFIG_HELP)),
     ] },

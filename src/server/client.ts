@@ -56,11 +56,13 @@ export class Client {
     readonly id: number,
     readonly socket: Socket,
     private readonly server: Server,
+    /** The unix socket's path for a client connected through it (CLIENT LIST shows `addr=<path>:0`, as Redis). */
+    unixPath?: string,
   ) {
     this.parser = new RequestParser({ maxBulkBytes: server.config.int('proto-max-bulk-len') });
     this.authenticated = server.config.get('requirepass') === '';
-    this.addr = formatAddress(socket.remoteAddress, socket.remotePort);
-    this.laddr = formatAddress(socket.localAddress, socket.localPort);
+    this.addr = unixPath !== undefined ? `${unixPath}:0` : formatAddress(socket.remoteAddress, socket.remotePort);
+    this.laddr = unixPath !== undefined ? `${unixPath}:0` : formatAddress(socket.localAddress, socket.localPort);
     socket.setNoDelay(true);
     socket.on('data', (chunk: Buffer) => this.onData(chunk));
     socket.on('drain', () => this.onDrain());

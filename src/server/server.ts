@@ -4,6 +4,7 @@
  */
 import { ArgumentTooLongError, type CommandArgs } from '../protocol/command-args.js';
 import net from 'node:net';
+import { chmodSync, lstatSync, rmSync } from 'node:fs';
 import tls from 'node:tls';
 import { performance } from 'node:perf_hooks';
 import { randomBytes } from 'node:crypto';
@@ -163,6 +164,16 @@ export class Server {
         failures.push(`cannot listen on ${address.includes(':') ? `[${address}]` : address}:${port}: ${reason}`);
       }
     }
+    const unixPath = this.config.get('unixsocket');
+    if (unixPath !== '' && failures.length === 0) {
+      try {
+        this.listeners.push(await this.listenUnix(unixPath, parseInt(this.config.get('unixsocketperm'), 8)));
+        this.log.notice(`The server is now ready to accept connections at ${unixPath}`, { unixsocket: unixPath });
+      } catch (e) {
+        const err = e as NodeJS.ErrnoException;
+        failures.push(`cannot listen on unix socket ${unixPath}: ${err.code === 'EADDRINUSE' ? 'address already in use' : (err.code ?? err.message)}`);
+      }
+    }
     if (tlsOptions !== null && failures.length === 0) {
       for (const raw of addresses) {
         const optional = raw.startsWith('-') || raw === '::1';
@@ -252,12 +263,51 @@ export class Server {
     return new Promise((resolve, reject) => {
       const listener = net.createServer({ noDelay: true }, (socket) => this.accept(socket));
       listener.once('error', reject);
-      listener.listen({ host: address, port, ipv6Only: address.includes(':') }, () => {
+      listener.listen({ host: address, port, ipv6Only: address.includes(':'), backlog: this.config.int('tcp-backlog') }, () => {
         listener.off('error', reject);
         listener.on('error', (e) => this.acceptFailed(e));
         resolve(listener);
       });
     });
+  }
+
+  /**
+   * Listens on the unix socket `path`, as Redis's `unixsocket`: a socket file left by a server that
+   * is gone (nothing answers on it) is replaced; a live one (another server) or a file that is not
+   * a socket is refused, never deleted. `perm` (unixsocketperm, 0 = leave the umask's) is applied
+   * right after the bind, before start() lets the snapshot load begin (as Redis, which chmods after
+   * listen); the file is removed at exit.
+   */
+  private async listenUnix(path: string, perm: number): Promise<net.Server> {
+    let stale = false;
+    try {
+      stale = lstatSync(path).isSocket();
+      if (!stale) throw Object.assign(new Error('a file that is not a socket is in the way'), { code: 'EEXIST' });
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e;
+    }
+    if (stale) {
+      const alive = await new Promise<boolean>((resolve) => {
+        const probe = net.connect(path);
+        probe.once('connect', () => { probe.destroy(); resolve(true); });
+        probe.once('error', () => resolve(false));
+      });
+      if (alive) throw Object.assign(new Error('address already in use'), { code: 'EADDRINUSE' });
+      rmSync(path, { force: true });
+      this.log.notice(`removed the stale unix socket ${path} (nothing was listening on it)`, { unixsocket: path });
+    }
+    const listener = await new Promise<net.Server>((resolve, reject) => {
+      const l = net.createServer({ noDelay: true }, (socket) => this.accept(socket, path));
+      l.once('error', reject);
+      l.listen({ path, backlog: this.config.int('tcp-backlog') }, () => {
+        l.off('error', reject);
+        l.on('error', (e) => this.acceptFailed(e));
+        resolve(l);
+      });
+    });
+    if (perm !== 0) chmodSync(path, perm);
+    process.on('exit', () => rmSync(path, { force: true }));
+    return listener;
   }
 
   private listenTls(options: tls.TlsOptions, address: string, port: number): Promise<tls.Server> {
@@ -332,7 +382,8 @@ export class Server {
     }
   }
 
-  private accept(socket: net.Socket): void {
+  /** A new connection; `unixPath` for one on the unix socket (always local for protected mode, as in Redis). */
+  private accept(socket: net.Socket, unixPath?: string): void {
     if (this.shuttingDown) {
       socket.destroy();
       return;
@@ -342,14 +393,18 @@ export class Server {
       this.refuse(socket, '-ERR max number of clients reached\r\n');
       return;
     }
-    if (this.deniedByProtectedMode(socket)) {
+    if (unixPath === undefined && this.deniedByProtectedMode(socket)) {
       this.refuse(socket, PROTECTED_MODE_MESSAGE);
       return;
     }
     const keepalive = this.config.int('tcp-keepalive');
-    if (keepalive > 0) socket.setKeepAlive(true, keepalive * 1000);
-    const client = new Client(this.nextClientId++, socket, this);
+    if (keepalive > 0 && unixPath === undefined) socket.setKeepAlive(true, keepalive * 1000);
+    const client = new Client(this.nextClientId++, socket, this, unixPath);
     this.clients.set(client.id, client);
+    // Redis's verbose lines: "Accepted 127.0.0.1:50312" / "Accepted connection to /tmp/x.sock".
+    if (this.log.enabled('verbose')) {
+      this.log.verbose(unixPath !== undefined ? `Accepted connection to ${unixPath}` : `Accepted ${client.addr}`, { id: client.id, addr: client.addr });
+    }
   }
 
   /** Writes `message` to a connection that is not let in, then closes it completely (see REFUSED_CLOSE_MS). */
@@ -368,7 +423,10 @@ export class Server {
   }
 
   removeClient(client: Client): void {
-    this.clients.delete(client.id);
+    // Redis logs "Client closed connection id=... addr=..." at verbose when a client goes away.
+    if (this.clients.delete(client.id) && this.log.enabled('verbose')) {
+      this.log.verbose(`Client closed connection id=${client.id} addr=${client.addr}`, { id: client.id, addr: client.addr, laddr: client.laddr });
+    }
   }
 
   /**
