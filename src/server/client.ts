@@ -5,7 +5,7 @@
  */
 import type { Socket } from 'node:net';
 import { ProtocolError, RequestParser, UNAUTH_MAX_REQUEST_BYTES } from '../protocol/request-parser.js';
-import type { Protocol } from '../protocol/reply-writer.js';
+import type { Protocol, ReplyWriter } from '../protocol/reply-writer.js';
 import type { Server } from './server.js';
 import { errorText } from './tasks.js';
 
@@ -98,7 +98,7 @@ export class Client {
     if (!this.waitingForDrain || this.closing) return;
     this.waitingForDrain = false;
     this.processGuarded();
-    if (!this.waitingForDrain && !this.closing && !this.socket.destroyed) this.socket.resume();
+    if (!this.waitingForDrain && !this.closing && !this.held && !this.socket.destroyed) this.socket.resume();
   }
 
   /**
@@ -117,8 +117,31 @@ export class Client {
     }
   }
 
+  /** A command's reply is still to come (hold()): later commands wait, so replies stay in order. */
+  private held = false;
+
+  /**
+   * For a command whose reply comes after an asynchronous step (CONFIG SET port/bind binds new
+   * listeners): this client's later commands wait, and the returned function, called once, writes
+   * the reply through `write` (into the shared writer), sends it and goes on with what arrived.
+   */
+  hold(): (write: (reply: ReplyWriter) => void) => void {
+    this.held = true;
+    this.socket.pause();
+    return (write) => {
+      this.held = false;
+      if (this.socket.destroyed) return;
+      const writer = this.server.writer;
+      writer.proto = this.proto;
+      write(writer);
+      this.processGuarded();
+      if (!this.waitingForDrain && !this.closing && !this.socket.destroyed) this.socket.resume();
+    };
+  }
+
   /** Runs the complete commands in the query buffer, sends their replies, then applies the limits. */
   private processInput(): void {
+    if (this.held) return;
     this.server.beginBatch();
     const writer = this.server.writer;
     writer.proto = this.proto;
@@ -155,7 +178,7 @@ export class Client {
       }
       this.server.execute(this, result);
       writer.proto = this.proto; // HELLO may have switched it
-      if (this.closing) break;
+      if (this.closing || this.held) break;
     }
     if (!this.closing && hardBytes > 0 && queued + writer.length > hardBytes) {
       this.closeForOutputLimit(queued + writer.length);

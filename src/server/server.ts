@@ -72,6 +72,12 @@ export class Server {
   /** The TLS port listened on, 0 without TLS. */
   tlsPort = 0;
   private listeners: net.Server[] = [];
+  /** The plain TCP listeners (port, bind): CONFIG SET port/bind replaces them. */
+  private tcpListeners: net.Server[] = [];
+  /** The TLS listeners: CONFIG SET of the TLS files gives them a new certificate. */
+  private tlsListeners: tls.Server[] = [];
+  /** A CONFIG SET port/bind waiting for its listeners to bind (one at a time). */
+  rebinding = false;
   /** `maxmemory`, kept as a number: execute() reads it for every command. */
   private maxmemoryBytes = 0;
   /** `client-output-buffer-limit normal`, parsed once per change: clients read it for every batch. */
@@ -146,24 +152,11 @@ export class Server {
     const failures: string[] = [];
     const tlsPortWanted = this.config.int('tls-port');
     const tlsOptions = tlsPortWanted > 0 ? createTlsServer(this.config) : null;
-    for (const raw of addresses) {
-      // A leading '-' marks an address that may be unavailable (Redis's syntax); ::1 is always optional.
-      const optional = raw.startsWith('-') || raw === '::1';
-      const address = raw.replace(/^-/, '');
-      try {
-        const listener = await this.listen(address, port);
-        this.listeners.push(listener);
-        port = (listener.address() as net.AddressInfo).port;
-      } catch (e) {
-        const err = e as NodeJS.ErrnoException;
-        const reason = err.code === 'EADDRINUSE' ? 'address already in use' : err.code === 'EACCES' ? 'permission denied' : (err.code ?? err.message);
-        if (optional && err.code !== 'EADDRINUSE') {
-          this.log.warning(`could not bind ${address}:${port}: ${reason}`);
-          continue;
-        }
-        failures.push(`cannot listen on ${address.includes(':') ? `[${address}]` : address}:${port}: ${reason}`);
-      }
-    }
+    const bound = await this.bindTcp(addresses, port);
+    this.tcpListeners = bound.listeners;
+    this.listeners.push(...bound.listeners);
+    port = bound.port;
+    failures.push(...bound.failures);
     const unixPath = this.config.get('unixsocket');
     if (unixPath !== '' && failures.length === 0) {
       try {
@@ -179,7 +172,9 @@ export class Server {
         const optional = raw.startsWith('-') || raw === '::1';
         const address = raw.replace(/^-/, '');
         try {
-          this.listeners.push(await this.listenTls(tlsOptions, address, tlsPortWanted));
+          const listener = await this.listenTls(tlsOptions, address, tlsPortWanted);
+          this.listeners.push(listener);
+          this.tlsListeners.push(listener);
           this.tlsPort = tlsPortWanted;
         } catch (e) {
           const err = e as NodeJS.ErrnoException;
@@ -209,6 +204,75 @@ export class Server {
     this.config.set('port', String(port)); // with --port 0, CONFIG GET port tells the port chosen
     this.capMaxclients(metricsPort > 0 ? METRICS_MAX_CONNECTIONS : 0);
     this.applyRuntimeConfig();
+  }
+
+  /**
+   * Listens on every address on one port (the first one bound picks it with port 0). An address
+   * with a leading '-' (Redis's syntax), and ::1, may be unavailable; a port in use never is.
+   */
+  private async bindTcp(addresses: string[], port: number): Promise<{ listeners: net.Server[]; port: number; failures: string[] }> {
+    const listeners: net.Server[] = [];
+    const failures: string[] = [];
+    for (const raw of addresses) {
+      const optional = raw.startsWith('-') || raw === '::1';
+      const address = raw.replace(/^-/, '');
+      try {
+        const listener = await this.listen(address, port);
+        listeners.push(listener);
+        port = (listener.address() as net.AddressInfo).port;
+      } catch (e) {
+        const err = e as NodeJS.ErrnoException;
+        const reason = err.code === 'EADDRINUSE' ? 'address already in use' : err.code === 'EACCES' ? 'permission denied' : (err.code ?? err.message);
+        if (optional && err.code !== 'EADDRINUSE') {
+          this.log.warning(`could not bind ${address}:${port}: ${reason}`);
+          continue;
+        }
+        failures.push(`cannot listen on ${address.includes(':') ? `[${address}]` : address}:${port}: ${reason}`);
+      }
+    }
+    return { listeners, port, failures };
+  }
+
+  /**
+   * CONFIG SET port/bind, as Redis's changeListener: the TCP listeners are closed, the new ones
+   * opened; if any fails, they are closed and the old ones opened again, and the reason comes back
+   * (null on success). Connected clients stay connected either way.
+   */
+  async rebind(bind: string, port: number): Promise<string | null> {
+    const oldBind = this.config.get('bind');
+    const oldPort = this.port;
+    const closeAll = (ls: net.Server[]): void => {
+      for (const l of ls) l.close();
+      this.listeners = this.listeners.filter((l) => !ls.includes(l));
+    };
+    closeAll(this.tcpListeners);
+    this.tcpListeners = [];
+    const bound = await this.bindTcp(bind.split(/\s+/).filter(Boolean), port);
+    if (bound.failures.length === 0 && bound.listeners.length > 0) {
+      this.tcpListeners = bound.listeners;
+      this.listeners.push(...bound.listeners);
+      this.port = bound.port;
+      this.log.notice(`listening on port ${bound.port} of ${bind} (CONFIG SET)`, { port: bound.port, bind });
+      return null;
+    }
+    closeAll(bound.listeners);
+    const reason = bound.failures[0] ?? 'no address to listen on';
+    this.log.warning(`CONFIG SET port/bind: ${reason}; listening on port ${oldPort} of ${oldBind} again`, { port: oldPort, bind: oldBind });
+    const restored = await this.bindTcp(oldBind.split(/\s+/).filter(Boolean), oldPort);
+    this.tcpListeners = restored.listeners;
+    this.listeners.push(...restored.listeners);
+    if (restored.failures.length > 0) this.log.warning(`could not listen on the old addresses again: ${restored.failures.join('; ')}`);
+    return reason;
+  }
+
+  /** Gives the TLS listeners a new certificate, key and CA (CONFIG SET tls-*-file): new handshakes use it. */
+  reloadTls(context: tls.SecureContextOptions): void {
+    for (const l of this.tlsListeners) l.setSecureContext(context);
+  }
+
+  /** Whether TLS listeners are open (CONFIG SET of the TLS files then reloads the certificate). */
+  get tlsActive(): boolean {
+    return this.tlsListeners.length > 0;
   }
 
   /**
