@@ -133,6 +133,7 @@ export class Client {
       if (this.socket.destroyed) return;
       const writer = this.server.writer;
       writer.proto = this.proto;
+      this.server.beginBatch(this);
       write(writer);
       this.processGuarded();
       if (!this.waitingForDrain && !this.closing && !this.socket.destroyed) this.socket.resume();
@@ -142,7 +143,7 @@ export class Client {
   /** Runs the complete commands in the query buffer, sends their replies, then applies the limits. */
   private processInput(): void {
     if (this.held) return;
-    this.server.beginBatch();
+    this.server.beginBatch(this);
     const writer = this.server.writer;
     writer.proto = this.proto;
     let authenticated = this.authenticated;

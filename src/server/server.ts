@@ -313,6 +313,7 @@ export class Server {
   /** Applies settings that CONFIG SET can change while running (logging, task frequency). */
   applyRuntimeConfig(): void {
     this.log.level = this.config.get('loglevel');
+    this.writer.onError = this.log.enabled('debug') ? this.logErrorReply : null;
     this.log.format = this.config.get('log-format') as 'human' | 'json';
     this.snapshots.refreshDenyWrites();
     this.maxmemoryBytes = this.config.int('maxmemory');
@@ -498,9 +499,19 @@ export class Server {
    * commandstats runs from the end of the previous one, so one clock read per command serves both
    * its time snapshot and its duration.
    */
-  beginBatch(): void {
+  beginBatch(client: Client): void {
     this.perfMark = performance.now();
+    this.batchClient = client;
   }
+
+  /** The client whose batch is running (beginBatch): error replies at loglevel debug name it. */
+  private batchClient: Client | null = null;
+
+  /** loglevel debug: each error reply, with its client (ReplyWriter.onError, null at other levels). */
+  private readonly logErrorReply = (text: string): void => {
+    const c = this.batchClient;
+    this.log.debug(`error reply to client id=${c?.id ?? '?'} addr=${c?.addr ?? '?'}: ${text}`, { id: c?.id, addr: c?.addr, error: text });
+  };
 
   /** The command named by argument 0, remembering the last one: a pipeline mostly repeats one command. */
   private findCommand(argv: CommandArgs): CommandSpec | undefined {

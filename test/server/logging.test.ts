@@ -56,6 +56,25 @@ describe('logging', () => {
     }
   });
 
+  it('logs command errors at debug, with the client, and not at notice', async () => {
+    const s = await startServer();
+    const c = new Redis({ port: s.port, host: '127.0.0.1', protocol: 2, lazyConnect: true });
+    try {
+      await c.connect();
+      await c.call('NOSUCHCMD', 'a').catch(() => {});
+      await c.call('CONFIG', 'SET', 'loglevel', 'debug');
+      await c.call('CL.THROTTLE', 'k', 'x', '1', '1').catch(() => {});
+      await c.ping();
+      const errors = s.logs.map((l) => JSON.parse(l) as Line).filter((l) => l.msg.startsWith('error reply'));
+      expect(errors).toHaveLength(1);
+      expect(errors[0]).toMatchObject({ level: 'debug', error: expect.stringMatching(/^ERR /) as unknown });
+      expect(errors[0].msg).toContain(`addr=127.0.0.1:${(c as unknown as { stream: net.Socket }).stream.localPort}`);
+    } finally {
+      c.disconnect();
+      await s.stop();
+    }
+  });
+
   it('writes a fatal start error as a JSON object on stderr with log-format json', () => {
     const r = runToExit(['--log-format', 'json', '--port', 'eighty']);
     expect(r.status).toBe(1);
