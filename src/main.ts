@@ -102,6 +102,11 @@ async function main(argv: string[]): Promise<void> {
   log.file = config.get('logfile');
   startLog.format = log.format;
   startLog.file = log.file;
+  // supervised auto under systemd (NOTIFY_SOCKET set): Redis would send READY=1; cellgate cannot
+  // (Node has no unix datagram sockets), so a Type=notify unit would wait for it until its timeout.
+  if (config.get('supervised') === 'auto' && process.env.NOTIFY_SOCKET) {
+    log.warning('supervised auto: NOTIFY_SOCKET is set but cellgate sends no sd_notify READY=1; run it as a systemd Type=simple service', { supervised: 'auto' });
+  }
   for (const name of unknownEnv) {
     log.warning(`unknown environment variable ${name}: no option is called that (options are CELLGATE_<NAME>, e.g. CELLGATE_PORT; see --help); ignored`, { variable: name });
   }

@@ -127,7 +127,7 @@ describe('--help and --version', () => {
   it('--help lists every option with its default and a description', async () => {
     const r = runToExit(['--help']);
     expect(r.status).toBe(0);
-    expect(r.stdout).toMatch(/--port +TCP port \(0 picks a free one\) \(default: 6379\)/);
+    expect(r.stdout).toMatch(/--port +TCP port \(0 picks a free one\) \(default: 6379; CONFIG SET can change it\)/);
     expect(r.stdout).toMatch(/--maxmemory-policy +what to do at maxmemory \(default: volatile-ttl; CONFIG SET can change it\)/);
     expect(r.stdout).toMatch(/--unixsocket +.*\(default: ""\)/);
     expect(r.stdout).toContain('config file < environment < flags');
