@@ -161,7 +161,7 @@ export class Server {
     if (unixPath !== '' && failures.length === 0) {
       try {
         this.listeners.push(await this.listenUnix(unixPath, parseInt(this.config.get('unixsocketperm'), 8)));
-        this.log.notice(`The server is now ready to accept connections at ${unixPath}`, { unixsocket: unixPath });
+        this.log.notice(`listening on unix socket ${unixPath}`, { unixsocket: unixPath });
       } catch (e) {
         const err = e as NodeJS.ErrnoException;
         failures.push(`cannot listen on unix socket ${unixPath}: ${err.code === 'EADDRINUSE' ? 'address already in use' : (err.code ?? err.message)}`);
