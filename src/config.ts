@@ -446,12 +446,21 @@ export class Config {
         continue;
       }
       try {
-        this.set(name, value);
+        // `save` lines add up, as in Redis's redis.conf (`save 900 1` / `save 300 10` are two save
+        // points); `save ""` clears them.
+        if (name === 'save' && this.fileSaveLines++ > 0 && value.length > 0 && this.get('save') !== '') {
+          this.set(name, `${this.get('save')} ${value.toString('utf8')}`);
+        } else {
+          this.set(name, value);
+        }
       } catch (e) {
         throw new ConfigError(`${path}:${i + 1}: '${name}': ${(e as Error).message}`);
       }
     }
   }
+
+  /** `save` lines read from config files so far (the first replaces the default, the others add). */
+  private fileSaveLines = 0;
 
   /** Applies `--name value [value...]` flags, as redis-server reads them. */
   applyFlags(flags: string[]): void {

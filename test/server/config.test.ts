@@ -98,6 +98,29 @@ describe('redis.conf directives', () => {
     expect(existsSync(sock)).toBe(false);
   });
 
+  it('adds up save lines, as redis.conf has them (and save "" clears)', async () => {
+    const dir = tempDir();
+    const file = join(dir, 'redis.conf');
+    writeFileSync(file, 'save 900 1\nsave 300 10\nsave 60 10000\n');
+    const s = await startServer({ configFile: file });
+    const c = new Redis({ port: s.port, host: '127.0.0.1', protocol: 2 });
+    try {
+      expect(await configGet(c, 'save')).toEqual({ save: '900 1 300 10 60 10000' });
+    } finally {
+      c.disconnect();
+      await s.stop();
+    }
+    writeFileSync(file, 'save 900 1\nsave ""\n');
+    const s2 = await startServer({ configFile: file });
+    const c2 = new Redis({ port: s2.port, host: '127.0.0.1', protocol: 2 });
+    try {
+      expect(await configGet(c2, 'save')).toEqual({ save: '' });
+    } finally {
+      c2.disconnect();
+      await s2.stop();
+    }
+  });
+
   it('refuses an include that includes itself, naming the depth', () => {
     const dir = tempDir();
     const file = join(dir, 'loop.conf');
