@@ -66,7 +66,7 @@ function configSet(ctx: CommandContext, argv: CommandArgs): void {
   }
   // New TLS files: load and check them now (a missing file, a key that does not match), swap them
   // in only once everything else has succeeded.
-  let tlsContext: tls.SecureContextOptions | null = null;
+  let tlsContext: tls.TlsOptions | null = null;
   const tlsName = pairs.find(([n]) => TLS_FILES.includes(n))?.[0];
   if (tlsName !== undefined && ctx.server.tlsActive) {
     try {

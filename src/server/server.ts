@@ -76,6 +76,8 @@ export class Server {
   private tcpListeners: net.Server[] = [];
   /** The TLS listeners: CONFIG SET of the TLS files gives them a new certificate. */
   private tlsListeners: tls.Server[] = [];
+  /** The TLS listeners' options (certificate, key, CA), for listeners opened later (CONFIG SET bind). */
+  private tlsOptions: tls.TlsOptions | null = null;
   /** A CONFIG SET port/bind waiting for its listeners to bind (one at a time). */
   rebinding = false;
   /** `maxmemory`, kept as a number: execute() reads it for every command. */
@@ -168,20 +170,12 @@ export class Server {
       }
     }
     if (tlsOptions !== null && failures.length === 0) {
-      for (const raw of addresses) {
-        const optional = raw.startsWith('-') || raw === '::1';
-        const address = raw.replace(/^-/, '');
-        try {
-          const listener = await this.listenTls(tlsOptions, address, tlsPortWanted);
-          this.listeners.push(listener);
-          this.tlsListeners.push(listener);
-          this.tlsPort = tlsPortWanted;
-        } catch (e) {
-          const err = e as NodeJS.ErrnoException;
-          if (optional && err.code !== 'EADDRINUSE') continue;
-          failures.push(`cannot listen for TLS on ${address.includes(':') ? `[${address}]` : address}:${tlsPortWanted}: ${err.code === 'EADDRINUSE' ? 'address already in use' : (err.code ?? err.message)}`);
-        }
-      }
+      this.tlsOptions = tlsOptions;
+      const boundTls = await this.bindTcp(addresses, tlsPortWanted, tlsOptions);
+      this.tlsListeners = boundTls.listeners as tls.Server[];
+      this.listeners.push(...boundTls.listeners);
+      if (boundTls.listeners.length > 0) this.tlsPort = tlsPortWanted;
+      failures.push(...boundTls.failures);
     }
     const metricsPort = this.config.int('metrics-port');
     if (metricsPort > 0 && failures.length === 0) {
@@ -210,14 +204,15 @@ export class Server {
    * Listens on every address on one port (the first one bound picks it with port 0). An address
    * with a leading '-' (Redis's syntax), and ::1, may be unavailable; a port in use never is.
    */
-  private async bindTcp(addresses: string[], port: number): Promise<{ listeners: net.Server[]; port: number; failures: string[] }> {
+  private async bindTcp(addresses: string[], port: number, tlsOptions?: tls.TlsOptions): Promise<{ listeners: net.Server[]; port: number; failures: string[] }> {
     const listeners: net.Server[] = [];
     const failures: string[] = [];
+    const what = tlsOptions === undefined ? 'listen' : 'listen for TLS';
     for (const raw of addresses) {
       const optional = raw.startsWith('-') || raw === '::1';
       const address = raw.replace(/^-/, '');
       try {
-        const listener = await this.listen(address, port);
+        const listener = tlsOptions === undefined ? await this.listen(address, port) : await this.listenTls(tlsOptions, address, port);
         listeners.push(listener);
         port = (listener.address() as net.AddressInfo).port;
       } catch (e) {
@@ -227,46 +222,66 @@ export class Server {
           this.log.warning(`could not bind ${address}:${port}: ${reason}`);
           continue;
         }
-        failures.push(`cannot listen on ${address.includes(':') ? `[${address}]` : address}:${port}: ${reason}`);
+        failures.push(`cannot ${what} on ${address.includes(':') ? `[${address}]` : address}:${port}: ${reason}`);
       }
     }
     return { listeners, port, failures };
   }
 
   /**
-   * CONFIG SET port/bind, as Redis's changeListener: the TCP listeners are closed, the new ones
-   * opened; if any fails, they are closed and the old ones opened again, and the reason comes back
-   * (null on success). Connected clients stay connected either way.
+   * CONFIG SET port/bind, as Redis's changeListener / changeBindAddr: the TCP listeners (and the TLS
+   * ones, which follow `bind`) are closed, the new ones opened; if any fails, they are closed and
+   * the old ones opened again, and the reason comes back (null on success). Connected clients stay
+   * connected either way.
    */
   async rebind(bind: string, port: number): Promise<string | null> {
     const oldBind = this.config.get('bind');
     const oldPort = this.port;
+    const withTls = this.tlsOptions !== null && bind !== oldBind;
     const closeAll = (ls: net.Server[]): void => {
       for (const l of ls) l.close();
       this.listeners = this.listeners.filter((l) => !ls.includes(l));
     };
-    closeAll(this.tcpListeners);
-    this.tcpListeners = [];
-    const bound = await this.bindTcp(bind.split(/\s+/).filter(Boolean), port);
-    if (bound.failures.length === 0 && bound.listeners.length > 0) {
+    const open = async (b: string, p: number): Promise<string | null> => {
+      const addresses = b.split(/\s+/).filter(Boolean);
+      const bound = await this.bindTcp(addresses, p);
       this.tcpListeners = bound.listeners;
       this.listeners.push(...bound.listeners);
-      this.port = bound.port;
-      this.log.notice(`listening on port ${bound.port} of ${bind} (CONFIG SET)`, { port: bound.port, bind });
+      let failures = bound.failures;
+      if (failures.length === 0 && bound.listeners.length === 0) failures = ['no address to listen on'];
+      if (failures.length === 0) this.port = bound.port;
+      if (failures.length === 0 && withTls) {
+        const boundTls = await this.bindTcp(addresses, this.tlsPort, this.tlsOptions!);
+        this.tlsListeners = boundTls.listeners as tls.Server[];
+        this.listeners.push(...boundTls.listeners);
+        failures = boundTls.failures;
+      }
+      return failures[0] ?? null;
+    };
+    const closeCurrent = (): void => {
+      closeAll(this.tcpListeners);
+      this.tcpListeners = [];
+      if (withTls) {
+        closeAll(this.tlsListeners);
+        this.tlsListeners = [];
+      }
+    };
+    closeCurrent();
+    const failure = await open(bind, port);
+    if (failure === null) {
+      this.log.notice(`listening on port ${this.port} of ${bind} (CONFIG SET)`, { port: this.port, bind });
       return null;
     }
-    closeAll(bound.listeners);
-    const reason = bound.failures[0] ?? 'no address to listen on';
-    this.log.warning(`CONFIG SET port/bind: ${reason}; listening on port ${oldPort} of ${oldBind} again`, { port: oldPort, bind: oldBind });
-    const restored = await this.bindTcp(oldBind.split(/\s+/).filter(Boolean), oldPort);
-    this.tcpListeners = restored.listeners;
-    this.listeners.push(...restored.listeners);
-    if (restored.failures.length > 0) this.log.warning(`could not listen on the old addresses again: ${restored.failures.join('; ')}`);
-    return reason;
+    closeCurrent();
+    this.log.warning(`CONFIG SET port/bind: ${failure}; listening on port ${oldPort} of ${oldBind} again`, { port: oldPort, bind: oldBind });
+    const again = await open(oldBind, oldPort);
+    if (again !== null) this.log.warning(`could not listen on the old addresses again: ${again}`);
+    return failure;
   }
 
   /** Gives the TLS listeners a new certificate, key and CA (CONFIG SET tls-*-file): new handshakes use it. */
-  reloadTls(context: tls.SecureContextOptions): void {
+  reloadTls(context: tls.TlsOptions): void {
+    this.tlsOptions = context;
     for (const l of this.tlsListeners) l.setSecureContext(context);
   }
 

@@ -98,7 +98,7 @@ describe('CONFIG SET port / bind', () => {
 const hasOpenssl = spawnSync('sh', ['-c', 'command -v openssl'], { encoding: 'utf8' }).status === 0;
 
 describe.skipIf(!hasOpenssl)('CONFIG SET tls-cert-file / tls-key-file', () => {
-  it('new handshakes get the new certificate', async () => {
+  it('new handshakes get the new certificate; the TLS port follows bind', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'cellgate-tls-reload-'));
     const openssl = (args: string[]): void => {
       const r = spawnSync('openssl', args, { cwd: dir, encoding: 'utf8', timeout: 30_000 });
@@ -110,8 +110,8 @@ describe.skipIf(!hasOpenssl)('CONFIG SET tls-cert-file / tls-key-file', () => {
     const tlsPort = await freePort();
     const s = await startServer({ args: ['--tls-port', String(tlsPort), '--tls-cert-file', join(dir, 'first.crt'), '--tls-key-file', join(dir, 'first.key'), '--tls-auth-clients', 'no'] });
     const c = new Redis({ port: s.port, host: '127.0.0.1', protocol: 2 });
-    const peerCn = (): Promise<string> => new Promise((resolve, reject) => {
-      const sock = tls.connect({ host: '127.0.0.1', port: tlsPort, rejectUnauthorized: false }, () => {
+    const peerCn = (host = '127.0.0.1'): Promise<string> => new Promise((resolve, reject) => {
+      const sock = tls.connect({ host, port: tlsPort, rejectUnauthorized: false }, () => {
         resolve(String(sock.getPeerCertificate().subject.CN));
         sock.destroy();
       });
@@ -124,6 +124,10 @@ describe.skipIf(!hasOpenssl)('CONFIG SET tls-cert-file / tls-key-file', () => {
       expect(await peerCn()).toBe('first');
       expect(await c.call('CONFIG', 'SET', 'tls-cert-file', join(dir, 'second.crt'), 'tls-key-file', join(dir, 'second.key'))).toBe('OK');
       expect(await peerCn()).toBe('second');
+      // The TLS port follows bind, as in Redis, with the certificate now in use.
+      expect(await c.call('CONFIG', 'SET', 'bind', '127.0.0.2')).toBe('OK');
+      expect(await peerCn('127.0.0.2')).toBe('second');
+      expect(await canConnect(tlsPort, '127.0.0.1')).toBe(false);
     } finally {
       c.disconnect();
       await s.stop();
