@@ -5,9 +5,10 @@
 #   docker run -d -p 6379:6379 -e CELLGATE_REQUIREPASS=s3cret -v cellgate-data:/data cellgate
 #   docker run ... cellgate --maxmemory 100mb        # arguments are cellgate flags
 #
-# Configuration precedence is config file < flags < CELLGATE_* variables, and this image sets
-# CELLGATE_BIND, CELLGATE_PROTECTED_MODE and CELLGATE_DIR: change those three with `-e`, not with flags
-# or a config file (which they would override).
+# Configuration precedence is config file < CELLGATE_* variables < flags (a flag always wins), and this
+# image sets CELLGATE_BIND, CELLGATE_PROTECTED_MODE and CELLGATE_DIR: change those three with `-e` or a
+# flag (`docker run cellgate --protected-mode no`), not in a config file (the variables override it).
+# The health check speaks TCP to 127.0.0.1 on CELLGATE_PORT: keep a TCP port when adding a unixsocket.
 
 # ---- build: compile TypeScript with the dev dependencies -------------------------------------------
 FROM node:20-bookworm-slim AS build

@@ -1,9 +1,12 @@
 /**
- * Configuration: Redis-style names and values, from a redis.conf-syntax file, then command-line
- * flags (`--port 6380`), then environment variables (`CELLGATE_PORT=6380`), in rising precedence.
- * The same table serves CONFIG GET/SET, so a name means one thing everywhere.
+ * Configuration: Redis-style names and values, from a redis.conf-syntax file, then environment
+ * variables (`CELLGATE_PORT=6380`), then command-line flags (`--port 6380`), in rising precedence:
+ * a flag always wins, as the most specific word of whoever starts the process (README
+ * "Configuration"). The same table serves CONFIG GET/SET/REWRITE and `--help`, so a name means one
+ * thing everywhere.
  */
-import { readFileSync } from 'node:fs';
+import { closeSync, fsyncSync, openSync, readFileSync, renameSync, statSync, writeSync } from 'node:fs';
+import { dirname, isAbsolute, join } from 'node:path';
 import { splitInlineArgs } from './protocol/inline.js';
 
 type Kind =
@@ -17,6 +20,8 @@ type Kind =
   | { type: 'string' }
   | { type: 'filename' }
   | { type: 'save' }
+  /** A file mode in octal (unixsocketperm 700). */
+  | { type: 'octal' }
   | { type: 'output-limits' };
 
 interface ConfigDef {
@@ -38,8 +43,14 @@ const MIN_SIZE_LIMIT = 1024 * 1024;
 const MAX_SIZE_LIMIT_TEXT = '9223372036854775807';
 
 const DEFS: ConfigDef[] = [
-  { name: 'port', kind: { type: 'int', min: 0, max: 65535 }, default: '6379', mutable: false, help: 'TCP port (0 picks a free one)' },
-  { name: 'bind', kind: { type: 'string' }, default: '127.0.0.1 ::1', mutable: false, help: 'addresses to listen on' },
+  { name: 'port', kind: { type: 'int', min: 0, max: 65535 }, default: '6379', mutable: true, help: 'TCP port (0 picks a free one)' },
+  { name: 'unixsocket', kind: { type: 'string' }, default: '', mutable: false, help: 'also listen on this unix socket path (empty = none); clients on it are local' },
+  { name: 'unixsocketperm', kind: { type: 'octal' }, default: '0', mutable: false, help: 'permissions of the unix socket, octal (0 = as the umask leaves them)' },
+  { name: 'tcp-backlog', kind: { type: 'int', min: 0, max: 65535 }, default: '511', mutable: false, help: 'listen backlog of the TCP sockets' },
+  { name: 'pidfile', kind: { type: 'string' }, default: '', mutable: false, help: 'write the process id to this file at start, removed at exit (empty = none)' },
+  { name: 'supervised', kind: { type: 'enum', values: ['no', 'auto'] }, default: 'no', mutable: false, help: 'no or auto: cellgate always runs in the foreground (systemd: Type=simple)' },
+  { name: 'daemonize', kind: { type: 'enum', values: ['no'] }, default: 'no', mutable: false, help: 'always no: run it under a supervisor or a container runtime' },
+  { name: 'bind', kind: { type: 'string' }, default: '127.0.0.1 ::1', mutable: true, help: 'addresses to listen on' },
   { name: 'protected-mode', kind: { type: 'bool' }, default: 'yes', mutable: true, help: 'refuse non-loopback clients when no password is set' },
   { name: 'requirepass', kind: { type: 'bytes' }, default: '', mutable: true, help: 'password for the default user' },
   { name: 'aclfile', kind: { type: 'string' }, default: '', mutable: false, help: 'ACL users file (ACL LOAD/SAVE), loaded at start' },
@@ -55,10 +66,10 @@ const DEFS: ConfigDef[] = [
   { name: 'maxmemory-policy', kind: { type: 'enum', values: ['noeviction', 'volatile-ttl', 'allkeys-lru', 'allkeys-random'] }, default: 'volatile-ttl', mutable: true, help: 'what to do at maxmemory' },
   { name: 'maxmemory-samples', kind: { type: 'int', min: 1, max: 64 }, default: '5', mutable: true, help: 'keys sampled per eviction' },
   { name: 'tls-port', kind: { type: 'int', min: 0, max: 65535 }, default: '0', mutable: false, help: 'TLS port (0 = no TLS)' },
-  { name: 'tls-cert-file', kind: { type: 'string' }, default: '', mutable: false, help: 'server certificate (PEM)' },
-  { name: 'tls-key-file', kind: { type: 'string' }, default: '', mutable: false, help: 'server private key (PEM)' },
-  { name: 'tls-key-file-pass', kind: { type: 'string' }, default: '', mutable: false, help: 'passphrase of tls-key-file' },
-  { name: 'tls-ca-cert-file', kind: { type: 'string' }, default: '', mutable: false, help: 'CA certificates that sign client certificates (PEM)' },
+  { name: 'tls-cert-file', kind: { type: 'string' }, default: '', mutable: true, help: 'server certificate (PEM)' },
+  { name: 'tls-key-file', kind: { type: 'string' }, default: '', mutable: true, help: 'server private key (PEM)' },
+  { name: 'tls-key-file-pass', kind: { type: 'string' }, default: '', mutable: true, help: 'passphrase of tls-key-file' },
+  { name: 'tls-ca-cert-file', kind: { type: 'string' }, default: '', mutable: true, help: 'CA certificates that sign client certificates (PEM)' },
   { name: 'tls-auth-clients', kind: { type: 'enum', values: ['yes', 'no', 'optional'] }, default: 'yes', mutable: false, help: 'require client certificates' },
   { name: 'tls-handshake-timeout', kind: { type: 'int', min: 1, max: 600_000 }, default: '10000', mutable: false, help: 'close TLS connections whose handshake takes longer than this many milliseconds' },
   { name: 'dir', kind: { type: 'string' }, default: './data', mutable: false, help: 'snapshot directory' },
@@ -138,6 +149,10 @@ function canonical(def: ConfigDef, value: string): string {
       const v = value.toLowerCase();
       if (!k.values.includes(v)) throw new ConfigError(`argument(s) must be one of the following: ${k.values.join(', ')}`);
       return v;
+    }
+    case 'octal': {
+      if (!/^[0-7]{1,4}$/.test(value)) throw new ConfigError('argument must be an octal number between 0 and 7777');
+      return parseInt(value, 8).toString(8);
     }
     case 'save': {
       const parts = value.trim() === '' ? [] : value.trim().split(/\s+/);
@@ -221,6 +236,91 @@ function canonicalOutputLimits(value: string, current: string): string {
   return OUTPUT_CLASSES.map((c) => `${c} ${classes.get(c)!.join(' ')}`).join(' ');
 }
 
+/** How deep `include` may nest. */
+const MAX_INCLUDE_DEPTH = 10;
+/** The line above the options CONFIG REWRITE appends (Redis's). */
+const REWRITE_MARKER = '# Generated by CONFIG REWRITE';
+
+/**
+ * Redis directives cellgate does not implement, with the reason: a redis.conf that sets one gets that
+ * reason at start instead of a bare "unknown option", so nobody thinks it took effect.
+ */
+const REFUSED: Record<string, string> = {
+  replicaof: 'cellgate has no replication (run one server per application instance; limits are local state)',
+  slaveof: 'cellgate has no replication (run one server per application instance; limits are local state)',
+  masterauth: 'cellgate has no replication',
+  masteruser: 'cellgate has no replication',
+  'cluster-enabled': 'cellgate has no cluster mode (shard by key in the client if one server is not enough)',
+  'cluster-config-file': 'cellgate has no cluster mode',
+  appendfilename: 'cellgate has no append-only file: it persists by snapshot (save, dbfilename)',
+  appendfsync: 'cellgate has no append-only file: it persists by snapshot (save, dbfilename)',
+  'rename-command': 'cellgate cannot rename commands (use requirepass and protected mode)',
+  loadmodule: 'cellgate cannot load Redis modules (its limiters are built in)',
+  'io-threads': 'cellgate serves every client on one thread',
+  'unixsocketgroup': 'cellgate cannot change the unix socket\'s group (use unixsocketperm and the folder\'s group)',
+};
+
+/** Values of implemented directives that cellgate refuses, with the reason. */
+const REFUSED_VALUES: Record<string, string> = {
+  'daemonize yes': 'cellgate does not fork into the background: run it in the foreground under a supervisor (systemd Type=simple, a container runtime)',
+  'supervised systemd': 'cellgate does not send sd_notify (Node cannot write to the notify socket without a native module): use supervised no with systemd Type=simple',
+  'supervised upstart': 'cellgate does not raise SIGSTOP for upstart: use supervised no',
+  'appendonly yes': 'cellgate has no append-only file: it persists by snapshot (save, dbfilename)',
+};
+
+/** The environment variable of an option: CELLGATE_ and its name, dashes as underscores. */
+function envName(name: string): string {
+  return 'CELLGATE_' + name.toUpperCase().replace(/-/g, '_');
+}
+
+/** One config line as [name, value bytes]; undefined for a blank line or a comment, null for bad quoting. */
+function parseLine(line: Buffer): [string, Buffer] | undefined | null {
+  if (line.length === 0 || line[0] === 0x23 /* # */) return undefined;
+  const args = splitInlineArgs(line);
+  if (args === null || args.length === 0) return null;
+  const rest: Buffer[] = [];
+  for (let a = 1; a < args.length; a++) {
+    if (a > 1) rest.push(SPACE);
+    rest.push(args[a]);
+  }
+  return [args[0].toString('utf8').toLowerCase(), Buffer.concat(rest)];
+}
+
+/** A value as a config file writes it: bare when it is one plain word, else quoted with escapes (Redis's sdscatrepr). */
+function quoteValue(value: string): string {
+  if (value !== '' && /^[\x21-\x7e]+$/.test(value) && !/["'\\]/.test(value)) return value;
+  let out = '"';
+  for (let i = 0; i < value.length; i++) {
+    const c = value.charCodeAt(i);
+    if (c === 0x22 || c === 0x5c) out += '\\' + value[i];
+    else if (c === 0x0a) out += '\\n';
+    else if (c === 0x0d) out += '\\r';
+    else if (c === 0x09) out += '\\t';
+    else if (c >= 0x20 && c < 0x7f) out += value[i];
+    else out += '\\x' + c.toString(16).padStart(2, '0');
+  }
+  return out + '"';
+}
+
+function basenameOf(path: string): string {
+  const i = path.lastIndexOf('/');
+  return i === -1 ? path : path.slice(i + 1);
+}
+
+/** A default in the form CONFIG GET shows it (memory values in bytes, octal without leading zeros). */
+function canonicalDefault(def: ConfigDef): string {
+  return def.kind.type === 'bytes' ? def.default : canonical(def, def.default);
+}
+
+/** Every option with its default and help text, for `--help` (generated from the table, so never stale). */
+export function optionsHelp(): string {
+  const width = Math.max(...DEFS.map((d) => d.name.length)) + 2;
+  return DEFS.map((d) => {
+    const def = d.default === '' ? '""' : d.default;
+    return `  --${d.name.padEnd(width)}${d.help} (default: ${def}${d.mutable ? '; CONFIG SET can change it' : ''})`;
+  }).join('\n');
+}
+
 export class Config {
   private readonly values = new Map<string, string>();
   /** The config file given at start, if any (INFO config_file). */
@@ -260,8 +360,12 @@ export class Config {
    */
   set(name: string, value: string | Buffer, runtime = false): void {
     const def = BY_NAME.get(name.toLowerCase());
-    if (def === undefined) throw new ConfigError(`unknown option '${name}'`);
+    if (def === undefined) throw new ConfigError(`unknown option '${name}'${REFUSED[name.toLowerCase()] ? `: ${REFUSED[name.toLowerCase()]}` : ''}`);
     if (runtime && !def.mutable) throw new ConfigError('can\'t set immutable config');
+    if (def.kind.type === 'enum') {
+      const why = REFUSED_VALUES[`${def.name} ${value.toString().trim().toLowerCase()}`];
+      if (why !== undefined) throw new ConfigError(why);
+    }
     if (def.kind.type === 'bytes') {
       this.values.set(def.name, (typeof value === 'string' ? Buffer.from(value, 'utf8') : value).toString('latin1'));
       return;
@@ -318,35 +422,48 @@ export class Config {
     return BY_NAME.get(name)?.mutable ?? false;
   }
 
-  /** Reads a redis.conf-syntax file: `name value...` per line, `#` comments, Redis quoting. */
-  loadFile(path: string): void {
+  /**
+   * Reads a redis.conf-syntax file: `name value...` per line, `#` comments, Redis quoting. `include
+   * FILE` reads another file there (a relative path is taken from the including file's folder),
+   * up to MAX_INCLUDE_DEPTH deep, so a file that includes itself is an error, not a hang.
+   */
+  loadFile(path: string, depth = 0): void {
     let bytes: Buffer;
     try {
       bytes = readFileSync(path);
     } catch (e) {
       throw new ConfigError(`cannot read config file '${path}': ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);
     }
-    this.configFile = path;
+    if (depth === 0) this.configFile = path;
     // Split as bytes, not text: a quoted "\xff" value stays the byte 0xff (requirepass is bytes).
     const lines = splitLines(bytes);
     for (let i = 0; i < lines.length; i++) {
-      const line = lines[i];
-      if (line.length === 0 || line[0] === 0x23 /* # */) continue;
-      const args = splitInlineArgs(line);
-      if (args === null || args.length === 0) throw new ConfigError(`${path}:${i + 1}: unbalanced quotes`);
-      const name = args[0].toString('utf8');
-      const rest: Buffer[] = [];
-      for (let a = 1; a < args.length; a++) {
-        if (a > 1) rest.push(SPACE);
-        rest.push(args[a]);
+      const parsed = parseLine(lines[i]);
+      if (parsed === undefined) continue;
+      if (parsed === null) throw new ConfigError(`${path}:${i + 1}: unbalanced quotes`);
+      const [name, value] = parsed;
+      if (name === 'include') {
+        const target = value.toString('utf8');
+        if (depth + 1 > MAX_INCLUDE_DEPTH) throw new ConfigError(`${path}:${i + 1}: 'include': includes nested more than ${MAX_INCLUDE_DEPTH} deep (does a file include itself?)`);
+        this.loadFile(isAbsolute(target) ? target : join(dirname(path), target), depth + 1);
+        continue;
       }
       try {
-        this.set(name, Buffer.concat(rest));
+        // `save` lines add up, as in Redis's redis.conf (`save 900 1` / `save 300 10` are two save
+        // points); `save ""` clears them.
+        if (name === 'save' && this.fileSaveLines++ > 0 && value.length > 0 && this.get('save') !== '') {
+          this.set(name, `${this.get('save')} ${value.toString('utf8')}`);
+        } else {
+          this.set(name, value);
+        }
       } catch (e) {
         throw new ConfigError(`${path}:${i + 1}: '${name}': ${(e as Error).message}`);
       }
     }
   }
+
+  /** `save` lines read from config files so far (the first replaces the default, the others add). */
+  private fileSaveLines = 0;
 
   /** Applies `--name value [value...]` flags, as redis-server reads them. */
   applyFlags(flags: string[]): void {
@@ -357,7 +474,7 @@ export class Config {
       const values: string[] = [];
       i++;
       while (i < flags.length && !flags[i].startsWith('--')) values.push(flags[i++]);
-      if (!BY_NAME.has(name)) throw new ConfigError(`unknown option '--${name}'`);
+      if (!BY_NAME.has(name)) throw new ConfigError(`unknown option '--${name}'${REFUSED[name] ? `: ${REFUSED[name]}` : ''}`);
       if (values.length === 0) throw new ConfigError(`option '--${name}' needs a value`);
       try {
         this.set(name, values.join(' '));
@@ -367,10 +484,17 @@ export class Config {
     }
   }
 
-  /** Applies `CELLGATE_<NAME>` variables (dashes become underscores). */
-  applyEnv(env: NodeJS.ProcessEnv): void {
+  /**
+   * Applies `CELLGATE_<NAME>` variables (dashes become underscores). Returns the CELLGATE_* variables
+   * that name no option: the caller warns about them (see README "Configuration": unlike a flag, the
+   * environment is shared by a whole process tree, where test and benchmark tools keep their own
+   * CELLGATE_* switches, so a stray one is reported, not fatal).
+   */
+  applyEnv(env: NodeJS.ProcessEnv): string[] {
+    const known = new Set<string>();
     for (const def of DEFS) {
-      const key = 'CELLGATE_' + def.name.toUpperCase().replace(/-/g, '_');
+      const key = envName(def.name);
+      known.add(key);
       const value = env[key];
       if (value === undefined) continue;
       try {
@@ -379,6 +503,71 @@ export class Config {
         throw new ConfigError(`${key}: ${(e as Error).message}`);
       }
     }
+    return Object.keys(env).filter((k) => k.startsWith('CELLGATE_') && !known.has(k)).sort();
+  }
+
+  /**
+   * CONFIG REWRITE, as Redis's rewriteConfig: the file the server started with keeps its comments,
+   * its order and every line that is not an option (include...); the first line of each option gets
+   * the running value, later duplicates are dropped; options not in the file whose value is not the
+   * default are appended under Redis's marker. Written to a temp file in the same folder, synced,
+   * then renamed over the old one, so a crash leaves the old file or the new one, never half of one.
+   * The password read from requirepass-file is never written out.
+   */
+  rewrite(): void {
+    const path = this.configFile;
+    if (path === '') throw new ConfigError('The server is running without a config file');
+    let old: Buffer;
+    try {
+      old = readFileSync(path);
+    } catch (e) {
+      throw new ConfigError(`cannot read the config file '${path}': ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);
+    }
+    const skip = new Set<string>(['requirepass-file']);
+    if (this.get('requirepass-file') !== '') skip.add('requirepass');
+    const done = new Set<string>();
+    const out: string[] = [];
+    const lines = old.toString('latin1').split('\n');
+    if (lines.length > 0 && lines[lines.length - 1] === '') lines.pop();
+    let marker = false;
+    for (const raw of lines) {
+      if (raw.trim() === REWRITE_MARKER) {
+        marker = true;
+        out.push(raw);
+        continue;
+      }
+      const parsed = parseLine(Buffer.from(raw.trim(), 'latin1'));
+      const def = parsed ? BY_NAME.get(parsed[0]) : undefined;
+      if (def === undefined || skip.has(def.name)) {
+        out.push(raw);
+        continue;
+      }
+      if (done.has(def.name)) continue;
+      done.add(def.name);
+      out.push(this.configLine(def));
+    }
+    const added = DEFS.filter((d) => !done.has(d.name) && !skip.has(d.name) && this.get(d.name) !== canonicalDefault(d));
+    if (added.length > 0 && !marker) out.push(REWRITE_MARKER);
+    for (const d of added) out.push(this.configLine(d));
+    const text = Buffer.from(out.join('\n') + '\n', 'latin1');
+    const tmp = join(dirname(path), `.${basenameOf(path)}.rewrite-${process.pid}`);
+    try {
+      const fd = openSync(tmp, 'w', statSync(path).mode & 0o7777);
+      try {
+        writeSync(fd, text);
+        fsyncSync(fd);
+      } finally {
+        closeSync(fd);
+      }
+      renameSync(tmp, path);
+    } catch (e) {
+      throw new ConfigError(`Rewriting config file: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);
+    }
+  }
+
+  /** `name value` as a config file line, the value quoted when it needs it. */
+  private configLine(def: ConfigDef): string {
+    return `${def.name} ${quoteValue(this.get(def.name))}`;
   }
 
   /** Name/value pairs matching a glob, for CONFIG GET. */

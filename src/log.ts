@@ -1,6 +1,7 @@
 /**
  * Logging: one line per event, either human (Redis-like) or one JSON object per line, filtered by
- * level. Everything goes to stdout (or `logfile`), where container runtimes collect it.
+ * level. Everything goes to stdout (or `logfile`), where container runtimes collect it; start-up
+ * failures go to stderr (fatal()), in the same format.
  */
 import { appendFileSync } from 'node:fs';
 
@@ -8,22 +9,57 @@ export type LogLevel = 'debug' | 'verbose' | 'notice' | 'warning';
 const RANK: Record<string, number> = { debug: 0, verbose: 1, notice: 2, warning: 3, nothing: 4 };
 const MARK: Record<LogLevel, string> = { debug: '.', verbose: '-', notice: '*', warning: '#' };
 
+/**
+ * The ` key=value` tail of a human line: only the fields whose value the message does not already
+ * show ("ready on port 7100" needs no " port=7100"); JSON lines keep every field.
+ */
+function humanFields(msg: string, fields: Record<string, unknown>): string {
+  let extra = '';
+  for (const k in fields) {
+    const v = fields[k];
+    const text = typeof v === 'string' ? v : JSON.stringify(v);
+    if (text === undefined || msg.includes(text)) continue;
+    extra += ` ${k}=${text}`;
+  }
+  return extra;
+}
+
 export class Logger {
   level = 'notice';
   format: 'human' | 'json' = 'human';
   file = '';
 
+  /** Whether a line at `level` would be written (to skip building its text when not). */
+  enabled(level: LogLevel): boolean {
+    return RANK[level] >= RANK[this.level];
+  }
+
   log(level: LogLevel, msg: string, fields: Record<string, unknown> = {}): void {
     if (RANK[level] < RANK[this.level]) return;
-    let line: string;
-    if (this.format === 'json') {
-      line = JSON.stringify({ ts: new Date().toISOString(), level, pid: process.pid, msg, ...fields });
-    } else {
-      const extra = Object.entries(fields).map(([k, v]) => ` ${k}=${typeof v === 'string' ? v : JSON.stringify(v)}`).join('');
-      line = `${process.pid}:M ${new Date().toISOString()} ${MARK[level]} ${msg}${extra}`;
-    }
+    const line = this.format === 'json'
+      ? JSON.stringify({ ts: new Date().toISOString(), level, pid: process.pid, msg, ...fields })
+      : `${process.pid}:M ${new Date().toISOString()} ${MARK[level]} ${msg}${humanFields(msg, fields)}`;
     if (this.file) appendFileSync(this.file, line + '\n');
     else process.stdout.write(line + '\n');
+  }
+
+  /**
+   * A start-up failure: one line on stderr (where a supervisor shows why the process exited), in the
+   * chosen format, so a log pipeline that parses JSON gets a JSON object for it too; also appended
+   * to `logfile` when one is set.
+   */
+  fatal(msg: string, fields: Record<string, unknown> = {}): void {
+    const line = this.format === 'json'
+      ? JSON.stringify({ ts: new Date().toISOString(), level: 'fatal', pid: process.pid, msg, ...fields })
+      : `cellgate: ${msg}`;
+    process.stderr.write(line + '\n');
+    if (this.file) {
+      try {
+        appendFileSync(this.file, line + '\n');
+      } catch {
+        /* stderr has it */
+      }
+    }
   }
 
   debug(msg: string, fields?: Record<string, unknown>): void {

@@ -14,7 +14,7 @@
  * cellgate-server [/path/to/cellgate.conf] [--name value ...]
  * cellgate-server check FILE
  *
- * Reads the configuration (file, then flags, then CELLGATE_* variables), prepares `dir` (created if
+ * Reads the configuration (file, then CELLGATE_* variables, then flags: a flag wins), prepares `dir` (created if
  * missing, proved writable, locked against a second server), binds the ports, then loads the
  * snapshot while already answering INFO (loading:1) and PING, and runs in the foreground until
  * SIGTERM/SIGINT (final snapshot, then exit); SIGHUP is logged and ignored. Startup problems (a bad
@@ -25,8 +25,8 @@
  * `check FILE` validates a snapshot with the loader's own rules and prints its key count per type
  * (exit 0 valid, 1 invalid).
  */
-import { readFileSync, renameSync } from 'node:fs';
-import { Config, ConfigError } from './config.js';
+import { readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { Config, ConfigError, optionsHelp } from './config.js';
 import { Keyspace, TYPE_NAMES } from './keyspace/keyspace.js';
 import { Logger } from './log.js';
 import { checkWritable, DirError, DirLock, makeDirs } from './persistence/dir.js';
@@ -38,12 +38,30 @@ const USAGE = `Usage: cellgate-server [/path/to/cellgate.conf] [--option value .
        cellgate-server --version
        cellgate-server --help
 
-Options are the configuration names (e.g. --port 6380 --dir /data --requirepass s3cret);
-CELLGATE_<NAME> environment variables (e.g. CELLGATE_PORT=6380) override both.`;
+Options are the configuration names (e.g. --port 6380 --dir /data --requirepass s3cret), also
+accepted in the config file (\`port 6380\`) and as CELLGATE_<NAME> environment variables
+(CELLGATE_PORT=6380). Precedence: config file < environment < flags (a flag always wins).
+
+Options:
+`;
+
+/** Start-up failures are written through this logger: human until the configuration says json. */
+const startLog = new Logger();
 
 function fail(message: string): never {
-  process.stderr.write(`cellgate: ${message}\n`);
+  startLog.fatal(message);
   process.exit(1);
+}
+
+/**
+ * The log format asked for, for a start that fails before the configuration is complete: a flag,
+ * else the environment, else what the config file said so far.
+ */
+function formatAsked(argv: string[], env: NodeJS.ProcessEnv, config: Config): 'human' | 'json' {
+  let asked: string | undefined;
+  for (let i = 0; i + 1 < argv.length; i++) if (argv[i].toLowerCase() === '--log-format') asked = argv[i + 1];
+  asked ??= env.CELLGATE_LOG_FORMAT ?? config.get('log-format');
+  return asked.toLowerCase() === 'json' ? 'json' : 'human';
 }
 
 async function main(argv: string[]): Promise<void> {
@@ -52,7 +70,7 @@ async function main(argv: string[]): Promise<void> {
     return;
   }
   if (argv[0] === '--help' || argv[0] === '-h') {
-    process.stdout.write(USAGE + '\n');
+    process.stdout.write(USAGE + optionsHelp() + '\n');
     return;
   }
   if (argv[0] === 'check') {
@@ -61,16 +79,20 @@ async function main(argv: string[]): Promise<void> {
     return;
   }
   const config = new Config();
+  let unknownEnv: string[] = [];
   try {
     let flags = argv;
     if (argv.length > 0 && !argv[0].startsWith('--')) {
       config.loadFile(argv[0]);
       flags = argv.slice(1);
     }
+    unknownEnv = config.applyEnv(process.env);
     config.applyFlags(flags);
-    config.applyEnv(process.env);
   } catch (e) {
-    if (e instanceof ConfigError) fail(e.message);
+    if (e instanceof ConfigError) {
+      startLog.format = formatAsked(argv, process.env, config);
+      fail(e.message);
+    }
     throw e;
   }
 
@@ -78,6 +100,16 @@ async function main(argv: string[]): Promise<void> {
   log.level = config.get('loglevel');
   log.format = config.get('log-format') as 'human' | 'json';
   log.file = config.get('logfile');
+  startLog.format = log.format;
+  startLog.file = log.file;
+  // supervised auto under systemd (NOTIFY_SOCKET set): Redis would send READY=1; cellgate cannot
+  // (Node has no unix datagram sockets), so a Type=notify unit would wait for it until its timeout.
+  if (config.get('supervised') === 'auto' && process.env.NOTIFY_SOCKET) {
+    log.warning('supervised auto: NOTIFY_SOCKET is set but cellgate sends no sd_notify READY=1; run it as a systemd Type=simple service', { supervised: 'auto' });
+  }
+  for (const name of unknownEnv) {
+    log.warning(`unknown environment variable ${name}: no option is called that (options are CELLGATE_<NAME>, e.g. CELLGATE_PORT; see --help); ignored`, { variable: name });
+  }
 
   const server = new Server(config, log);
   for (const signal of ['SIGTERM', 'SIGINT'] as const) {
@@ -97,6 +129,7 @@ async function main(argv: string[]): Promise<void> {
   } catch (e) {
     fail((e as Error).message);
   }
+  writePidfile(server);
   log.notice(`listening on port ${server.port}; loading the snapshot (INFO says loading:1 until it is loaded)`, { port: server.port, file: server.snapshots.file });
   await loadSnapshot(server);
   log.notice(`cellgate ${VERSION} ready to accept connections on port ${server.port}`, {
@@ -108,9 +141,25 @@ async function main(argv: string[]): Promise<void> {
 }
 
 main(process.argv.slice(2)).catch((e) => {
-  process.stderr.write(`cellgate: fatal: ${(e as Error).stack ?? e}\n`);
+  startLog.fatal(`fatal: ${(e as Error).stack ?? e}`);
   process.exit(1);
 });
+
+/**
+ * `pidfile`: the process id, written once the ports are bound (as Redis), removed at exit. A pidfile
+ * that cannot be written is a warning, as in Redis: the server itself is fine.
+ */
+function writePidfile(server: Server): void {
+  const file = server.config.get('pidfile');
+  if (file === '') return;
+  try {
+    writeFileSync(file, `${process.pid}\n`);
+  } catch (e) {
+    server.log.warning(`Failed to write PID file ${file}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`, { file });
+    return;
+  }
+  process.on('exit', () => rmSync(file, { force: true }));
+}
 
 /**
  * Creates `dir` if missing, checks that it is writable and takes its lock (held until exit), then

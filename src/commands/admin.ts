@@ -5,7 +5,9 @@
 import type { CommandArgs } from '../protocol/command-args.js';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
+import tls from 'node:tls';
 import { Config, ConfigError } from '../config.js';
+import { createTlsServer } from '../server/tls.js';
 import { parseMillisToMicros } from '../clock.js';
 import { globMatch } from '../glob.js';
 import type { SaveMode } from '../persistence/snapshotter.js';
@@ -58,10 +60,14 @@ function configSet(ctx: CommandContext, argv: CommandArgs): void {
     }
     pairs.push([name, argv.buffer(i + 1)]);
   }
-  // Validate everything on a scratch copy first, so a bad pair changes nothing.
+  // Validate everything on a scratch copy first, so a bad pair changes nothing. It starts with the
+  // running listener and TLS values, so a new certificate is checked against the key in use.
   const scratch = new Config();
+  for (const name of SCRATCH_BASE) scratch.set(name, config.get(name));
   for (const [name, value] of pairs) {
     try {
+      const why = IMMUTABLE_WHY[name];
+      if (why !== undefined) throw new ConfigError(why);
       if (!config.isMutable(name)) throw new ConfigError("can't set immutable config");
       scratch.set(name, value, true);
       // Values the running server cannot take (maxclients beyond the descriptor limit).
@@ -72,8 +78,82 @@ function configSet(ctx: CommandContext, argv: CommandArgs): void {
       return;
     }
   }
-  for (const [name, value] of pairs) config.set(name, value, true);
-  ctx.server.applyRuntimeConfig();
+  // New TLS files: load and check them now (a missing file, a key that does not match), swap them
+  // in only once everything else has succeeded.
+  let tlsContext: tls.TlsOptions | null = null;
+  const tlsName = pairs.find(([n]) => TLS_FILES.includes(n))?.[0];
+  if (tlsName !== undefined && ctx.server.tlsActive) {
+    try {
+      tlsContext = createTlsServer(scratch);
+      tls.createSecureContext(tlsContext);
+    } catch (e) {
+      ctx.reply.error(`ERR CONFIG SET failed (possibly related to argument '${tlsName}') - Unable to update TLS configuration: ${(e as Error).message}`);
+      return;
+    }
+  }
+  const commit = (): void => {
+    for (const [name, value] of pairs) config.set(name, value, true);
+    if (tlsContext !== null) ctx.server.reloadTls(tlsContext);
+    ctx.server.applyRuntimeConfig();
+  };
+  const bindChanged = pairs.some(([n]) => n === 'bind') && scratch.get('bind') !== config.get('bind');
+  const portChanged = pairs.some(([n]) => n === 'port') && scratch.int('port') !== ctx.server.port;
+  if (!bindChanged && !portChanged) {
+    commit();
+    ctx.reply.ok();
+    return;
+  }
+  // New listeners bind asynchronously: this client's reply (and its later commands) wait for them.
+  const server = ctx.server;
+  if (ctx.client.multi !== null) {
+    // EXEC's reply is one array written now; a reply that comes later cannot be one of its elements.
+    ctx.reply.error(`ERR CONFIG SET failed (possibly related to argument '${bindChanged ? 'bind' : 'port'}') - port and bind cannot be changed inside MULTI`);
+    return;
+  }
+  if (server.rebinding) {
+    ctx.reply.error(`ERR CONFIG SET failed (possibly related to argument '${bindChanged ? 'bind' : 'port'}') - another CONFIG SET of port or bind is in progress`);
+    return;
+  }
+  server.rebinding = true;
+  const release = ctx.client.hold();
+  void server.rebind(scratch.get('bind'), scratch.int('port')).then((failure) => {
+    server.rebinding = false;
+    if (failure === null) {
+      commit();
+      config.set('port', String(server.port)); // port 0 picked one: CONFIG GET port tells which
+    }
+    release((reply) => {
+      if (failure === null) reply.ok();
+      // Redis's texts (its updatePort / updateBind); the reason is in the log.
+      else if (bindChanged) reply.error("ERR CONFIG SET failed (possibly related to argument 'bind') - Failed to bind to specified addresses.");
+      else reply.error("ERR CONFIG SET failed (possibly related to argument 'port') - Unable to listen on this port. Check server logs.");
+    });
+  }, (e: unknown) => {
+    server.rebinding = false;
+    server.log.warning(`CONFIG SET port/bind failed: ${(e as Error).message}`);
+    release((reply) => reply.error(`ERR CONFIG SET failed - ${(e as Error).message}`));
+  });
+}
+
+/** The values a CONFIG SET scratch copy starts from (the listeners and the TLS context depend on them together). */
+const SCRATCH_BASE = ['port', 'bind', 'tls-auth-clients', 'tls-cert-file', 'tls-key-file', 'tls-key-file-pass', 'tls-ca-cert-file', 'tls-handshake-timeout'];
+const TLS_FILES = ['tls-cert-file', 'tls-key-file', 'tls-key-file-pass', 'tls-ca-cert-file'];
+
+/** Options CONFIG SET refuses with a reason of their own. */
+const IMMUTABLE_WHY: Record<string, string> = {
+  dir: "can't set immutable config: the snapshot directory holds the server's lock file (.cellgate-lock) taken at start; change dir in the configuration and restart (README \"Configuration\")",
+};
+
+/** CONFIG REWRITE: the running values into the file the server started with (Config.rewrite). */
+function configRewrite(ctx: CommandContext): void {
+  try {
+    ctx.server.config.rewrite();
+  } catch (e) {
+    ctx.server.log.warning(`CONFIG REWRITE failed: ${(e as Error).message}`);
+    ctx.reply.error(`ERR ${(e as Error).message}`);
+    return;
+  }
+  ctx.server.log.notice('CONFIG REWRITE executed with success.');
   ctx.reply.ok();
 }
 
@@ -83,6 +163,8 @@ const CONFIG_HELP = [
   '    Return parameters matching the glob-like <pattern> and their values.',
   'SET <directive> <value>',
   '    Set the configuration <directive> to <value>.',
+  'REWRITE',
+  '    Rewrite the configuration file.',
   'RESETSTAT',
   '    Reset statistics reported by the INFO command.',
   'HELP',
@@ -153,7 +235,8 @@ const DEBUG_HELP = [
 function debugAllowed(ctx: CommandContext): boolean {
   const mode = ctx.server.config.get('enable-debug-command');
   if (mode === 'yes') return true;
-  if (mode === 'local') return /^(127\.|::1:)/.test(ctx.client.addr) || ctx.client.addr.startsWith('::1');
+  // Local as Redis counts it: loopback, or the unix socket (whose clients' addr is its path).
+  if (mode === 'local') return /^(127\.|::1:)/.test(ctx.client.addr) || ctx.client.addr.startsWith('::1') || ctx.client.addr.startsWith('/');
   return false;
 }
 
@@ -214,6 +297,7 @@ export const adminCommands: CommandSpec[] = [
       sub('get', -3, 'Returns the effective values of configuration parameters.', configGet, [{ name: 'parameter', type: 'string', multiple: true }]),
       sub('set', -4, 'Sets configuration parameters in-flight.', configSet, [{ name: 'data', type: 'block', multiple: true, arguments: [
         { name: 'parameter', type: 'string' }, { name: 'value', type: 'string' }] }]),
+      sub('rewrite', 2, 'Persists the effective configuration to file.', configRewrite),
       sub('resetstat', 2, 'Resets the server\'s statistics.', (ctx) => { ctx.server.stats.reset(); ctx.reply.ok(); }),
       sub('help', 2, 'Returns helpful text about the different subcommands.', (ctx) => replyHelp(ctx, CONFIG_HELP)),
     ] },

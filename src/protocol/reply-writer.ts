@@ -17,6 +17,8 @@ export class ReplyWriter {
   private len = 0;
   /** The protocol of the client whose replies are being written. */
   proto: Protocol = 2;
+  /** Told of every error reply when set (the server's debug log); null otherwise, so errors cost one test. */
+  onError: ((text: string) => void) | null = null;
 
   get length(): number {
     return this.len;
@@ -131,6 +133,7 @@ export class ReplyWriter {
    * addReplyError, CR and LF become spaces, so a message quoting user input never breaks framing.
    */
   error(text: string): void {
+    if (this.onError !== null) this.onError(text);
     this.byte(0x2d);
     this.raw(text.replace(/[\r\n]/g, ' '));
     this.crlf();

@@ -6,7 +6,7 @@
 import type { User } from '../acl/users.js';
 import type { Socket } from 'node:net';
 import { ProtocolError, RequestParser, UNAUTH_MAX_REQUEST_BYTES } from '../protocol/request-parser.js';
-import type { Protocol } from '../protocol/reply-writer.js';
+import type { Protocol, ReplyWriter } from '../protocol/reply-writer.js';
 import type { Server } from './server.js';
 import { errorText } from './tasks.js';
 import type { Transaction, Watching } from './transaction.js';
@@ -64,12 +64,14 @@ export class Client {
     readonly id: number,
     readonly socket: Socket,
     private readonly server: Server,
+    /** The unix socket's path for a client connected through it (CLIENT LIST shows `addr=<path>:0`, as Redis). */
+    unixPath?: string,
   ) {
     this.parser = new RequestParser({ maxBulkBytes: server.config.int('proto-max-bulk-len') });
     this.user = server.acl.defaultUser;
     this.authenticated = !server.authRequired;
-    this.addr = formatAddress(socket.remoteAddress, socket.remotePort);
-    this.laddr = formatAddress(socket.localAddress, socket.localPort);
+    this.addr = unixPath !== undefined ? `${unixPath}:0` : formatAddress(socket.remoteAddress, socket.remotePort);
+    this.laddr = unixPath !== undefined ? `${unixPath}:0` : formatAddress(socket.localAddress, socket.localPort);
     socket.setNoDelay(true);
     socket.on('data', (chunk: Buffer) => this.onData(chunk));
     socket.on('drain', () => this.onDrain());
@@ -117,7 +119,7 @@ export class Client {
     if (!this.waitingForDrain || this.closing) return;
     this.waitingForDrain = false;
     this.processGuarded();
-    if (!this.waitingForDrain && !this.closing && !this.socket.destroyed) this.socket.resume();
+    if (!this.waitingForDrain && !this.closing && !this.held && !this.socket.destroyed) this.socket.resume();
   }
 
   /**
@@ -136,9 +138,33 @@ export class Client {
     }
   }
 
+  /** A command's reply is still to come (hold()): later commands wait, so replies stay in order. */
+  private held = false;
+
+  /**
+   * For a command whose reply comes after an asynchronous step (CONFIG SET port/bind binds new
+   * listeners): this client's later commands wait, and the returned function, called once, writes
+   * the reply through `write` (into the shared writer), sends it and goes on with what arrived.
+   */
+  hold(): (write: (reply: ReplyWriter) => void) => void {
+    this.held = true;
+    this.socket.pause();
+    return (write) => {
+      this.held = false;
+      if (this.socket.destroyed) return;
+      const writer = this.server.writer;
+      writer.proto = this.proto;
+      this.server.beginBatch(this);
+      write(writer);
+      this.processGuarded();
+      if (!this.waitingForDrain && !this.closing && !this.socket.destroyed) this.socket.resume();
+    };
+  }
+
   /** Runs the complete commands in the query buffer, sends their replies, then applies the limits. */
   private processInput(): void {
-    this.server.beginBatch();
+    if (this.held) return;
+    this.server.beginBatch(this);
     const writer = this.server.writer;
     writer.proto = this.proto;
     let authenticated = this.authenticated;
@@ -175,7 +201,7 @@ export class Client {
       if (this.multi === null) this.server.execute(this, result);
       else this.server.executeInMulti(this, result);
       writer.proto = this.proto; // HELLO may have switched it
-      if (this.closing) break;
+      if (this.closing || this.held) break;
     }
     if (!this.closing && hardBytes > 0 && queued + writer.length > hardBytes) {
       this.closeForOutputLimit(queued + writer.length);

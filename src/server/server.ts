@@ -4,6 +4,7 @@
  */
 import { ArgumentTooLongError, type CommandArgs } from '../protocol/command-args.js';
 import net from 'node:net';
+import { chmodSync, lstatSync, rmSync } from 'node:fs';
 import tls from 'node:tls';
 import { performance } from 'node:perf_hooks';
 import { randomBytes } from 'node:crypto';
@@ -76,6 +77,14 @@ export class Server {
   /** The TLS port listened on, 0 without TLS. */
   tlsPort = 0;
   private listeners: net.Server[] = [];
+  /** The plain TCP listeners (port, bind): CONFIG SET port/bind replaces them. */
+  private tcpListeners: net.Server[] = [];
+  /** The TLS listeners: CONFIG SET of the TLS files gives them a new certificate. */
+  private tlsListeners: tls.Server[] = [];
+  /** The TLS listeners' options (certificate, key, CA), for listeners opened later (CONFIG SET bind). */
+  private tlsOptions: tls.TlsOptions | null = null;
+  /** A CONFIG SET port/bind waiting for its listeners to bind (one at a time). */
+  rebinding = false;
   /** `maxmemory`, kept as a number: execute() reads it for every command. */
   private maxmemoryBytes = 0;
   /** `client-output-buffer-limit normal`, parsed once per change: clients read it for every batch. */
@@ -156,37 +165,28 @@ export class Server {
     const failures: string[] = [];
     const tlsPortWanted = this.config.int('tls-port');
     const tlsOptions = tlsPortWanted > 0 ? createTlsServer(this.config) : null;
-    for (const raw of addresses) {
-      // A leading '-' marks an address that may be unavailable (Redis's syntax); ::1 is always optional.
-      const optional = raw.startsWith('-') || raw === '::1';
-      const address = raw.replace(/^-/, '');
+    const bound = await this.bindTcp(addresses, port);
+    this.tcpListeners = bound.listeners;
+    this.listeners.push(...bound.listeners);
+    port = bound.port;
+    failures.push(...bound.failures);
+    const unixPath = this.config.get('unixsocket');
+    if (unixPath !== '' && failures.length === 0) {
       try {
-        const listener = await this.listen(address, port);
-        this.listeners.push(listener);
-        port = (listener.address() as net.AddressInfo).port;
+        this.listeners.push(await this.listenUnix(unixPath, parseInt(this.config.get('unixsocketperm'), 8)));
+        this.log.notice(`listening on unix socket ${unixPath}`, { unixsocket: unixPath });
       } catch (e) {
         const err = e as NodeJS.ErrnoException;
-        const reason = err.code === 'EADDRINUSE' ? 'address already in use' : err.code === 'EACCES' ? 'permission denied' : (err.code ?? err.message);
-        if (optional && err.code !== 'EADDRINUSE') {
-          this.log.warning(`could not bind ${address}:${port}: ${reason}`);
-          continue;
-        }
-        failures.push(`cannot listen on ${address.includes(':') ? `[${address}]` : address}:${port}: ${reason}`);
+        failures.push(`cannot listen on unix socket ${unixPath}: ${err.code === 'EADDRINUSE' ? 'address already in use' : (err.code ?? err.message)}`);
       }
     }
     if (tlsOptions !== null && failures.length === 0) {
-      for (const raw of addresses) {
-        const optional = raw.startsWith('-') || raw === '::1';
-        const address = raw.replace(/^-/, '');
-        try {
-          this.listeners.push(await this.listenTls(tlsOptions, address, tlsPortWanted));
-          this.tlsPort = tlsPortWanted;
-        } catch (e) {
-          const err = e as NodeJS.ErrnoException;
-          if (optional && err.code !== 'EADDRINUSE') continue;
-          failures.push(`cannot listen for TLS on ${address.includes(':') ? `[${address}]` : address}:${tlsPortWanted}: ${err.code === 'EADDRINUSE' ? 'address already in use' : (err.code ?? err.message)}`);
-        }
-      }
+      this.tlsOptions = tlsOptions;
+      const boundTls = await this.bindTcp(addresses, tlsPortWanted, tlsOptions);
+      this.tlsListeners = boundTls.listeners as tls.Server[];
+      this.listeners.push(...boundTls.listeners);
+      if (boundTls.listeners.length > 0) this.tlsPort = tlsPortWanted;
+      failures.push(...boundTls.failures);
     }
     const metricsPort = this.config.int('metrics-port');
     if (metricsPort > 0 && failures.length === 0) {
@@ -209,6 +209,96 @@ export class Server {
     this.config.set('port', String(port)); // with --port 0, CONFIG GET port tells the port chosen
     this.capMaxclients(metricsPort > 0 ? METRICS_MAX_CONNECTIONS : 0);
     this.applyRuntimeConfig();
+  }
+
+  /**
+   * Listens on every address on one port (the first one bound picks it with port 0). An address
+   * with a leading '-' (Redis's syntax), and ::1, may be unavailable; a port in use never is.
+   */
+  private async bindTcp(addresses: string[], port: number, tlsOptions?: tls.TlsOptions): Promise<{ listeners: net.Server[]; port: number; failures: string[] }> {
+    const listeners: net.Server[] = [];
+    const failures: string[] = [];
+    const what = tlsOptions === undefined ? 'listen' : 'listen for TLS';
+    for (const raw of addresses) {
+      const optional = raw.startsWith('-') || raw === '::1';
+      const address = raw.replace(/^-/, '');
+      try {
+        const listener = tlsOptions === undefined ? await this.listen(address, port) : await this.listenTls(tlsOptions, address, port);
+        listeners.push(listener);
+        port = (listener.address() as net.AddressInfo).port;
+      } catch (e) {
+        const err = e as NodeJS.ErrnoException;
+        const reason = err.code === 'EADDRINUSE' ? 'address already in use' : err.code === 'EACCES' ? 'permission denied' : (err.code ?? err.message);
+        if (optional && err.code !== 'EADDRINUSE') {
+          this.log.warning(`could not bind ${address}:${port}: ${reason}`);
+          continue;
+        }
+        failures.push(`cannot ${what} on ${address.includes(':') ? `[${address}]` : address}:${port}: ${reason}`);
+      }
+    }
+    return { listeners, port, failures };
+  }
+
+  /**
+   * CONFIG SET port/bind, as Redis's changeListener / changeBindAddr: the TCP listeners (and the TLS
+   * ones, which follow `bind`) are closed, the new ones opened; if any fails, they are closed and
+   * the old ones opened again, and the reason comes back (null on success). Connected clients stay
+   * connected either way.
+   */
+  async rebind(bind: string, port: number): Promise<string | null> {
+    const oldBind = this.config.get('bind');
+    const oldPort = this.port;
+    const withTls = this.tlsOptions !== null && bind !== oldBind;
+    const closeAll = (ls: net.Server[]): void => {
+      for (const l of ls) l.close();
+      this.listeners = this.listeners.filter((l) => !ls.includes(l));
+    };
+    const open = async (b: string, p: number): Promise<string | null> => {
+      const addresses = b.split(/\s+/).filter(Boolean);
+      const bound = await this.bindTcp(addresses, p);
+      this.tcpListeners = bound.listeners;
+      this.listeners.push(...bound.listeners);
+      let failures = bound.failures;
+      if (failures.length === 0 && bound.listeners.length === 0) failures = ['no address to listen on'];
+      if (failures.length === 0) this.port = bound.port;
+      if (failures.length === 0 && withTls) {
+        const boundTls = await this.bindTcp(addresses, this.tlsPort, this.tlsOptions!);
+        this.tlsListeners = boundTls.listeners as tls.Server[];
+        this.listeners.push(...boundTls.listeners);
+        failures = boundTls.failures;
+      }
+      return failures[0] ?? null;
+    };
+    const closeCurrent = (): void => {
+      closeAll(this.tcpListeners);
+      this.tcpListeners = [];
+      if (withTls) {
+        closeAll(this.tlsListeners);
+        this.tlsListeners = [];
+      }
+    };
+    closeCurrent();
+    const failure = await open(bind, port);
+    if (failure === null) {
+      this.log.notice(`listening on port ${this.port} of ${bind} (CONFIG SET)`, { port: this.port, bind });
+      return null;
+    }
+    closeCurrent();
+    this.log.warning(`CONFIG SET port/bind: ${failure}; listening on port ${oldPort} of ${oldBind} again`, { port: oldPort, bind: oldBind });
+    const again = await open(oldBind, oldPort);
+    if (again !== null) this.log.warning(`could not listen on the old addresses again: ${again}`);
+    return failure;
+  }
+
+  /** Gives the TLS listeners a new certificate, key and CA (CONFIG SET tls-*-file): new handshakes use it. */
+  reloadTls(context: tls.TlsOptions): void {
+    this.tlsOptions = context;
+    for (const l of this.tlsListeners) l.setSecureContext(context);
+  }
+
+  /** Whether TLS listeners are open (CONFIG SET of the TLS files then reloads the certificate). */
+  get tlsActive(): boolean {
+    return this.tlsListeners.length > 0;
   }
 
   /**
@@ -250,6 +340,7 @@ export class Server {
   applyRuntimeConfig(): void {
     this.acl.syncRequirepass(this.config.get('requirepass'));
     this.log.level = this.config.get('loglevel');
+    this.writer.onError = this.log.enabled('debug') ? this.logErrorReply : null;
     this.log.format = this.config.get('log-format') as 'human' | 'json';
     this.snapshots.refreshDenyWrites();
     this.maxmemoryBytes = this.config.int('maxmemory');
@@ -264,12 +355,51 @@ export class Server {
     return new Promise((resolve, reject) => {
       const listener = net.createServer({ noDelay: true }, (socket) => this.accept(socket));
       listener.once('error', reject);
-      listener.listen({ host: address, port, ipv6Only: address.includes(':') }, () => {
+      listener.listen({ host: address, port, ipv6Only: address.includes(':'), backlog: this.config.int('tcp-backlog') }, () => {
         listener.off('error', reject);
         listener.on('error', (e) => this.acceptFailed(e));
         resolve(listener);
       });
     });
+  }
+
+  /**
+   * Listens on the unix socket `path`, as Redis's `unixsocket`: a socket file left by a server that
+   * is gone (nothing answers on it) is replaced; a live one (another server) or a file that is not
+   * a socket is refused, never deleted. `perm` (unixsocketperm, 0 = leave the umask's) is applied
+   * right after the bind, before start() lets the snapshot load begin (as Redis, which chmods after
+   * listen); the file is removed at exit.
+   */
+  private async listenUnix(path: string, perm: number): Promise<net.Server> {
+    let stale = false;
+    try {
+      stale = lstatSync(path).isSocket();
+      if (!stale) throw Object.assign(new Error('a file that is not a socket is in the way'), { code: 'EEXIST' });
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e;
+    }
+    if (stale) {
+      const alive = await new Promise<boolean>((resolve) => {
+        const probe = net.connect(path);
+        probe.once('connect', () => { probe.destroy(); resolve(true); });
+        probe.once('error', () => resolve(false));
+      });
+      if (alive) throw Object.assign(new Error('address already in use'), { code: 'EADDRINUSE' });
+      rmSync(path, { force: true });
+      this.log.notice(`removed the stale unix socket ${path} (nothing was listening on it)`, { unixsocket: path });
+    }
+    const listener = await new Promise<net.Server>((resolve, reject) => {
+      const l = net.createServer({ noDelay: true }, (socket) => this.accept(socket, path));
+      l.once('error', reject);
+      l.listen({ path, backlog: this.config.int('tcp-backlog') }, () => {
+        l.off('error', reject);
+        l.on('error', (e) => this.acceptFailed(e));
+        resolve(l);
+      });
+    });
+    if (perm !== 0) chmodSync(path, perm);
+    process.on('exit', () => rmSync(path, { force: true }));
+    return listener;
   }
 
   private listenTls(options: tls.TlsOptions, address: string, port: number): Promise<tls.Server> {
@@ -344,7 +474,8 @@ export class Server {
     }
   }
 
-  private accept(socket: net.Socket): void {
+  /** A new connection; `unixPath` for one on the unix socket (always local for protected mode, as in Redis). */
+  private accept(socket: net.Socket, unixPath?: string): void {
     if (this.shuttingDown) {
       socket.destroy();
       return;
@@ -354,14 +485,18 @@ export class Server {
       this.refuse(socket, '-ERR max number of clients reached\r\n');
       return;
     }
-    if (this.deniedByProtectedMode(socket)) {
+    if (unixPath === undefined && this.deniedByProtectedMode(socket)) {
       this.refuse(socket, PROTECTED_MODE_MESSAGE);
       return;
     }
     const keepalive = this.config.int('tcp-keepalive');
-    if (keepalive > 0) socket.setKeepAlive(true, keepalive * 1000);
-    const client = new Client(this.nextClientId++, socket, this);
+    if (keepalive > 0 && unixPath === undefined) socket.setKeepAlive(true, keepalive * 1000);
+    const client = new Client(this.nextClientId++, socket, this, unixPath);
     this.clients.set(client.id, client);
+    // Redis's verbose lines: "Accepted 127.0.0.1:50312" / "Accepted connection to /tmp/x.sock".
+    if (this.log.enabled('verbose')) {
+      this.log.verbose(unixPath !== undefined ? `Accepted connection to ${unixPath}` : `Accepted ${client.addr}`, { id: client.id, addr: client.addr });
+    }
   }
 
   /** Writes `message` to a connection that is not let in, then closes it completely (see REFUSED_CLOSE_MS). */
@@ -380,7 +515,10 @@ export class Server {
   }
 
   removeClient(client: Client): void {
-    this.clients.delete(client.id);
+    // Redis logs "Client closed connection id=... addr=..." at verbose when a client goes away.
+    if (this.clients.delete(client.id) && this.log.enabled('verbose')) {
+      this.log.verbose(`Client closed connection id=${client.id} addr=${client.addr}`, { id: client.id, addr: client.addr, laddr: client.laddr });
+    }
   }
 
   /**
@@ -388,9 +526,19 @@ export class Server {
    * commandstats runs from the end of the previous one, so one clock read per command serves both
    * its time snapshot and its duration.
    */
-  beginBatch(): void {
+  beginBatch(client: Client): void {
     this.perfMark = performance.now();
+    this.batchClient = client;
   }
+
+  /** The client whose batch is running (beginBatch): error replies at loglevel debug name it. */
+  private batchClient: Client | null = null;
+
+  /** loglevel debug: each error reply, with its client (ReplyWriter.onError, null at other levels). */
+  private readonly logErrorReply = (text: string): void => {
+    const c = this.batchClient;
+    this.log.debug(`error reply to client id=${c?.id ?? '?'} addr=${c?.addr ?? '?'}: ${text}`, { id: c?.id, addr: c?.addr, error: text });
+  };
 
   /** The command named by argument 0, remembering the last one: a pipeline mostly repeats one command. */
   private findCommand(argv: CommandArgs): CommandSpec | undefined {

@@ -236,7 +236,7 @@ describe('server commands', () => {
     expect(await redis.call('CONFIG', 'GET', 'save', 'appendonly')).toEqual(['save', '3600 1 300 100 60 10000', 'appendonly', 'no']);
     expect(await redis.call('CONFIG', 'SET', 'timeout', '30', 'maxmemory', '1mb')).toBe('OK');
     expect(await redis.call('CONFIG', 'GET', 'maxmemory')).toEqual(['maxmemory', '1048576']);
-    expect(await errorOf(redis.call('CONFIG', 'SET', 'port', '1'))).toBe("ERR CONFIG SET failed (possibly related to argument 'port') - can't set immutable config");
+    expect(await errorOf(redis.call('CONFIG', 'SET', 'tls-port', '1'))).toBe("ERR CONFIG SET failed (possibly related to argument 'tls-port') - can't set immutable config");
     expect(await errorOf(redis.call('CONFIG', 'SET', 'nope', '1'))).toBe("ERR Unknown option or number of arguments for CONFIG SET - 'nope'");
     // All or nothing: a bad second pair leaves the first unchanged.
     expect(await errorOf(redis.call('CONFIG', 'SET', 'timeout', '60', 'hz', 'fast'))).toMatch(/^ERR CONFIG SET failed \(possibly related to argument 'hz'\)/);

@@ -17,7 +17,8 @@ describe('node flags', () => {
     const entrypoint = /^ENTRYPOINT (.*)$/m.exec(read('Dockerfile'))![1];
     const env = [...read('bench/node-flags.mjs').matchAll(/(\w+): '([^']*)'/g)].map((m) => `${m[1]}=${m[2]}`);
     expect(env.length).toBeGreaterThan(0);
-    expect(start).toBe(`${env.join(' ')} node ${flags.join(' ')} dist/main.js`);
+    // `exec`: npm's shell is replaced by node, so npm's SIGTERM reaches the server (test/server/config-npm-start.test.ts).
+    expect(start).toBe(`${env.join(' ')} exec node ${flags.join(' ')} dist/main.js`);
     expect(shebang).toBe(`#!/usr/bin/env -S ${env.join(' ')} node ${flags.join(' ')}`);
     expect(JSON.parse(entrypoint)).toEqual(['node', ...flags, '/app/dist/main.js']);
     // The image's ENV instruction: from `ENV ` to the first line not ending in a backslash.

@@ -54,7 +54,7 @@ describe('startup', () => {
     }
   });
 
-  it('reads a config file, then flags, then CELLGATE_* variables, in rising precedence', async () => {
+  it('reads a config file, then CELLGATE_* variables, then flags, in rising precedence', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'cellgate-conf-'));
     const file = join(dir, 'cellgate.conf');
     writeFileSync(file, [
@@ -70,7 +70,7 @@ describe('startup', () => {
     try {
       const pairs = (await c.call('CONFIG', 'GET', 'maxclients', 'timeout', 'hz', 'save')) as string[];
       const values = Object.fromEntries(pairs.flatMap((v, i) => (i % 2 === 0 ? [[v, pairs[i + 1]]] : [])));
-      expect(values).toEqual({ maxclients: '100', timeout: '8', hz: '40', save: '' });
+      expect(values).toEqual({ maxclients: '100', timeout: '8', hz: '30', save: '' });
       const info = (await c.info('server')) as string;
       expect(info).toContain(`config_file:${file}`);
     } finally {

@@ -410,6 +410,15 @@ describe('WATCH', () => {
 });
 
 describe('introspection and limits', () => {
+  it('CONFIG SET port inside MULTI is an error element (its listeners bind later than EXEC answers); the port stays', async () => {
+    const port = await freePort();
+    const res = await redis.multi().config('SET', 'port', String(port)).ping().exec();
+    expect(res![0][0]).toBeInstanceOf(Error);
+    expect((res![0][0] as Error).message).toMatch(/port and bind cannot be changed inside MULTI/);
+    expect(res![1]).toEqual([null, 'PONG']);
+    expect(await redis.config('GET', 'port')).toEqual(['port', String(server.port)]);
+  });
+
   it('COMMAND INFO / DOCS list the transaction commands from the table', async () => {
     const info = (await redis.call('COMMAND', 'INFO', 'multi', 'exec', 'discard', 'watch', 'unwatch')) as unknown[][];
     expect(info.map((i) => [i[0], i[1], i[3], i[4], i[5]])).toEqual([
