@@ -169,6 +169,7 @@ describe('--help and --version', () => {
   });
 
   it('--version prints the version', () => {
-    expect(runToExit(['--version']).stdout).toBe('cellgate 0.1.0\n');
+    const { version } = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string };
+    expect(runToExit(['--version']).stdout).toBe(`cellgate ${version}\n`);
   });
 });
