@@ -673,10 +673,19 @@ export class Server {
       this.commandFailed(fullName, e, mark);
     }
     const ended = performance.now();
-    const durationUs = (ended - started) * 1000;
+    this.perfMark = ended;
+    this.commandDone(client, spec, fullName, stat, argv, (ended - started) * 1000, nowUs, mark);
+  }
+
+  /**
+   * The bookkeeping after a command ran, directly or queued in EXEC: commandstats and the latency
+   * histogram, the slow log, and the failed-call counters (a reply that begins with '-' is an error,
+   * counted as Redis's failed_calls / errorstats do).
+   */
+  private commandDone(client: Client, spec: CommandSpec, fullName: string, stat: CommandStat, argv: CommandArgs, durationUs: number, nowUs: number, mark: number): void {
+    const reply = this.writer;
     stat.usec += durationUs;
     recordDuration(stat, durationUs);
-    this.perfMark = ended;
     if (durationUs >= this.slowlogThresholdUs && this.slowlogThresholdUs >= 0 && !spec.flags.includes('skip_slowlog')) {
       // ACL SETUSER carries passwords too (`>secret`), as AUTH and HELLO do.
       const redact = spec === lookupCommand('auth') || spec === lookupCommand('hello') || fullName === 'acl|setuser';
@@ -684,7 +693,6 @@ export class Server {
     }
     stat.calls++;
     this.stats.totalCommands++;
-    // A reply that begins with '-' is an error: count it as Redis's failed_calls / errorstats do.
     if (reply.length > mark && reply.peekByte(mark) === 0x2d) {
       stat.failedCalls++;
       this.stats.error(reply.errorCodeAt(mark));
@@ -767,18 +775,7 @@ export class Server {
     } catch (e) {
       this.commandFailed(fullName, e, mark);
     }
-    const durationUs = (performance.now() - started) * 1000;
-    stat.usec += durationUs;
-    if (durationUs >= this.slowlogThresholdUs && this.slowlogThresholdUs >= 0) {
-      const redact = spec === lookupCommand('auth') || spec === lookupCommand('hello');
-      this.slowlog.consider(this.slowlogThresholdUs, this.slowlogMaxLen, durationUs, argv, redact, nowUs, client.addr, client.name);
-    }
-    stat.calls++;
-    this.stats.totalCommands++;
-    if (reply.length > mark && reply.peekByte(mark) === 0x2d) {
-      stat.failedCalls++;
-      this.stats.error(reply.errorCodeAt(mark));
-    }
+    this.commandDone(client, spec, fullName, stat, argv, (performance.now() - started) * 1000, nowUs, mark);
   }
 
   /**

@@ -410,6 +410,23 @@ describe('WATCH', () => {
 });
 
 describe('introspection and limits', () => {
+  it('a command queued in EXEC is bookkept as one run directly: the slow log redacts ACL SETUSER passwords', async () => {
+    await redis.config('SET', 'slowlog-log-slower-than', '0');
+    try {
+      await redis.slowlog('RESET');
+      const res = await redis.multi().call('ACL', 'SETUSER', 'tx-slow', 'on', '>tx-secret').exec();
+      expect(res).toEqual([[null, 'OK']]);
+      const entries = (await redis.slowlog('GET', 10)) as unknown[][];
+      const setuser = entries.find((e) => String((e[3] as string[])[0]).toLowerCase() === 'acl');
+      expect(setuser).toBeDefined();
+      expect(JSON.stringify(setuser)).not.toContain('tx-secret');
+      expect(JSON.stringify(setuser)).toContain('(redacted)');
+    } finally {
+      await redis.config('SET', 'slowlog-log-slower-than', '10000');
+      await redis.call('ACL', 'DELUSER', 'tx-slow');
+    }
+  });
+
   it('CONFIG SET port inside MULTI is an error element (its listeners bind later than EXEC answers); the port stays', async () => {
     const port = await freePort();
     const res = await redis.multi().config('SET', 'port', String(port)).ping().exec();
