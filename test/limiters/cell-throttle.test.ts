@@ -16,6 +16,7 @@ import {
   cellParams, cellThrottle, newCellDecision, MAX_BURST, MAX_PERIOD_SEC, MAX_TOLERANCE_US, type CellParams,
 } from '../../src/limiters/cell-throttle.ts';
 import { gcraDecide, gcraParams, newGcraDecision, type GcraParams } from '../../src/limiters/redis-gcra.ts';
+import { GcraReferenceKey } from './redis-gcra-reference.ts';
 
 const VECTORS = process.env.CELLGATE_VECTORS ?? fileURLToPath(new URL('../fixtures/vectors/', import.meta.url));
 const EPOCH_US = 1_800_000_000_000_000; // 2027-01-15T08:00:00Z, where the recorded timelines start
@@ -521,42 +522,12 @@ class GcraKey {
   }
 }
 
-/** src/gcra.c's gcraCommand after argument parsing, in BigInt microseconds, with Redis's expiry. */
-class RefGcraKey {
-  tat: bigint | null = null;
-  expireAtMs = 0n;
-
-  call(burst: bigint, tokensPerPeriod: bigint, period: number, tokens: bigint, nowUs: bigint): { reply: number[]; pttl: number } {
-    const nowMs = nowUs / 1000n;
-    if (this.tat !== null && nowMs > this.expireAtMs) this.tat = null;
-    const now = nowMs * 1000n; // commandTimeSnapshot() * 1000
-    const maxBurst = burst + 1n;
-    let emission = BigInt(Math.trunc((period * 1000000) / Number(tokensPerPeriod) + 0.5));
-    if (emission === 0n) emission = 1n;
-    const variance = emission * maxBurst;
-    const increment = emission * tokens;
-    const tat = this.tat ?? now;
-    const newTat = (now > tat ? now : tat) + increment;
-    const diff = now - (newTat - variance);
-    let limited = 0;
-    let retry = -1;
-    let ttl: bigint;
-    if (diff < 0n) {
-      limited = 1;
-      if (increment <= variance) retry = Math.ceil(Number(-diff) / 1000000);
-      ttl = tat - now;
-    } else {
-      ttl = newTat - now;
-      this.tat = newTat;
-      this.expireAtMs = newTat / 1000n;
-    }
-    const next = variance - ttl;
-    const remaining = next > -emission ? next / emission : 0n; // C division truncates toward zero
-    const reset = Math.ceil(Number(ttl) / 1000000) + 0;
-    return {
-      reply: [limited, Number(maxBurst), Number(remaining), retry, reset],
-      pttl: this.tat === null ? -2 : Number(this.expireAtMs - nowMs),
-    };
+/** The shared BigInt transcription of gcra.c (no overflow in these ranges), as replies and PTTL. */
+class RefGcraKey extends GcraReferenceKey {
+  callReply(burst: bigint, tokensPerPeriod: bigint, period: number, tokens: bigint, nowUs: bigint): { reply: number[]; pttl: number } {
+    const r = this.call(burst, tokensPerPeriod, period, tokens, nowUs);
+    if (typeof r === 'string') throw new Error(r);
+    return { reply: [r.limited, Number(r.limit), Number(r.remaining), r.retryAfterSec, r.resetAfterSec], pttl: this.pttl(nowUs) };
   }
 }
 
@@ -660,7 +631,7 @@ describe('GCRA (Redis 8.8): hand-checked cases', () => {
         }
         const tokens = r.float() < 0.5 ? 1 : r.int(1, r.float() < 0.5 ? burst + 3 : 30);
         const actual = mine.call(gparams(burst, perPeriod, period, tokens), nowUs);
-        const expected = ref.call(BigInt(burst), BigInt(perPeriod), period, BigInt(tokens), BigInt(nowUs));
+        const expected = ref.callReply(BigInt(burst), BigInt(perPeriod), period, BigInt(tokens), BigInt(nowUs));
         if (JSON.stringify(actual) !== JSON.stringify(expected)) {
           mismatches.push({ params: [burst, perPeriod, period], step: i, tokens, nowUs, expected, actual });
           break;

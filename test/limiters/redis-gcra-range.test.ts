@@ -5,49 +5,17 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { gcraDecide, gcraParams, newGcraDecision } from '../../src/limiters/redis-gcra.ts';
+import { GcraReferenceKey, LLONG_MAX } from './redis-gcra-reference.ts';
 
-const LLONG_MAX = 2n ** 63n - 1n;
 const EPOCH_US = 1_800_000_000_000_000;
 type Reply = string[] | string;
 
-/** gcra.c after argument parsing, every step in BigInt; replies as decimal strings. */
-class RefKey {
-  tat: bigint | null = null;
-  expireAtMs = 0n;
-
-  call(burst: bigint, perPeriod: bigint, period: number, tokens: bigint, nowUs: bigint): Reply {
-    const nowMs = nowUs / 1000n;
-    if (this.tat !== null && nowMs > this.expireAtMs) this.tat = null;
-    const now = nowMs * 1000n;
-    const maxBurst = burst < LLONG_MAX ? burst + 1n : burst;
-    let e = BigInt(Math.trunc((period * 1e6) / Number(perPeriod) + 0.5));
-    if (e === 0n) e = 1n;
-    const tokensErr = 'tokens-overflow';
-    if (e > LLONG_MAX / tokens) return tokensErr;
-    if (e > LLONG_MAX / maxBurst) return 'burst-overflow';
-    const variance = e * maxBurst;
-    const increment = e * tokens;
-    const tat = this.tat ?? now;
-    const base = now > tat ? now : tat;
-    if (LLONG_MAX - base < increment) return tokensErr;
-    const newTat = base + increment;
-    const diff = now - (newTat - variance);
-    let limited = 0;
-    let retry = -1;
-    let ttl: bigint;
-    if (diff < 0n) {
-      limited = 1;
-      if (increment <= variance) retry = Math.ceil(Number(-diff) / 1e6);
-      ttl = tat - now;
-    } else {
-      ttl = newTat - now;
-      this.tat = newTat;
-      this.expireAtMs = newTat / 1000n;
-    }
-    const next = variance - ttl;
-    const remaining = next > -e ? next / e : 0n;
-    const reset = Math.ceil(Number(ttl) / 1e6) + 0;
-    return [String(limited), String(maxBurst), String(remaining), String(retry), String(reset)];
+/** The shared BigInt transcription of gcra.c, its replies as decimal strings. */
+class RefKey extends GcraReferenceKey {
+  callText(burst: bigint, perPeriod: bigint, period: number, tokens: bigint, nowUs: bigint): Reply {
+    const r = this.call(burst, perPeriod, period, tokens, nowUs);
+    if (typeof r === 'string') return r;
+    return [String(r.limited), String(r.limit), String(r.remaining), String(r.retryAfterSec), String(r.resetAfterSec)];
   }
 }
 
@@ -93,7 +61,7 @@ function run(steps: [bigint, bigint, number, bigint, bigint][]): { mine: Reply[]
   const ref: Reply[] = [];
   for (const [b, n, p, t, now] of steps) {
     mine.push(m.call(b, n, p, t, now));
-    ref.push(r.call(b, n, p, t, now));
+    ref.push(r.callText(b, n, p, t, now));
     if (r.tat !== null && m.has) expect(m.tat()).toBe(r.tat);
   }
   return { mine, ref };
