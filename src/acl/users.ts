@@ -6,6 +6,7 @@
  * What execute() reads per command is precomputed here: `unrestricted` (every command, every key:
  * the default user costs that one test), `allowed` (one byte per command id) and `allKeys`.
  */
+import { constants } from 'node:buffer';
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { readFileSync, renameSync, writeFileSync } from 'node:fs';
 import type { CommandSpec } from '../commands/types.js';
@@ -463,7 +464,7 @@ export function aclCheck(user: User, spec: CommandSpec, argv: CommandArgs, base:
   if (spec.forEachKey !== undefined) {
     let result = ACL_OK;
     spec.forEachKey(argv, base, (i) => {
-      if (user.keyAllowed(argv.buffer(i).toString('latin1'), need)) return true;
+      if (keyArgAllowed(user, argv, i, need)) return true;
       deniedKeyIndex = i;
       result = ACL_DENIED_KEY;
       return false;
@@ -474,12 +475,22 @@ export function aclCheck(user: User, spec: CommandSpec, argv: CommandArgs, base:
   const argc = argv.length - base;
   const last = spec.lastKey < 0 ? argc + spec.lastKey : Math.min(spec.lastKey, argc - 1);
   for (let i = spec.firstKey; i <= last; i += spec.keyStep || 1) {
-    if (!user.keyAllowed(argv.buffer(base + i).toString('latin1'), need)) {
+    if (!keyArgAllowed(user, argv, base + i, need)) {
       deniedKeyIndex = base + i;
       return ACL_DENIED_KEY;
     }
   }
   return ACL_OK;
+}
+
+/**
+ * Whether the key at argument `i` matches one of `user`'s patterns with access `need`. A key too long
+ * to become a JS string (V8 stops just under 512 MiB, proto-max-bulk-len's default) cannot be matched
+ * and is refused, rather than the conversion throwing.
+ */
+function keyArgAllowed(user: User, argv: CommandArgs, i: number, need: number): boolean {
+  if (argv.byteLength(i) > constants.MAX_STRING_LENGTH) return false;
+  return user.keyAllowed(argv.buffer(i).toString('latin1'), need);
 }
 
 /** Redis 7.2's NOPERM texts (getAclErrorMessage, not verbose). */

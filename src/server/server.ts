@@ -29,6 +29,8 @@ import { DescriptorBudget } from './fd-limit.js';
 import { runsInMulti } from '../commands/transactions.js';
 
 export const VERSION = '0.2.0';
+/** How much of a refused key ACL LOG keeps as its object (the whole key, up to this). */
+const ACL_LOG_KEY_BYTES = 64 * 1024;
 /** The Redis version whose protocol and replies cellgate matches (INFO redis_version, HELLO). */
 export const REDIS_VERSION = '7.2.4';
 
@@ -620,7 +622,7 @@ export class Server {
         client.lastCommand = fullName; // the log's client-info names the refused command, as Redis's
         if (result === ACL_DENIED_CMD) this.stats.aclDeniedCmd++;
         else this.stats.aclDeniedKey++;
-        const object = result === ACL_DENIED_CMD ? fullName : argv.buffer(deniedKeyIndex).toString('latin1');
+        const object = result === ACL_DENIED_CMD ? fullName : argv.text(deniedKeyIndex, ACL_LOG_KEY_BYTES);
         this.acl.addLog(result === ACL_DENIED_CMD ? 'command' : 'key', 'toplevel', object, user.name, aclClientInfo(client), Date.now());
         reply.error(noPermMessage(result, user, fullName));
         return;

@@ -7,7 +7,7 @@
 import { constants } from 'node:buffer';
 import { describe, expect, it } from 'vitest';
 import { useServer } from '../helpers/server.js';
-import { Checker, parseReplies, processAlive, RawConnection, type Reply } from '../helpers/raw.js';
+import { Checker, mbulk, parseReplies, processAlive, RawConnection, type Reply } from '../helpers/raw.js';
 
 /** Longer than any string V8 can make, within the default proto-max-bulk-len (536870912). */
 const HUGE = constants.MAX_STRING_LENGTH + 12;
@@ -17,9 +17,10 @@ const CHUNK = Buffer.alloc(1024 * 1024, 'a');
  * Sends a command whose argument `hugeAt` is HUGE bytes of 'a' (the others as given) and returns
  * the one reply.
  */
-async function sendHuge(port: number, args: string[], hugeAt: number): Promise<Reply> {
+async function sendHuge(port: number, args: string[], hugeAt: number, auth?: [string, string]): Promise<Reply> {
   const conn = await RawConnection.open(port);
   try {
+    if (auth !== undefined) await conn.write(mbulk('AUTH', ...auth));
     const all = [...args];
     all.splice(hugeAt, 0, '');
     let head = `*${all.length}\r\n`;
@@ -37,10 +38,12 @@ async function sendHuge(port: number, args: string[], hugeAt: number): Promise<R
     let tail = '\r\n';
     for (let i = hugeAt + 1; i < all.length; i++) tail += `$${all[i].length}\r\n${all[i]}\r\n`;
     await conn.write(tail);
-    await conn.waitFor(() => parseReplies(conn.received).replies.length > 0 || conn.ended, 120_000, 'the reply');
+    const expected = auth === undefined ? 1 : 2;
+    await conn.waitFor(() => parseReplies(conn.received).replies.length >= expected || conn.ended, 120_000, 'the reply');
     const { replies } = parseReplies(conn.received);
-    expect(replies.length).toBe(1);
-    return replies[0];
+    expect(replies.length).toBe(expected);
+    if (auth !== undefined) expect(replies[0]).toBe('OK');
+    return replies[replies.length - 1];
   } finally {
     conn.destroy();
   }
@@ -69,6 +72,12 @@ describe('a 512 MiB argument', () => {
       expect(await sendHuge(server.port, ['EXISTS'], 1)).toBe(1);
       expect(await sendHuge(server.port, ['DEL'], 1)).toBe(1);
       expect(await checker.call('DBSIZE')).toBe(0);
+      // A user with key patterns: a key too long to become text matches none of them (NOPERM), and
+      // the ACL log keeps its first 64 KiB.
+      expect(await checker.call('ACL', 'SETUSER', 'patterned', 'on', '>pw', '~app:*', '+@all')).toBe('OK');
+      expect(await sendHuge(server.port, ['CL.THROTTLE', '5', '10', '60'], 1, ['patterned', 'pw'])).toEqual({ error: 'NOPERM No permissions to access a key' });
+      const entry = ((await checker.call('ACL', 'LOG', '1')) as Reply[][])[0];
+      expect(entry[7]).toBe('a'.repeat(64 * 1024));
       expect(await checker.call('PING')).toBe('PONG');
     } finally {
       checker.close();
