@@ -135,7 +135,8 @@ export class RedisNode {
     return this.proc?.pid;
   }
 
-  private spawn(extraArgs: string[] = []): Promise<void> {
+  /** Resolves at the log line containing `readyLine` (by default: ready to accept connections). */
+  private spawn(extraArgs: string[] = [], readyLine = 'Ready to accept connections'): Promise<void> {
     const argv = [
       '--port', String(this.port), '--bind', '127.0.0.1', '--dir', this.dir,
       '--save', '', '--appendonly', 'no', '--daemonize', 'no', '--logfile', '',
@@ -160,7 +161,7 @@ export class RedisNode {
           const line = buf.slice(0, nl);
           buf = buf.slice(nl + 1);
           this.logs.push(line);
-          if (!ready && line.includes('Ready to accept connections')) {
+          if (!ready && line.includes(readyLine)) {
             ready = true;
             clearTimeout(timer);
             resolve();
@@ -213,13 +214,17 @@ export class RedisNode {
     return this.end('SIGKILL');
   }
 
-  /** Starts again on the same port and dir (after stop or kill); `extraArgs` apply to this run. */
-  async restart(extraArgs: string[] = []): Promise<void> {
+  /**
+   * Starts again on the same port and dir (after stop or kill); `extraArgs` apply to this run.
+   * `until`: resolve at the first log line containing it instead of at "Ready to accept
+   * connections" (e.g. 'Loading RDB', to act while the dataset loads).
+   */
+  async restart(extraArgs: string[] = [], opts: { until?: string } = {}): Promise<void> {
     if (this.alive) await this.stop();
     register(this);
     for (let attempt = 0; ; attempt++) {
       try {
-        await this.spawn(extraArgs);
+        await this.spawn(extraArgs, opts.until);
         return;
       } catch (e) {
         // The old socket can linger for a moment after a kill: retry the same port a few times.

@@ -1,0 +1,411 @@
+/**
+ * The backend mode under faults, with real redis-server processes: a Redis that stops answering
+ * (SIGSTOP) beyond `backend-timeout`, one that goes away and comes back on its port, a network that
+ * gets slower than the timeout (a userspace delay proxy), a Cluster master killed while three
+ * sidecars send traffic, and error replies from the backend (-LOADING, -READONLY, -OOM).
+ *
+ * What must hold every time: every call gets a reply, and it is the `backend-unavailable` policy's
+ * answer (`local`, `allow` or `deny`), never a hang or a raw backend error; INFO backend goes down
+ * and comes back up; decisions are exact across sidecars again afterwards. Reply times are measured
+ * and printed; the bound asserted is generous (20 × the timeout), since the machine is shared.
+ */
+import { rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Redis } from 'ioredis';
+import { DelayProxy } from '../helpers/delay-proxy.js';
+import { freePort } from '../helpers/server.js';
+import { RedisCluster, RedisNode, stopAllRedis } from '../helpers/redis.js';
+import {
+  ALGOS, backendInfo, burst, countAllowed, freezeClocks, frozenInstant, limited, pollUntil, startSidecar,
+  stopSidecars, waitBackendState, type Algo, type Reply, type Sidecar,
+} from './helpers.js';
+
+const TIMEOUT_MS = 100;
+const BOUND_MS = 20 * TIMEOUT_MS;
+const T0 = frozenInstant();
+type Policy = 'local' | 'allow' | 'deny';
+const POLICIES: Policy[] = ['local', 'allow', 'deny'];
+
+/** The one local-mode cellgate the policies' answers are compared with. */
+let reference: Sidecar;
+let keySeq = 0;
+const freshKey = (base: string): string => `${base}:${++keySeq}`;
+
+beforeAll(async () => {
+  reference = await startSidecar('', { conns: 1 });
+  await freezeClocks([reference], T0);
+}, 60_000);
+
+afterAll(async () => {
+  await stopSidecars([reference]);
+  await stopAllRedis();
+});
+
+/** One server's replies to `n` calls of `argv` on a fresh key, in order. */
+async function oneServer(algo: Algo, n: number): Promise<Reply[]> {
+  const argv = algo.argv(freshKey('ref'));
+  const pipe = reference.conns[0].pipeline();
+  for (let i = 0; i < n; i++) pipe.call(argv[0], ...argv.slice(1));
+  return (await pipe.exec())!.map(([err, v]) => err ?? v);
+}
+
+/**
+ * Sends every argv on `conn` at once (pipelined, not awaited one by one) and returns each reply
+ * (an error reply as its Error) with how long it took.
+ */
+async function timedCalls(conn: Redis, argvs: string[][]): Promise<{ reply: Reply; ms: number }[]> {
+  const t0 = performance.now();
+  return Promise.all(argvs.map((argv) => conn.call(argv[0], ...argv.slice(1)).then(
+    (reply) => ({ reply, ms: performance.now() - t0 }),
+    (err: Error) => ({ reply: err, ms: performance.now() - t0 }),
+  )));
+}
+
+/**
+ * What `policy` must answer to `n` calls of `algo` on one fresh key while the backend is out:
+ * `deny` the fixed refusal, `allow` a fresh key's reply every time, `local` what this sidecar's
+ * own keyspace decides (the one server's sequence).
+ */
+async function policyAnswers(policy: Policy, algo: Algo, n: number): Promise<string[]> {
+  if (policy === 'deny') return Array.from({ length: n }, () => JSON.stringify(algo.denyReply));
+  const seq = await oneServer(algo, n);
+  if (policy === 'allow') return Array.from({ length: n }, () => JSON.stringify(seq[0]));
+  return seq.map((r) => JSON.stringify(r));
+}
+
+/**
+ * Each sidecar (one per policy) sends `perKey` calls of every algorithm on a fresh key, all at
+ * once; checks each reply is its policy's and returns the slowest reply time.
+ */
+async function expectPolicyAnswers(sidecars: Record<Policy, Sidecar>, perKey: number, what: string): Promise<number> {
+  let maxMs = 0;
+  await Promise.all(POLICIES.map(async (policy) => {
+    const s = sidecars[policy];
+    await Promise.all(ALGOS.map(async (algo, i) => {
+      const argv = algo.argv(freshKey(`${what}:${policy}`));
+      const results = await timedCalls(s.conns[i % s.conns.length], Array.from({ length: perKey }, () => argv));
+      for (const r of results) {
+        if (r.reply instanceof Error) throw new Error(`${what}: ${policy} ${algo.name} got an error reply: ${r.reply.message}`);
+        maxMs = Math.max(maxMs, r.ms);
+      }
+      const got = results.map((r) => JSON.stringify(r.reply));
+      const want = await policyAnswers(policy, algo, perKey);
+      expect(got.slice().sort(), `${what}: ${policy} ${algo.name}`).toEqual(want.slice().sort());
+    }));
+  }));
+  return maxMs;
+}
+
+/**
+ * Fresh keys (`keys[i]` for the i-th algorithm when given), every algorithm, a burst through all
+ * `sidecars`: exactly one server's count each.
+ */
+async function expectExact(sidecars: Sidecar[], what: string, keys?: string[]): Promise<void> {
+  await Promise.all(ALGOS.map(async (algo, i) => {
+    const key = keys?.[i] ?? freshKey(`exact:${what}:${algo.name}`);
+    const replies = (await burst(sidecars, algo.argv, key, 5)).map((r) => r.reply);
+    for (const r of replies) if (r instanceof Error) throw new Error(`${what}: ${algo.name}: ${r.message}`);
+    expect(countAllowed(replies), `${what}: ${algo.name} exact`).toBe(algo.limit);
+  }));
+}
+
+async function readyz(s: Sidecar): Promise<{ status: number; body: string }> {
+  const res = await fetch(`http://127.0.0.1:${s.metricsPort}/readyz`);
+  return { status: res.status, body: await res.text() };
+}
+
+describe('standalone backend faults', () => {
+  let node: RedisNode;
+  const sidecars = {} as Record<Policy, Sidecar>;
+  const list = (): Sidecar[] => POLICIES.map((p) => sidecars[p]);
+
+  beforeAll(async () => {
+    node = await RedisNode.start();
+    await Promise.all(POLICIES.map(async (policy) => {
+      sidecars[policy] = await startSidecar(node.url, {
+        conns: 3,
+        metricsPort: await freePort(),
+        args: ['--backend-timeout', String(TIMEOUT_MS), '--backend-unavailable', policy],
+      });
+    }));
+    await freezeClocks(list(), T0);
+  }, 60_000);
+
+  afterAll(async () => {
+    await stopSidecars(list());
+    await node?.destroy();
+  });
+
+  it('Redis paused (SIGSTOP) beyond backend-timeout: every call gets its policy\'s answer in bounded time; down, then up after SIGCONT; exact again', async () => {
+    await expectExact(list(), 'before pause');
+    for (const s of list()) expect((await readyz(s)).status).toBe(200);
+    node.pause();
+    let maxMs: number;
+    try {
+      maxMs = await expectPolicyAnswers(sidecars, 12, 'paused');
+      for (const s of list()) {
+        const info = await waitBackendState(s, 'down');
+        expect(Number(info.backend_timeouts)).toBeGreaterThanOrEqual(1);
+        expect(Number(info.backend_policy_decisions)).toBeGreaterThanOrEqual(12 * ALGOS.length);
+      }
+      // While down, answers come at once: a second round is answered by the policy too.
+      maxMs = Math.max(maxMs, await expectPolicyAnswers(sidecars, 4, 'paused, down'));
+      const r = await readyz(sidecars.deny);
+      expect(r.status).toBe(503);
+      expect(r.body).toContain('backend unavailable');
+      expect((await readyz(sidecars.local)).status).toBe(200);
+      expect((await readyz(sidecars.allow)).status).toBe(200);
+    } finally {
+      node.resume();
+    }
+    console.log(`faults standalone SIGSTOP: max reply time ${maxMs.toFixed(0)} ms with backend-timeout ${TIMEOUT_MS} ms`);
+    expect(maxMs).toBeLessThan(BOUND_MS);
+    for (const s of list()) await waitBackendState(s, 'up');
+    expect((await readyz(sidecars.deny)).status).toBe(200);
+    for (const s of list()) {
+      expect(s.server.logs.some((l) => l.includes('backend down'))).toBe(true);
+      expect(s.server.logs.some((l) => l.includes('backend up'))).toBe(true);
+      expect(Number((await backendInfo(s)).backend_state_changes)).toBeGreaterThanOrEqual(3);
+    }
+    await expectExact(list(), 'after SIGCONT');
+  });
+
+  it('Redis stopped and restarted on its port: no hang, the policy answers, the sidecars reconnect, exact again', async () => {
+    await node.stop();
+    let maxMs: number;
+    try {
+      maxMs = await expectPolicyAnswers(sidecars, 8, 'stopped');
+      for (const s of list()) await waitBackendState(s, 'down');
+      expect((await readyz(sidecars.deny)).status).toBe(503);
+      maxMs = Math.max(maxMs, await expectPolicyAnswers(sidecars, 4, 'stopped, down'));
+    } finally {
+      await node.restart();
+    }
+    console.log(`faults standalone stop/restart: max reply time ${maxMs.toFixed(0)} ms`);
+    expect(maxMs).toBeLessThan(BOUND_MS);
+    for (const s of list()) await waitBackendState(s, 'up');
+    await expectExact(list(), 'after restart');
+    // A SIGKILL too: connections reset rather than closed.
+    await node.kill();
+    try {
+      maxMs = await expectPolicyAnswers(sidecars, 4, 'killed');
+    } finally {
+      await node.restart();
+    }
+    expect(maxMs).toBeLessThan(BOUND_MS);
+    for (const s of list()) await waitBackendState(s, 'up');
+    await expectExact(list(), 'after kill and restart');
+  });
+
+  it('a network slower than backend-timeout (delay proxy): policy answers, down; delay removed: up and exact again', async () => {
+    const proxy = await DelayProxy.start(node.port);
+    let slow: Sidecar | undefined;
+    try {
+      slow = await startSidecar(proxy.url, { conns: 3, args: ['--backend-timeout', String(TIMEOUT_MS), '--backend-unavailable', 'deny'] });
+      await freezeClocks([slow], T0);
+      await expectExact([slow, sidecars.local, sidecars.allow], 'through the proxy, no delay');
+      proxy.setDelay(3 * TIMEOUT_MS);
+      const t0 = performance.now();
+      let maxMs = 0;
+      for (const [i, algo] of ALGOS.entries()) {
+        const argv = algo.argv(freshKey('slow'));
+        for (const r of await timedCalls(slow.conns[i % 3], Array.from({ length: 6 }, () => argv))) {
+          expect(r.reply).toEqual(algo.denyReply);
+          maxMs = Math.max(maxMs, r.ms);
+        }
+      }
+      const info = await waitBackendState(slow, 'down');
+      expect(Number(info.backend_timeouts)).toBeGreaterThanOrEqual(3);
+      console.log(`faults standalone delay proxy +${proxy.delay} ms each way: max reply time ${maxMs.toFixed(0)} ms, ${(performance.now() - t0).toFixed(0)} ms for ${6 * ALGOS.length} calls, timeouts ${info.backend_timeouts}`);
+      expect(maxMs).toBeLessThan(BOUND_MS);
+      proxy.setDelay(0);
+      await waitBackendState(slow, 'up');
+      await expectExact([slow, sidecars.local, sidecars.allow], 'through the proxy, delay removed');
+    } finally {
+      await stopSidecars([slow]);
+      await proxy.close();
+    }
+  });
+
+  it('-OOM from the backend (maxmemory 1, noeviction): the policy\'s answer, never the raw error', async () => {
+    const admin = node.client();
+    try {
+      await admin.call('CONFIG', 'SET', 'maxmemory-policy', 'noeviction');
+      await admin.call('CONFIG', 'SET', 'maxmemory', '1');
+      const before = await Promise.all(list().map((s) => backendInfo(s)));
+      let maxMs: number;
+      try {
+        maxMs = await expectPolicyAnswers(sidecars, 3, 'oom');
+      } finally {
+        await admin.call('CONFIG', 'SET', 'maxmemory', '0');
+      }
+      const after = await Promise.all(list().map((s) => backendInfo(s)));
+      for (const [i, s] of list().entries()) {
+        expect(Number(after[i].backend_errors), 'backend_errors counts them').toBeGreaterThan(Number(before[i].backend_errors));
+        console.log(`faults standalone OOM (${POLICIES[i]}): state ${after[i].backend_state}, errors +${Number(after[i].backend_errors) - Number(before[i].backend_errors)}, policy decisions +${Number(after[i].backend_policy_decisions) - Number(before[i].backend_policy_decisions)}, last error "${after[i].backend_last_error}", max reply ${maxMs.toFixed(0)} ms`);
+        expect(after[i].backend_last_error).toMatch(/OOM/);
+        await waitBackendState(s, 'up');
+      }
+      await expectExact(list(), 'after OOM');
+    } finally {
+      admin.disconnect();
+    }
+  });
+
+  it('-LOADING from the backend (DEBUG RELOAD of a slowly loading dataset): the policy\'s answer, never the raw error', async () => {
+    const admin = node.client();
+    const reloader = node.client();
+    try {
+      // ~1 s of loading during which the server answers -LOADING (events every 1 KiB loaded).
+      await admin.call('DEBUG', 'POPULATE', '10000', 'filler', '100');
+      await admin.call('CONFIG', 'SET', 'loading-process-events-interval-bytes', '1024');
+      await admin.call('CONFIG', 'SET', 'key-load-delay', '100');
+      const before = await Promise.all(list().map((s) => backendInfo(s)));
+      const reload = reloader.call('DEBUG', 'RELOAD');
+      // Until the server says -LOADING itself (bounded polls on a fresh connection).
+      await pollUntil(async () => String(await node.call('PING').catch((e: Error) => e.message)).startsWith('LOADING'), 'redis loading');
+      let maxMs: number;
+      try {
+        maxMs = await expectPolicyAnswers(sidecars, 3, 'loading');
+      } finally {
+        await reload;
+        await admin.call('CONFIG', 'SET', 'key-load-delay', '0');
+        await admin.call('CONFIG', 'SET', 'loading-process-events-interval-bytes', String(2 * 1024 * 1024));
+      }
+      const after = await Promise.all(list().map((s) => backendInfo(s)));
+      for (const [i, s] of list().entries()) {
+        console.log(`faults standalone LOADING (${POLICIES[i]}): state ${after[i].backend_state}, errors +${Number(after[i].backend_errors) - Number(before[i].backend_errors)}, timeouts +${Number(after[i].backend_timeouts) - Number(before[i].backend_timeouts)}, policy decisions +${Number(after[i].backend_policy_decisions) - Number(before[i].backend_policy_decisions)}, last error "${after[i].backend_last_error}", max reply ${maxMs.toFixed(0)} ms`);
+        expect(Number(after[i].backend_policy_decisions)).toBeGreaterThanOrEqual(Number(before[i].backend_policy_decisions) + 3 * ALGOS.length);
+        await waitBackendState(s, 'up');
+      }
+      expect(maxMs).toBeLessThan(BOUND_MS);
+      await admin.flushall();
+      await expectExact(list(), 'after LOADING');
+    } finally {
+      admin.disconnect();
+      reloader.disconnect();
+      rmSync(join(node.dir, 'dump.rdb'), { force: true });
+    }
+  });
+
+  it('-READONLY: a sidecar pointed at a replica answers by its policy', async () => {
+    const replica = await RedisNode.start({ args: ['--replicaof', '127.0.0.1', String(node.port)] });
+    const onReplica: Sidecar[] = [];
+    try {
+      await pollUntil(async () => String(await replica.call('INFO', 'replication')).includes('master_link_status:up'), 'replica linked');
+      for (const policy of ['deny', 'allow'] as const) {
+        const s = await startSidecar(replica.url, { conns: 1, args: ['--backend-timeout', String(TIMEOUT_MS), '--backend-unavailable', policy] });
+        onReplica.push(s);
+        await freezeClocks([s], T0);
+        for (const algo of ALGOS) {
+          const argv = algo.argv(freshKey('ro'));
+          const [r] = await timedCalls(s.conns[0], [argv]);
+          if (r.reply instanceof Error) throw new Error(`READONLY ${policy} ${algo.name}: raw error ${r.reply.message}`);
+          const want = policy === 'deny' ? algo.denyReply : (await oneServer(algo, 1))[0];
+          expect(r.reply, `READONLY ${policy} ${algo.name}`).toEqual(want);
+        }
+        const info = await backendInfo(s);
+        console.log(`faults standalone READONLY (${policy}): state ${info.backend_state}, errors ${info.backend_errors}, policy decisions ${info.backend_policy_decisions}, last error "${info.backend_last_error}"`);
+        expect(Number(info.backend_policy_decisions)).toBeGreaterThanOrEqual(ALGOS.length);
+        expect(info.backend_last_error).toMatch(/READONLY/);
+      }
+      // Nothing was written on the master through the replica.
+      expect(await node.call('DBSIZE')).toBe(0);
+    } finally {
+      await stopSidecars(onReplica);
+      await replica.destroy();
+    }
+  });
+});
+
+describe('cluster backend faults', () => {
+  let cluster: RedisCluster;
+  let sidecars: Sidecar[] = [];
+
+  beforeAll(async () => {
+    cluster = await RedisCluster.start();
+    sidecars = await Promise.all([0, 1, 2].map(async () => startSidecar(cluster.url, {
+      conns: 2,
+      args: ['--backend-timeout', String(TIMEOUT_MS), '--backend-unavailable', 'deny'],
+    })));
+    await freezeClocks(sidecars, T0);
+  }, 90_000);
+
+  afterAll(async () => {
+    await stopSidecars(sidecars);
+    await cluster?.destroy();
+  });
+
+  it('a master killed mid-run: every call answered, other masters\' keys still decided by the backend, the dead master\'s keys get the policy until its replica takes over, exact after', async () => {
+    const groups = await cluster.keysPerMaster('kill:', 2);
+    const victim = groups[1].master;
+    const BIG = '1000000';
+    /** A limit no burst here reaches: the backend allows every call, the deny policy refuses it. */
+    const argv = (k: string): string[] => ['RL.FIXEDWINDOW', k, BIG, '10000'];
+    const stats = groups.map(() => ({ calls: 0, policy: 0, errors: 0, remaining: new Set<number>(), dup: 0 }));
+    let maxMs = 0;
+    let failoverDone = false;
+    let afterRounds = 0;
+    const policyBefore = await Promise.all(sidecars.map(async (s) => Number((await backendInfo(s)).backend_policy_decisions)));
+
+    const traffic = (async () => {
+      // Rounds until the replica took over, then 10 more: every sidecar, every key, every connection.
+      const deadline = Date.now() + 60_000;
+      while (afterRounds < 10 && Date.now() < deadline) {
+        if (failoverDone) afterRounds++;
+        await new Promise((r) => setTimeout(r, 10));
+        await Promise.all(sidecars.flatMap((s) => s.conns.map(async (c) => {
+          const argvs = groups.flatMap((g) => g.keys.map((k) => argv(k)));
+          const results = await timedCalls(c, argvs);
+          results.forEach((r, i) => {
+            const gi = Math.floor(i / groups[0].keys.length);
+            const st = stats[gi];
+            st.calls++;
+            maxMs = Math.max(maxMs, r.ms);
+            if (r.reply instanceof Error) {
+              st.errors++;
+              return;
+            }
+            const reply = r.reply as number[];
+            if (reply[0] === 1) {
+              expect(reply).toEqual([1, 1000000, 0, 1000, 1000, 0]);
+              st.policy++;
+            } else {
+              // Decided by the backend: one shared counter, so no `remaining` is seen twice.
+              if (st.remaining.has(reply[2])) st.dup++;
+              st.remaining.add(reply[2]);
+            }
+          });
+        })));
+      }
+    })();
+    await new Promise((r) => setTimeout(r, 300));
+    const promoted = await cluster.killMasterAndWaitFailover(victim);
+    failoverDone = true;
+    await traffic;
+
+    for (const s of sidecars) expect(s.server.proc.exitCode).toBeNull();
+    const policyAfter = await Promise.all(sidecars.map(async (s) => Number((await backendInfo(s)).backend_policy_decisions)));
+    const policyDecisions = policyAfter.map((v, i) => v - policyBefore[i]);
+    console.log(`faults cluster master kill: max reply time ${maxMs.toFixed(0)} ms; per master group (victim = group 1) calls/policy/errors: ${stats.map((s) => `${s.calls}/${s.policy}/${s.errors}`).join(', ')}; INFO policy decisions per sidecar ${policyDecisions.join(', ')}; promoted ${promoted.port}`);
+    for (const [gi, st] of stats.entries()) {
+      expect(st.errors, `group ${gi}: no error replies`).toBe(0);
+      expect(st.dup, `group ${gi}: backend decisions shared`).toBe(0);
+      if (gi !== 1) expect(st.policy, `group ${gi} (a live master): decided by the backend throughout`).toBe(0);
+    }
+    expect(stats[1].policy, 'the dead master\'s keys got the policy').toBeGreaterThan(0);
+    expect(maxMs).toBeLessThan(BOUND_MS);
+
+    // After the failover: the dead master's keys are decided by the backend again, from every sidecar.
+    for (const s of sidecars) {
+      await pollUntil(async () => limited(await s.admin.call(...(argv(groups[1].keys[0]) as [string, ...string[]]))) === 0, 'victim keys back on the backend', 200, 50);
+    }
+    // And exact across the three sidecars, on keys of every master (the promoted one included).
+    const fresh = await cluster.keysPerMaster('after-kill:', 3);
+    expect(fresh.map((g) => g.master.port)).toContain(promoted.port);
+    // Round-robin over the masters: algorithm i on master i mod 3.
+    const keys = [0, 1, 2].flatMap((j) => fresh.map((g) => g.keys[j]));
+    await expectExact(sidecars, 'after failover', keys);
+  });
+});
