@@ -49,7 +49,7 @@ interface Backend {
   kind: 'standalone' | 'cluster';
   url: string;
   /** Key names spread over all masters (one group per master; one group on a standalone). */
-  keyGroups(base: string, prefix?: string): Promise<string[][]>;
+  keyGroups(base: string, prefix?: string, perMaster?: number): Promise<string[][]>;
   /** A direct client to the node that holds `backendKey`. */
   nodeFor(backendKey: string): Promise<RedisNode>;
   destroy(): Promise<void>;
@@ -60,7 +60,7 @@ async function standaloneBackend(): Promise<Backend> {
   return {
     kind: 'standalone',
     url: node.url,
-    keyGroups: async (base) => [Array.from({ length: 3 * KEYS_PER_MASTER }, (_, i) => `${base}${i}`)],
+    keyGroups: async (base, _prefix, perMaster = KEYS_PER_MASTER) => [Array.from({ length: 3 * perMaster }, (_, i) => `${base}${i}`)],
     nodeFor: async () => node,
     destroy: () => node.destroy(),
   };
@@ -71,7 +71,7 @@ async function clusterBackend(): Promise<Backend> {
   return {
     kind: 'cluster',
     url: cluster.url,
-    keyGroups: async (base, prefix = PREFIX) => (await cluster.keysPerMaster(base, KEYS_PER_MASTER, prefix)).map((g) => g.keys),
+    keyGroups: async (base, prefix = PREFIX, perMaster = KEYS_PER_MASTER) => (await cluster.keysPerMaster(base, perMaster, prefix)).map((g) => g.keys),
     nodeFor: (k) => cluster.masterFor(k),
     destroy: () => cluster.destroy(),
   };
@@ -233,7 +233,7 @@ for (const make of [standaloneBackend, clusterBackend]) {
       for (const k of foreign) expect(await (await backend.nodeFor(k)).call('EXISTS', k)).toBe(1);
       expect(await b.admin.dbsize()).toBe(0);
 
-      const groups = await backend.keyGroups('ks:');
+      const groups = await backend.keyGroups('ks:', PREFIX, 3);
       const names = groups.flat().slice(0, ALGOS.length);
       expect(names).toHaveLength(ALGOS.length);
       const types: Record<string, string> = {

@@ -166,7 +166,7 @@ describe('standalone backend faults', () => {
     for (const s of list()) {
       expect(s.server.logs.some((l) => l.includes('backend down'))).toBe(true);
       expect(s.server.logs.some((l) => l.includes('backend up'))).toBe(true);
-      expect(Number((await backendInfo(s)).backend_state_changes)).toBeGreaterThanOrEqual(3);
+      expect(Number((await backendInfo(s)).backend_state_changes)).toBeGreaterThanOrEqual(2);
     }
     await expectExact(list(), 'after SIGCONT');
   });
@@ -257,8 +257,8 @@ describe('standalone backend faults', () => {
     const admin = node.client();
     const reloader = node.client();
     try {
-      // ~1 s of loading during which the server answers -LOADING (events every 1 KiB loaded).
-      await admin.call('DEBUG', 'POPULATE', '10000', 'filler', '100');
+      // ~2 s of loading during which the server answers -LOADING (events every 1 KiB loaded).
+      await admin.call('DEBUG', 'POPULATE', '15000', 'filler', '100');
       await admin.call('CONFIG', 'SET', 'loading-process-events-interval-bytes', '1024');
       await admin.call('CONFIG', 'SET', 'key-load-delay', '100');
       const before = await Promise.all(list().map((s) => backendInfo(s)));
@@ -311,7 +311,7 @@ describe('standalone backend faults', () => {
         expect(info.backend_last_error).toMatch(/READONLY/);
       }
       // Nothing was written on the master through the replica.
-      expect(await node.call('DBSIZE')).toBe(0);
+      expect(await node.call('KEYS', 'cellgate:ro:*')).toEqual([]);
     } finally {
       await stopSidecars(onReplica);
       await replica.destroy();

@@ -182,7 +182,8 @@ export class RedisNode {
 
   /** A new ioredis connection to this node (the caller disconnects it). */
   client(): Redis {
-    return new Redis({ port: this.port, host: '127.0.0.1', lazyConnect: false, maxRetriesPerRequest: 0, enableOfflineQueue: true, retryStrategy: () => null });
+    // No ready check: ioredis would wait for the end of a load instead of showing us -LOADING.
+    return new Redis({ port: this.port, host: '127.0.0.1', maxRetriesPerRequest: 0, enableReadyCheck: false, retryStrategy: () => null });
   }
 
   /** One command on a short-lived connection; resolves with the reply (or rejects with the error). */
