@@ -12,7 +12,7 @@
  * - invalidations: DEL/UNLINK/FLUSHDB through any sidecar are published on `<prefix>__invalidate`
  *   and every sidecar's refusal cache drops those keys.
  */
-import { Cluster, Redis, type RedisOptions } from 'ioredis';
+import { Cluster, Command, Redis, type RedisOptions } from 'ioredis';
 import type { Logger } from '../log.js';
 import type { BackendTarget } from './backend-url.js';
 import { RefusalCache } from './refusal-cache.js';
@@ -158,7 +158,7 @@ export class RedisBackend {
 
   /** Any other command (DEL, PTTL, SCAN, ...) on the connection, with the same bounded wait. */
   command(name: string, args: (Buffer | string | number)[], done: CallDone): void {
-    this.track(this.client.callBuffer(name, ...args) as Promise<unknown>, done);
+    this.track(send(this.client, name, args), done);
   }
 
   /** The Cluster's masters (SCAN, DBSIZE and FLUSHDB visit each), or the one server. */
@@ -168,7 +168,7 @@ export class RedisBackend {
 
   /** Runs a command on one node (a master from masters()), with the bounded wait. */
   onNode(node: Redis, name: string, args: (Buffer | string | number)[], done: CallDone): void {
-    this.track(node.callBuffer(name, ...args) as Promise<unknown>, done);
+    this.track(send(node, name, args), done);
   }
 
   /** Tells every sidecar (this one included) that these client keys were reset; an empty list means all. */
@@ -350,6 +350,16 @@ export class RedisBackend {
 export function isDecision(e: Error): boolean {
   const m = e.message;
   return m.startsWith('WRONGTYPE ') || m.startsWith('ERR GCRA ') || m.startsWith('ERR invalid ');
+}
+
+/**
+ * Sends one command with Buffer replies. Not through `callBuffer`: with auto-pipelining on, ioredis 6
+ * drops the command name of call/callBuffer on its way into the pipeline.
+ */
+function send(client: Client, name: string, args: (Buffer | string | number)[]): Promise<unknown> {
+  const command = new Command(name, args, { replyEncoding: null });
+  client.sendCommand(command);
+  return command.promise;
 }
 
 function lengthPrefix(n: number): Buffer {
