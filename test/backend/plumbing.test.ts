@@ -263,6 +263,18 @@ describe('settings, INFO, /readyz', () => {
   });
 });
 
+describe('hostile input', () => {
+  it('a key too long for the backend is refused before anything is sent; the connection stays up for everyone', async () => {
+    const huge = 'k'.repeat(100 * 1024);
+    expect(await errorOf(client.call('CL.THROTTLE', huge, '1', '1', '60'))).toBe('ERR key too long for the backend (at most 65536 bytes)');
+    expect(await errorOf(client.call('RL.ALL', '2', 'short', 'TOKENBUCKET', '1', '1000', huge, 'TOKENBUCKET', '1', '1000'))).toMatch(/^ERR key too long/);
+    expect(await errorOf(client.call('DEL', 'short', huge))).toMatch(/^ERR key too long/);
+    expect(await errorOf(client.call('PTTL', huge))).toMatch(/^ERR key too long/);
+    expect(info(String(await client.info('backend')), 'backend_state')).toBe('up');
+    expect(await client.call('CL.THROTTLE', 'hostile:ok', '1', '1', '60')).toEqual([0, 2, 1, -1, 60]);
+  });
+});
+
 describe('helpers', () => {
   it('keySlot matches the CRC16 reference and hash tags', () => {
     for (const key of ['foo', 'user:42', '{user:42}:s', '{user:42}:h', '{}x', '{x', 'a{b}c{d}', '', '123456789']) {
