@@ -8,7 +8,11 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
 import { startServer, freePort, type RunningServer } from '../helpers/server.js';
 import { RawConnection, mbulk, parseReplies, type Reply } from '../helpers/raw.js';
-import { useRedis, keySlot as referenceKeySlot } from '../helpers/redis.js';
+import { RedisNode, randomFreePort, useRedis, keySlot as referenceKeySlot } from '../helpers/redis.js';
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { keySlot } from '../../src/backend/key-slot.js';
 import { parseBackendUrl } from '../../src/backend/backend-url.js';
 import { errorOf } from '../helpers/replies.js';
@@ -259,6 +263,33 @@ describe('settings, INFO, /readyz', () => {
     } finally {
       c.disconnect();
       await lone.stop();
+    }
+  });
+});
+
+describe('rediss://', () => {
+  it('a TLS backend whose CA is given with NODE_EXTRA_CA_CERTS', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'cellgate-rediss-'));
+    const made = spawnSync('openssl', ['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'key.pem', '-out', 'cert.pem', '-days', '2',
+      '-subj', '/CN=127.0.0.1', '-addext', 'subjectAltName=IP:127.0.0.1'], { cwd: dir, encoding: 'utf8', timeout: 30_000 });
+    expect(made.status, made.stderr).toBe(0);
+    const tlsPort = await randomFreePort();
+    const node = await RedisNode.start({ args: ['--tls-port', String(tlsPort), '--tls-cert-file', join(dir, 'cert.pem'), '--tls-key-file', join(dir, 'key.pem'), '--tls-auth-clients', 'no'] });
+    const tlsSidecar = await startServer({ args: ['--backend', `rediss://127.0.0.1:${tlsPort}`, '--backend-timeout', '5000'], env: { NODE_EXTRA_CA_CERTS: join(dir, 'cert.pem') } });
+    const c = new Redis({ port: tlsSidecar.port, host: '127.0.0.1', protocol: 2, maxRetriesPerRequest: 0 });
+    try {
+      for (let i = 0; i < 200 && info(String(await c.info('backend')), 'backend_state') !== 'up'; i++) await new Promise((r) => setTimeout(r, 25));
+      expect(await c.call('CL.THROTTLE', 'tls:a', '0', '1', '60')).toEqual([0, 1, 0, -1, 60]);
+      expect(await c.call('CL.THROTTLE', 'tls:a', '0', '1', '60')).toEqual([1, 1, 0, 60, 60]);
+      expect(Number(info(String(await c.info('backend')), 'backend_policy_decisions'))).toBe(0);
+      const direct = new Redis({ port: node.port, host: '127.0.0.1', maxRetriesPerRequest: 0 });
+      expect(await direct.exists('cellgate:tls:a')).toBe(1);
+      direct.disconnect();
+    } finally {
+      c.disconnect();
+      await tlsSidecar.stop();
+      await node.destroy();
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 });
