@@ -356,7 +356,7 @@ export class RedisBackend {
 /** A reply error that is a decision the client must see (the script's WRONGTYPE and GCRA overflow), not a failure. */
 export function isDecision(e: Error): boolean {
   const m = e.message;
-  return m.startsWith('WRONGTYPE ') || m.startsWith('ERR GCRA ') || m.startsWith('ERR invalid ');
+  return m.startsWith('WRONGTYPE ') || m.startsWith('ERR GCRA ');
 }
 
 /**
