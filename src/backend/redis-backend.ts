@@ -140,6 +140,11 @@ export class RedisBackend {
       return new Cluster(t.nodes, {
         enableOfflineQueue: false,
         enableAutoPipelining: true,
+        // ioredis 6 files an auto-pipelined command under the slot of its first argument when it
+        // does not know the command; for the scripts that is numkeys ("1"), so one turn's calls on
+        // keys of several masters land in one pipeline, which it then rejects ("All keys in the
+        // pipeline should belong to the same slots allocation group"). These go out one by one.
+        autoPipeliningIgnoredCommands: ['cellgateLimit', 'cellgateType'],
         clusterRetryStrategy: (times: number) => Math.min(MAX_RECONNECT_DELAY_MS, 50 * 2 ** Math.min(times, 6)),
         // Follow a failover quickly: the slot map is refreshed on MOVED and on errors.
         retryDelayOnFailover: 20,
