@@ -337,15 +337,23 @@ describe('cluster backend faults', () => {
     await cluster?.destroy();
   });
 
-  it('a master killed mid-run: every call answered, other masters\' keys still decided by the backend, the dead master\'s keys get the policy until its replica takes over, exact after', async () => {
+  type Phase = 'before' | 'outage' | 'after';
+  /** The master-kill run, for the second test: per master group (the victim's is [1]), per phase. */
+  const run = { done: false, outagePolicy: [] as number[], duplicates: [] as number[] };
+
+  it('a master killed mid-run: every call answered in bounded time, no error reply, no crash; the dead master\'s keys get the policy until its replica takes over; exact after', async () => {
     const groups = await cluster.keysPerMaster('kill:', 2);
     const victim = groups[1].master;
     const BIG = '1000000';
     /** A limit no burst here reaches: the backend allows every call, the deny policy refuses it. */
     const argv = (k: string): string[] => ['RL.FIXEDWINDOW', k, BIG, '10000'];
-    const stats = groups.map(() => ({ calls: 0, policy: 0, errors: 0, remaining: new Set<number>(), dup: 0 }));
+    const newStats = () => ({ calls: 0, policy: 0, errors: 0 });
+    const stats = groups.map(() => ({ before: newStats(), outage: newStats(), after: newStats() } as Record<Phase, ReturnType<typeof newStats>>));
+    /** Per key: the `remaining` values the backend gave (one shared counter: none twice). */
+    const remaining = new Map<string, Set<number>>();
+    const duplicates = groups.map(() => 0);
     let maxMs = 0;
-    let failoverDone = false;
+    const now = { phase: 'before' as Phase };
     let afterRounds = 0;
     const policyBefore = await Promise.all(sidecars.map(async (s) => Number((await backendInfo(s)).backend_policy_decisions)));
 
@@ -353,14 +361,14 @@ describe('cluster backend faults', () => {
       // Rounds until the replica took over, then 10 more: every sidecar, every key, every connection.
       const deadline = Date.now() + 60_000;
       while (afterRounds < 10 && Date.now() < deadline) {
-        if (failoverDone) afterRounds++;
+        if (now.phase === 'after') afterRounds++;
         await new Promise((r) => setTimeout(r, 10));
         await Promise.all(sidecars.flatMap((s) => s.conns.map(async (c) => {
-          const argvs = groups.flatMap((g) => g.keys.map((k) => argv(k)));
-          const results = await timedCalls(c, argvs);
+          const sentIn = now.phase;
+          const keys = groups.flatMap((g) => g.keys);
+          const results = await timedCalls(c, keys.map((k) => argv(k)));
           results.forEach((r, i) => {
-            const gi = Math.floor(i / groups[0].keys.length);
-            const st = stats[gi];
+            const st = stats[Math.floor(i / groups[0].keys.length)][sentIn];
             st.calls++;
             maxMs = Math.max(maxMs, r.ms);
             if (r.reply instanceof Error) {
@@ -372,29 +380,40 @@ describe('cluster backend faults', () => {
               expect(reply).toEqual([1, 1000000, 0, 1000, 1000, 0]);
               st.policy++;
             } else {
-              // Decided by the backend: one shared counter, so no `remaining` is seen twice.
-              if (st.remaining.has(reply[2])) st.dup++;
-              st.remaining.add(reply[2]);
+              const seen = remaining.get(keys[i]) ?? new Set<number>();
+              remaining.set(keys[i], seen);
+              if (seen.has(reply[2])) duplicates[Math.floor(i / groups[0].keys.length)]++;
+              seen.add(reply[2]);
             }
           });
         })));
       }
     })();
     await new Promise((r) => setTimeout(r, 300));
+    now.phase = 'outage';
     const promoted = await cluster.killMasterAndWaitFailover(victim);
-    failoverDone = true;
+    now.phase = 'after';
     await traffic;
 
     for (const s of sidecars) expect(s.server.proc.exitCode).toBeNull();
     const policyAfter = await Promise.all(sidecars.map(async (s) => Number((await backendInfo(s)).backend_policy_decisions)));
     const policyDecisions = policyAfter.map((v, i) => v - policyBefore[i]);
-    console.log(`faults cluster master kill: max reply time ${maxMs.toFixed(0)} ms; per master group (victim = group 1) calls/policy/errors: ${stats.map((s) => `${s.calls}/${s.policy}/${s.errors}`).join(', ')}; INFO policy decisions per sidecar ${policyDecisions.join(', ')}; promoted ${promoted.port}`);
-    for (const [gi, st] of stats.entries()) {
-      expect(st.errors, `group ${gi}: no error replies`).toBe(0);
-      expect(st.dup, `group ${gi}: backend decisions shared`).toBe(0);
-      if (gi !== 1) expect(st.policy, `group ${gi} (a live master): decided by the backend throughout`).toBe(0);
+    const show = (p: Phase) => stats.map((g) => `${g[p].calls}/${g[p].policy}/${g[p].errors}`).join(', ');
+    console.log(`faults cluster master kill: max reply time ${maxMs.toFixed(0)} ms; calls/policy/errors per master (victim 2nd) before: ${show('before')}; outage: ${show('outage')}; after failover: ${show('after')}; INFO policy decisions per sidecar ${policyDecisions.join(', ')}; promoted ${promoted.port}`);
+    const transitions = sidecars.map((s) => s.server.logs.filter((l) => l.includes('"backend down')).length);
+    const reasons = new Set(sidecars.flatMap((s) => s.server.logs.filter((l) => l.includes('"backend down')).map((l) => (JSON.parse(l) as { reason?: string }).reason)));
+    // A remaining value seen twice on one key: the backend forgot a decision. On the dead master's
+    // keys that is Redis's asynchronous replication (the replica took over without the last
+    // writes): reported, not asserted here.
+    console.log(`faults cluster master kill: 'backend down' transitions per sidecar ${transitions.join(', ')} (${[...reasons].join('; ')}); remaining values seen twice per key, per master: ${duplicates.join(', ')}`);
+    run.done = true;
+    run.outagePolicy = stats.map((g) => g.outage.policy);
+    run.duplicates = duplicates;
+    for (const [gi, g] of stats.entries()) {
+      for (const p of ['before', 'outage', 'after'] as Phase[]) expect(g[p].errors, `group ${gi} ${p}: no error replies`).toBe(0);
+      expect(g.before.policy, `group ${gi} before the kill`).toBe(0);
     }
-    expect(stats[1].policy, 'the dead master\'s keys got the policy').toBeGreaterThan(0);
+    expect(stats[1].outage.policy, 'the dead master\'s keys got the policy').toBeGreaterThan(0);
     expect(maxMs).toBeLessThan(BOUND_MS);
 
     // After the failover: the dead master's keys are decided by the backend again, from every sidecar.
@@ -407,5 +426,13 @@ describe('cluster backend faults', () => {
     // Round-robin over the masters: algorithm i on master i mod 3.
     const keys = [0, 1, 2].flatMap((j) => fresh.map((g) => g.keys[j]));
     await expectExact(sidecars, 'after failover', keys);
+  });
+
+  it('while one master is down, the other masters\' keys are still decided by the backend (never the policy, no decision forgotten)', () => {
+    expect(run.done, 'the master-kill run above completed').toBe(true);
+    for (const gi of [0, 2]) {
+      expect(run.outagePolicy[gi], `master group ${gi} (alive): calls answered by the policy during the outage`).toBe(0);
+      expect(run.duplicates[gi], `master group ${gi} (alive): remaining values seen twice`).toBe(0);
+    }
   });
 });

@@ -378,6 +378,9 @@ export class RedisCluster {
             '--cluster-node-timeout', String(nodeTimeout),
             // A replica takes over however stale its data looks (a test kills masters on purpose).
             '--cluster-replica-validity-factor', '0',
+            // Redis 7 waits 5 s for more replicas before a diskless full sync: until then a
+            // replica has none of its master's data, and a failover would lose everything.
+            '--repl-diskless-sync-delay', '0',
             ...(opts.args ?? []),
           ],
         }));
@@ -456,7 +459,7 @@ export class RedisCluster {
   /**
    * Every live node says cluster_state:ok and sees all 16384 slots assigned to live masters; with
    * `withReplicas`, it also sees a live replica for every master (right after `--cluster create`, a
-   * node may not know yet that its peer became a replica).
+   * node may not know yet that its peer became a replica) and every replication link is up.
    */
   async healthy(withReplicas = false): Promise<boolean> {
     for (const node of this.liveNodes) {
@@ -477,6 +480,10 @@ export class RedisCluster {
             if (m.role !== 'master' || m.failed || m.slots.length === 0) continue;
             if (!topo.some((r) => r.role === 'replica' && !r.failed && r.masterId === m.id)) return false;
           }
+          // And each master streams to its replica (the initial sync is over).
+          const role = String(await node.call('INFO', 'replication'));
+          if (role.includes('role:master') && !/slave0:.*state=online/.test(role)) return false;
+          if (role.includes('role:slave') && !role.includes('master_link_status:up')) return false;
         }
       } catch {
         return false;
