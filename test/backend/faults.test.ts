@@ -357,13 +357,14 @@ describe('cluster backend faults', () => {
     let afterRounds = 0;
     const policyBefore = await Promise.all(sidecars.map(async (s) => Number((await backendInfo(s)).backend_policy_decisions)));
 
+    let round: Promise<unknown> = Promise.resolve();
     const traffic = (async () => {
       // Rounds until the replica took over, then 10 more: every sidecar, every key, every connection.
       const deadline = Date.now() + 60_000;
       while (afterRounds < 10 && Date.now() < deadline) {
         if (now.phase === 'after') afterRounds++;
         await new Promise((r) => setTimeout(r, 10));
-        await Promise.all(sidecars.flatMap((s) => s.conns.map(async (c) => {
+        await (round = Promise.all(sidecars.flatMap((s) => s.conns.map(async (c) => {
           const sentIn = now.phase;
           const keys = groups.flatMap((g) => g.keys);
           const results = await timedCalls(c, keys.map((k) => argv(k)));
@@ -386,11 +387,13 @@ describe('cluster backend faults', () => {
               seen.add(reply[2]);
             }
           });
-        })));
+        }))));
       }
     })();
     await new Promise((r) => setTimeout(r, 300));
+    // Calls sent before the kill are answered before it.
     now.phase = 'outage';
+    await round;
     const promoted = await cluster.killMasterAndWaitFailover(victim);
     now.phase = 'after';
     await traffic;

@@ -80,9 +80,13 @@ export async function freezeClocks(sidecars: Sidecar[], unixMs: number): Promise
   await Promise.all(sidecars.map((s) => s.admin.call('DEBUG', 'CLOCK', 'SET', String(unixMs))));
 }
 
-/** A frozen instant near the real time, on a whole minute (windows of 10 s start there). */
+/**
+ * A frozen instant on a whole minute (windows of 10 s start there), 10 minutes ahead of the real
+ * time: the scripts set a key's expiry from the frozen time (PEXPIREAT), and the backend expires
+ * by its own clock, so an instant in the past would make every key vanish at once.
+ */
 export function frozenInstant(): number {
-  return Math.ceil(Date.now() / 60_000) * 60_000;
+  return Math.ceil(Date.now() / 60_000) * 60_000 + 600_000;
 }
 
 export type Reply = unknown;

@@ -141,6 +141,9 @@ export class RedisNode {
       '--port', String(this.port), '--bind', '127.0.0.1', '--dir', this.dir,
       '--save', '', '--appendonly', 'no', '--daemonize', 'no', '--logfile', '',
       '--protected-mode', 'no', '--enable-debug-command', 'yes',
+      // Redis 7 waits 5 s for more replicas before a diskless full sync: a replica would have
+      // none of its master's data for that long.
+      '--repl-diskless-sync-delay', '0',
       ...this.args, ...extraArgs,
     ];
     const proc = spawn(REDIS_SERVER, argv, { stdio: ['ignore', 'pipe', 'pipe'] });
@@ -378,9 +381,6 @@ export class RedisCluster {
             '--cluster-node-timeout', String(nodeTimeout),
             // A replica takes over however stale its data looks (a test kills masters on purpose).
             '--cluster-replica-validity-factor', '0',
-            // Redis 7 waits 5 s for more replicas before a diskless full sync: until then a
-            // replica has none of its master's data, and a failover would lose everything.
-            '--repl-diskless-sync-delay', '0',
             ...(opts.args ?? []),
           ],
         }));
