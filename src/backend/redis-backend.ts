@@ -81,6 +81,8 @@ export class RedisBackend {
   private timer: NodeJS.Timeout | null = null;
   private consecutiveTimeouts = 0;
   private probing = false;
+  /** The connections' writes are held until the end of this turn (cork). */
+  private corked = false;
   private closed = false;
 
   constructor(
@@ -160,6 +162,7 @@ export class RedisBackend {
   /** Runs the limiter script with these keys (already prefixed) and ARGV; `done` is called exactly once. */
   limit(keys: Buffer[], argv: string[], done: CallDone): void {
     this.calls++;
+    if (!this.corked) this.cork();
     this.track((this.client as unknown as LimiterClient).cellgateLimit(keys.length, ...keys, ...argv), done);
   }
 
@@ -241,6 +244,29 @@ export class RedisBackend {
       },
     );
   }
+
+  /**
+   * Holds the connections' writes until the end of this event-loop turn, so the calls of every
+   * client served in the turn leave in one write per connection (one syscall for a whole pipeline,
+   * not one per call; measured in bench/RESULTS.md "Shared backend").
+   */
+  private cork(): void {
+    this.corked = true;
+    const streams: { cork(): void; uncork(): void }[] = [];
+    for (const node of this.masters()) {
+      const stream = (node as unknown as { stream?: { cork(): void; uncork(): void; writable?: boolean } }).stream;
+      if (stream !== undefined && stream.writable !== false) {
+        stream.cork();
+        streams.push(stream);
+      }
+    }
+    setImmediate(this.uncork, streams);
+  }
+
+  private readonly uncork = (streams: { uncork(): void }[]): void => {
+    this.corked = false;
+    for (const s of streams) s.uncork();
+  };
 
   /** One timer for the oldest call: every call has the same timeout, so deadlines come in order. */
   private armTimer(): void {
