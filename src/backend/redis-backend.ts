@@ -290,7 +290,12 @@ export class RedisBackend {
         entry.settled = true;
         this.timeouts++;
         this.consecutiveTimeouts++;
-        if (this.consecutiveTimeouts >= TIMEOUTS_FOR_DOWN && this.state === 'up') this.setState('down', `${TIMEOUTS_FOR_DOWN} calls in a row took longer than backend-timeout ${this.timeoutMs} ms`);
+        // One Redis that stops answering is down for every key. In a Cluster one master failing takes
+        // only its slots: the other masters' keys stay decided on the backend, and the failing
+        // master's calls get the policy one by one until its replica takes over.
+        if (this.consecutiveTimeouts >= TIMEOUTS_FOR_DOWN && this.state === 'up' && this.target.mode === 'standalone') {
+          this.setState('down', `${TIMEOUTS_FOR_DOWN} calls in a row took longer than backend-timeout ${this.timeoutMs} ms`);
+        }
         entry.done(TIMED_OUT, undefined);
       }
       this.inFlightHead++;
