@@ -1,8 +1,8 @@
 /**
  * The connection to the shared backend (docs/backend.md): a Redis or a Redis Cluster that holds the
  * limiter state of several cellgate sidecars. The client is ioredis (its Cluster support follows
- * MOVED/ASK, refreshes the slot map on failover, and auto-pipelining sends the calls of one
- * event-loop turn in one write); this module adds what a rate limiter needs on top:
+ * MOVED/ASK and refreshes the slot map on failover; concurrent calls are pipelined on each
+ * connection); this module adds what a rate limiter needs on top:
  *
  * - a bounded wait: every call is answered within `backend-timeout`, by the backend or, past it, by
  *   the `backend-unavailable` policy (the caller decides what that means);
@@ -81,6 +81,8 @@ export class RedisBackend {
   private timer: NodeJS.Timeout | null = null;
   private consecutiveTimeouts = 0;
   private probing = false;
+  /** The connections' writes are held until the end of this turn (cork). */
+  private corked = false;
   private closed = false;
 
   constructor(
@@ -129,7 +131,12 @@ export class RedisBackend {
       // Calls never wait for a connection: while there is none they fail at once and get the
       // policy's answer (a rate limiter must answer within its timeout, not queue).
       enableOfflineQueue: false,
-      enableAutoPipelining: true,
+      // Concurrent calls are pipelined on the connection either way (ioredis writes each command at
+      // once without waiting for earlier replies, and Node coalesces writes queued behind a busy
+      // socket). Its auto-pipelining mode also groups a turn's commands into one pipeline object,
+      // which measured 1-3 µs more sidecar CPU per call here and no less Redis CPU
+      // (bench/RESULTS.md, "Shared backend"): off.
+      enableAutoPipelining: false,
       maxRetriesPerRequest: 0,
       connectTimeout: Math.max(1000, this.timeoutMs * 10),
       lazyConnect: false,
@@ -139,12 +146,7 @@ export class RedisBackend {
     if (t.mode === 'cluster') {
       return new Cluster(t.nodes, {
         enableOfflineQueue: false,
-        enableAutoPipelining: true,
-        // ioredis 6 files an auto-pipelined command under the slot of its first argument when it
-        // does not know the command; for the scripts that is numkeys ("1"), so one turn's calls on
-        // keys of several masters land in one pipeline, which it then rejects ("All keys in the
-        // pipeline should belong to the same slots allocation group"). These go out one by one.
-        autoPipeliningIgnoredCommands: ['cellgateLimit', 'cellgateType'],
+        enableAutoPipelining: false,
         clusterRetryStrategy: (times: number) => Math.min(MAX_RECONNECT_DELAY_MS, 50 * 2 ** Math.min(times, 6)),
         // Follow a failover quickly: the slot map is refreshed on MOVED and on errors.
         retryDelayOnFailover: 20,
@@ -160,6 +162,7 @@ export class RedisBackend {
   /** Runs the limiter script with these keys (already prefixed) and ARGV; `done` is called exactly once. */
   limit(keys: Buffer[], argv: string[], done: CallDone): void {
     this.calls++;
+    if (!this.corked) this.cork();
     this.track((this.client as unknown as LimiterClient).cellgateLimit(keys.length, ...keys, ...argv), done);
   }
 
@@ -242,6 +245,29 @@ export class RedisBackend {
     );
   }
 
+  /**
+   * Holds the connections' writes until the end of this event-loop turn, so the calls of every
+   * client served in the turn leave in one write per connection (one syscall for a whole pipeline,
+   * not one per call; measured in bench/RESULTS.md "Shared backend").
+   */
+  private cork(): void {
+    this.corked = true;
+    const streams: { cork(): void; uncork(): void }[] = [];
+    for (const node of this.masters()) {
+      const stream = (node as unknown as { stream?: { cork(): void; uncork(): void; writable?: boolean } }).stream;
+      if (stream !== undefined && stream.writable !== false) {
+        stream.cork();
+        streams.push(stream);
+      }
+    }
+    setImmediate(this.uncork, streams);
+  }
+
+  private readonly uncork = (streams: { uncork(): void }[]): void => {
+    this.corked = false;
+    for (const s of streams) s.uncork();
+  };
+
   /** One timer for the oldest call: every call has the same timeout, so deadlines come in order. */
   private armTimer(): void {
     while (this.inFlightHead < this.inFlight.length && this.inFlight[this.inFlightHead].settled) this.inFlightHead++;
@@ -264,7 +290,12 @@ export class RedisBackend {
         entry.settled = true;
         this.timeouts++;
         this.consecutiveTimeouts++;
-        if (this.consecutiveTimeouts >= TIMEOUTS_FOR_DOWN && this.state === 'up') this.setState('down', `${TIMEOUTS_FOR_DOWN} calls in a row took longer than backend-timeout ${this.timeoutMs} ms`);
+        // One Redis that stops answering is down for every key. In a Cluster one master failing takes
+        // only its slots: the other masters' keys stay decided on the backend, and the failing
+        // master's calls get the policy one by one until its replica takes over.
+        if (this.consecutiveTimeouts >= TIMEOUTS_FOR_DOWN && this.state === 'up' && this.target.mode === 'standalone') {
+          this.setState('down', `${TIMEOUTS_FOR_DOWN} calls in a row took longer than backend-timeout ${this.timeoutMs} ms`);
+        }
         entry.done(TIMED_OUT, undefined);
       }
       this.inFlightHead++;
