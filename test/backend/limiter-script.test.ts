@@ -13,6 +13,7 @@ import { cellParams, type CellParams } from '../../src/limiters/cell-throttle.js
 import { gcraParams, type GcraParams } from '../../src/limiters/redis-gcra.js';
 import { gcraMsParams, newGcraMsParams } from '../../src/limiters/gcra-ms.js';
 import { KeyType } from '../../src/keyspace/keyspace.js';
+import { FakeKey, replyOf } from '../limiters/rl-harness.js';
 
 const env = useRedis();
 let sha = '';
@@ -210,6 +211,57 @@ describe('limiter script, call by call', () => {
     expect(typeof wide === 'object' && wide.wide !== null).toBe(true);
     expect(limiterScriptArgv([{ kind: 'gcra', params: wide as GcraParams }], false, T0)).toEqual({ error: BACKEND_WIDE_ERROR });
     expect(Array.isArray(limiterScriptArgv([gcra(10, 1, 1, 1)], false, T0))).toBe(true);
+  });
+
+  it('a long sliding log (hundreds of entries, read entry by entry, written in place) decides as src/limiters/sliding-log.ts', async () => {
+    // The in-process TS limiter (test/limiters/rl-harness.ts) is the reference; 2500 calls, mostly
+    // a few ms apart, with jumps that slide most of the log out.
+    const limit = 400;
+    const periodMs = 3000;
+    const ref = new FakeKey('slidinglog', { limit, periodMs, burst: limit });
+    let seed = 12345;
+    const rand = () => ((seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31);
+    let t = T0 + 321;
+    const pipe = env.redis.pipeline();
+    const expected: { reply: number[]; exp: number; nowMs: number }[] = [];
+    for (let i = 0; i < 2500; i++) {
+      const u = rand();
+      t += u < 0.2 ? 0 : u < 0.98 ? Math.floor(rand() * 20_000) : 500_000 + Math.floor(rand() * 3_000_000);
+      const nowMs = Math.floor(t / 1000);
+      const cost = i % 97 === 0 ? 350 : Math.floor(rand() * 4);
+      const r = replyOf(ref.decide(cost, nowMs));
+      const reply = ref.call(cost, nowMs);
+      expect(reply).toEqual(r);
+      expected.push({ reply: Object.values(reply), exp: ref.lookup(nowMs) ? ref.expireAtMs : -2, nowMs });
+      const argv = limiterScriptArgv([rl(KeyType.SlidingLog, limit, periodMs, cost)], false, t) as string[];
+      pipe.evalsha(sha, 1, 'long:log', ...argv);
+      pipe.call('PEXPIRETIME', 'long:log');
+      pipe.strlen('long:log');
+      pipe.getrangeBuffer('long:log', 0, 33);
+    }
+    const results = (await pipe.exec())!;
+    let inPlace = 0;
+    let maxEntries = 0;
+    for (let i = 0; i < expected.length; i++) {
+      const [e1, reply] = results[4 * i];
+      expect(e1).toBeNull();
+      const { values } = parseLimiterReply(reply, [rl(KeyType.SlidingLog, limit, periodMs, 1)]).limits[0];
+      expect(values, `call ${i}`).toEqual(expected[i].reply);
+      const at = results[4 * i + 1][1] as number;
+      expect(at < expected[i].nowMs ? -2 : at, `expiry after call ${i}`).toBe(expected[i].exp);
+      const len = results[4 * i + 2][1] as number;
+      const header = results[4 * i + 3][1] as Buffer;
+      if (len === 0) continue;
+      const dropped = header.readDoubleLE(10);
+      const entries = header.readDoubleLE(18);
+      // Stored entries: the dropped prefix plus the log; the prefix never outgrows the log.
+      expect(dropped + entries).toBe((len - 34) / 16);
+      expect(dropped).toBeLessThan(entries);
+      if (dropped > 0) inPlace++;
+      maxEntries = Math.max(maxEntries, entries);
+    }
+    expect(maxEntries).toBeGreaterThan(100);
+    expect(inPlace).toBeGreaterThan(100);
   });
 
   it('parseLimiterReply: decodes rows of 5 and 6 and rejects other shapes', () => {
