@@ -264,6 +264,48 @@ describe('limiter script, call by call', () => {
     expect(inPlace).toBeGreaterThan(100);
   });
 
+  it('a sliding log whose running totals reach 2^52 counts them from its oldest live entry again, as locally', async () => {
+    const limit = 40;
+    const periodMs = 10_000;
+    const base = Math.floor(T0 / 1000);
+    for (const entries of [5, 12]) { // read in one GET, and entry by entry
+      const key = `restart:${entries}`;
+      const offset = 2 ** 52 - entries - 3;
+      // The same log in both layouts: the local ring (A head, B entries, C units, running totals)
+      // and the backend value; one unit per entry, 1 ms apart.
+      const ref = new FakeKey('slidinglog', { limit, periodMs, burst: limit });
+      const ring = new Float64Array(2 * entries);
+      const value = Buffer.alloc(34 + 16 * entries);
+      for (let k = 0; k < entries; k++) {
+        ring[2 * k] = base + k;
+        ring[2 * k + 1] = offset + k + 1;
+        value.writeDoubleLE(base + k, 34 + 16 * k);
+        value.writeDoubleLE(offset + k + 1, 42 + 16 * k);
+      }
+      Object.assign(ref, { exists: true, a: 0, b: entries, c: entries, blob: ring, expireAtMs: base + entries - 1 + periodMs });
+      value[0] = 198;
+      value[1] = 5;
+      value.writeDoubleLE(base + entries - 1 + periodMs, 2);
+      value.writeDoubleLE(0, 10);
+      value.writeDoubleLE(entries, 18);
+      value.writeDoubleLE(entries, 26);
+      await env.redis.set(key, value, 'PXAT', base + entries - 1 + periodMs);
+      // The first spend passes 2^52; then more calls on the restarted totals, some sliding out.
+      const steps: [number, number][] = [[entries + 5, 6], [entries + 5, 2], [entries + 9, 30], [entries + 9, 1], [periodMs + 2, 3], [periodMs + 20, 1], [2 * periodMs, 0]];
+      for (const [dtMs, cost] of steps) {
+        const nowMs = base + dtMs;
+        const want = ref.call(cost, nowMs);
+        const got = await call([key], [rl(KeyType.SlidingLog, limit, periodMs, cost)], nowMs * 1000 + 17);
+        expect(got.limits[0].values, `${entries} entries, +${dtMs} ms cost ${cost}`).toEqual(Object.values(want));
+        const at = (await env.redis.call('PEXPIRETIME', key)) as number;
+        expect(at < nowMs ? -2 : at).toBe(ref.lookup(nowMs) ? ref.expireAtMs : -2);
+      }
+      // Restarted: the newest running total is small again.
+      const stored = await env.redis.getBuffer(key);
+      expect(stored!.readDoubleLE(stored!.length - 8)).toBeLessThan(1000);
+    }
+  });
+
   it('parseLimiterReply: decodes rows of 5 and 6 and rejects other shapes', () => {
     const limits = [cl(1, 1, 1, 1), rl(KeyType.TokenBucket, 1, 1, 1)];
     expect(parseLimiterReply([1, [1, 2, 0, 1, 1, 999], [0, 1, 0, -1, 1, 0, -1]], limits)).toEqual({
