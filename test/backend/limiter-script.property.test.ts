@@ -233,7 +233,7 @@ function timeline(seed: number, main: Family | null, steps: number): { calls: Ca
     return s;
   };
   // RL.ALL: a limit per key, fixed for the timeline (each key keeps its algorithm, mostly).
-  const allSpecs = RL_FAMILIES.length > 0 ? keyNames.map(() => specOf(r, pick(r, RL_FAMILIES))) : [];
+  const allSpecs = main === null ? keyNames.map(() => specOf(r, pick(r, RL_FAMILIES))) : [];
   const calls: Call[] = [];
   const deltas: number[] = [];
   const start = (Date.now() + 7 * 86400_000) * 1000 + int(r, 0, 86400_000_000);

@@ -206,6 +206,19 @@ describe('limiter script, call by call', () => {
     expect(exp).toBeLessThanOrEqual(before + 61_000);
   });
 
+  it('a stored TAT whose next value would pass 2^53 µs: the 2^53 error from the script, not a Lua error or a rounded answer', async () => {
+    const value = Buffer.alloc(34);
+    value[0] = 198;
+    value[1] = 1;
+    value.writeDoubleLE(2 ** 52, 2); // expiry (ms): far ahead
+    value.writeDoubleLE(2 ** 53 - 10, 10); // TAT, µs
+    await env.redis.set('wide:tat', value);
+    await expect(call(['wide:tat'], [gcra(10, 1, 1, 1)], T0)).rejects.toThrow(BACKEND_WIDE_ERROR);
+    expect(Buffer.compare((await env.redis.getBuffer('wide:tat'))!, value)).toBe(0);
+    // CL.THROTTLE's µs + ns arithmetic has no such bound below 2^53: it answers (refused, TAT ahead).
+    expect((await call(['wide:tat'], [cl(10, 1, 1, 1)], T0)).limited).toBe(true);
+  });
+
   it('limiterScriptArgv refuses GCRA parameters that only the BigInt path computes exactly', () => {
     const wide = gcraParams(2n ** 60n, 1_000_000, 1, 1);
     expect(typeof wide === 'object' && wide.wide !== null).toBe(true);
