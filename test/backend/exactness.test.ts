@@ -211,18 +211,28 @@ for (const make of [standaloneBackend, clusterBackend]) {
       });
     }
 
-    it('DEL through one sidecar resets the key for all three, a sidecar that cached the refusal included', async () => {
+    it('DEL (and FLUSHDB) through one sidecar resets the key for all three, a sidecar that cached the refusal included', async () => {
       await freezeClocks(all(), T0);
       const [groupA] = await backend.keyGroups('del:');
       const key = groupA[0];
       const argv = ['RL.FIXEDWINDOW', key, '1', '60000'];
       const [a, b, c] = sidecars;
+      // A sidecar caches refusals only while its invalidation subscription is in place.
+      for (const s of sidecars) await pollUntil(async () => (await backendInfo(s)).backend_cache_enabled === '1', 'refusal cache enabled');
       expect(limited(await a.admin.call(argv[0], ...argv.slice(1)))).toBe(0);
       expect(limited(await c.admin.call(argv[0], ...argv.slice(1)))).toBe(1);
       const hitsBefore = Number((await backendInfo(c)).backend_cache_hits);
       // Refused again: answered from c's cache (no backend call).
       expect(limited(await c.admin.call(argv[0], ...argv.slice(1)))).toBe(1);
       expect(Number((await backendInfo(c)).backend_cache_hits)).toBeGreaterThan(hitsBefore);
+      // The key deleted behind cellgate's back (no invalidation published): c keeps refusing from
+      // its cache, which is what the invalidation is for.
+      const raw = await backend.nodeFor(PREFIX + key);
+      expect(await raw.call('DEL', PREFIX + key)).toBe(1);
+      expect(limited(await c.admin.call(argv[0], ...argv.slice(1)))).toBe(1);
+      expect(await raw.call('EXISTS', PREFIX + key)).toBe(0);
+      // Put the spent state back through a sidecar without a cached refusal, then DEL through b.
+      expect(limited(await a.admin.call(argv[0], ...argv.slice(1)))).toBe(0);
       expect(await b.admin.del(key)).toBe(1);
       // c drops its cached refusal when the invalidation arrives: poll a bounded number of times.
       // (Each refused poll comes from the cache and spends nothing; the first allowed one spends.)
@@ -232,6 +242,14 @@ for (const make of [standaloneBackend, clusterBackend]) {
       expect(limited(await a.admin.call(argv[0], ...argv.slice(1)))).toBe(1);
       expect(limited(await b.admin.call(argv[0], ...argv.slice(1)))).toBe(1);
       console.log(`exactness ${backend.kind} DEL invalidation: allowed again on the caching sidecar after ${polls} refused polls`);
+
+      // FLUSHDB through a: every sidecar drops every cached refusal ("*").
+      const invalidationsBefore = Number((await backendInfo(b)).backend_invalidations_received);
+      expect(limited(await b.admin.call(argv[0], ...argv.slice(1)))).toBe(1);
+      expect(await a.admin.flushdb()).toBe('OK');
+      await pollUntil(async () => limited(await b.admin.call(argv[0], ...argv.slice(1))) === 0, 'allowed again after FLUSHDB');
+      expect(Number((await backendInfo(b)).backend_invalidations_received)).toBeGreaterThan(invalidationsBefore);
+      expect(limited(await c.admin.call(argv[0], ...argv.slice(1)))).toBe(1);
     });
 
     it('EXISTS, TTL, PTTL, TYPE, SCAN, KEYS, DBSIZE, FLUSHDB through any sidecar act on the prefixed keys only', async () => {
