@@ -142,8 +142,12 @@ describe('standalone backend faults', () => {
     for (const s of list()) expect((await readyz(s)).status).toBe(200);
     node.pause();
     let maxMs: number;
+    // Sent first, while the sidecars still think the backend is up: these reach Redis's socket.
+    const lateKey = freshKey('late');
+    const late = timedCalls(sidecars.deny.conns[0], [0, 1, 2].map(() => ['RL.FIXEDWINDOW', lateKey, '10', '10000']));
     try {
       maxMs = await expectPolicyAnswers(sidecars, 12, 'paused');
+      for (const r of await late) expect(r.reply).toEqual([1, 10, 0, 1000, 1000, 0]);
       for (const s of list()) {
         const info = await waitBackendState(s, 'down');
         expect(Number(info.backend_timeouts)).toBeGreaterThanOrEqual(1);
@@ -163,6 +167,9 @@ describe('standalone backend faults', () => {
     expect(maxMs).toBeLessThan(BOUND_MS);
     for (const s of list()) await waitBackendState(s, 'up');
     expect((await readyz(sidecars.deny)).status).toBe(200);
+    // The calls that timed out were still in Redis's socket: it ran them after SIGCONT.
+    const peek = (await sidecars.allow.admin.call('RL.FIXEDWINDOW', lateKey, '10', '10000', 'COST', '0')) as number[];
+    console.log(`faults standalone SIGSTOP: of 3 calls answered "deny" after the timeout, ${10 - peek[2]} were spent on the backend after SIGCONT`);
     for (const s of list()) {
       expect(s.server.logs.some((l) => l.includes('backend down'))).toBe(true);
       expect(s.server.logs.some((l) => l.includes('backend up'))).toBe(true);
