@@ -11,6 +11,7 @@
  * cached refusal too), EXISTS/TTL/PTTL/TYPE/SCAN/KEYS/DBSIZE/FLUSHDB see only the prefixed keys.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Redis } from 'ioredis';
 import { keySlot, RedisCluster, RedisNode, stopAllRedis } from '../helpers/redis.js';
 import {
   ALGOS, backendInfo, burst, countAllowed, freezeClocks, frozenInstant, limited, pollUntil, startSidecar,
@@ -154,6 +155,30 @@ for (const make of [standaloneBackend, clusterBackend]) {
         expect(pttl).toBeLessThanOrEqual(onePttl + Math.max(0, T0 + 5000 - Date.now()) + 1000);
       });
     }
+
+    it('RESP3: every limiter\'s replies through the backend are the local server\'s, call for call', async () => {
+      await freezeClocks(all(), T0);
+      const viaBackend = new Redis({ port: sidecars[1].server.port, host: '127.0.0.1', protocol: 3, maxRetriesPerRequest: 0 });
+      const viaLocal = new Redis({ port: local.server.port, host: '127.0.0.1', protocol: 3, maxRetriesPerRequest: 0 });
+      try {
+        for (const algo of ALGOS) {
+          const run = async (c: Redis, key: string): Promise<unknown[]> => {
+            const out: unknown[] = [];
+            for (let i = 0; i < 12; i++) out.push(await c.call(algo.argv(key)[0], ...algo.argv(key).slice(1)));
+            return out;
+          };
+          const got = await run(viaBackend, `resp3:${algo.name}`);
+          expect(got, algo.name).toEqual(await run(viaLocal, `one:${backend.kind}:resp3:${algo.name}`));
+        }
+        const all2 = (k: string): string[] => ['RL.ALL', '2', `{${k}}:s`, 'FIXEDWINDOW', '3', '10000', `{${k}}:h`, 'TOKENBUCKET', '5', '10000'];
+        for (let i = 0; i < 5; i++) {
+          expect(await viaBackend.call(all2('resp3')[0], ...all2('resp3').slice(1))).toEqual(await viaLocal.call(all2(`one:${backend.kind}:resp3`)[0], ...all2(`one:${backend.kind}:resp3`).slice(1)));
+        }
+      } finally {
+        viaBackend.disconnect();
+        viaLocal.disconnect();
+      }
+    });
 
     it('RL.ALL across sidecars is all-or-nothing: exactly the tighter limit passes, a refused call spends nothing', async () => {
       await freezeClocks(all(), T0);

@@ -186,12 +186,35 @@ describe('standalone backend faults', () => {
       for (const s of list()) await waitBackendState(s, 'down');
       expect((await readyz(sidecars.deny)).status).toBe(503);
       maxMs = Math.max(maxMs, await expectPolicyAnswers(sidecars, 4, 'stopped, down'));
+
+      // allow: a fresh key's reply, so a cost above the burst is refused even now.
+      const tooBig = ['RL.TOKENBUCKET', freshKey('too-big'), '10', '10000', 'COST', '11'];
+      const refused = (await sidecars.allow.admin.call(tooBig[0], ...tooBig.slice(1))) as number[];
+      expect(refused[0]).toBe(1);
+      expect(refused).toEqual(await reference.admin.call(tooBig[0], ...tooBig.slice(1)));
+      // Prometheus sees it down.
+      const metrics = await (await fetch(`http://127.0.0.1:${sidecars.deny.metricsPort}/metrics`)).text();
+      expect(metrics).toMatch(/^cellgate_backend_up 0$/m);
+      expect(metrics).toMatch(/^cellgate_backend_policy_decisions_total(\{[^}]*\})? [1-9]\d*$/m);
+      // The policy changes at run time; the backend itself does not.
+      const local = sidecars.local;
+      expect(await local.admin.call('CONFIG', 'SET', 'backend-unavailable', 'deny')).toBe('OK');
+      try {
+        expect(await local.admin.call('RL.FIXEDWINDOW', freshKey('switched'), '10', '10000')).toEqual([1, 10, 0, 1000, 1000, 0]);
+        expect((await readyz(local)).status).toBe(503);
+      } finally {
+        expect(await local.admin.call('CONFIG', 'SET', 'backend-unavailable', 'local')).toBe('OK');
+      }
+      expect(limited(await local.admin.call('RL.FIXEDWINDOW', freshKey('switched'), '10', '10000'))).toBe(0);
+      const refusedSet = await local.admin.call('CONFIG', 'SET', 'backend', 'redis://127.0.0.1:1').catch((e: Error) => e);
+      expect(refusedSet).toBeInstanceOf(Error);
     } finally {
       await node.restart();
     }
     console.log(`faults standalone stop/restart: max reply time ${maxMs.toFixed(0)} ms`);
     expect(maxMs).toBeLessThan(BOUND_MS);
     for (const s of list()) await waitBackendState(s, 'up');
+    expect(await (await fetch(`http://127.0.0.1:${sidecars.deny.metricsPort}/metrics`)).text()).toMatch(/^cellgate_backend_up 1$/m);
     await expectExact(list(), 'after restart');
     // A SIGKILL too: connections reset rather than closed.
     await node.kill();
