@@ -21,7 +21,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import fc from 'fast-check';
 import { Redis } from 'ioredis';
 import { startServer, type RunningServer } from '../helpers/server.js';
-import { startRedis, type RunningRedis } from './redis-process.js';
+import { RedisNode } from '../helpers/redis.js';
 import { LIMITER_SCRIPT, TYPE_SCRIPT, limiterScriptArgv, parseLimiterReply, type ScriptLimit } from '../../src/backend/limiter-script.js';
 import { cellParams } from '../../src/limiters/cell-throttle.js';
 import { gcraParams, type GcraParams } from '../../src/limiters/redis-gcra.js';
@@ -33,14 +33,14 @@ const LONG = process.env.CELLGATE_LONG_TESTS === '1';
 const RUNS = Number(process.env.CELLGATE_PROPERTY_RUNS ?? (LONG ? 20000 : 1000));
 
 let cellgate: RunningServer;
-let redisServer: RunningRedis;
+let redisServer: RedisNode;
 let local: Redis;
 let backend: Redis;
 let sha = '';
 let typeSha = '';
 
 beforeAll(async () => {
-  [cellgate, redisServer] = await Promise.all([startServer(), startRedis()]);
+  [cellgate, redisServer] = await Promise.all([startServer(), RedisNode.start()]);
   local = new Redis({ port: cellgate.port, host: '127.0.0.1', protocol: 2, lazyConnect: true, maxRetriesPerRequest: 0 });
   backend = new Redis({ port: redisServer.port, host: '127.0.0.1', protocol: 2, lazyConnect: true, maxRetriesPerRequest: 0 });
   await Promise.all([local.connect(), backend.connect()]);
@@ -51,7 +51,7 @@ beforeAll(async () => {
 afterAll(async () => {
   local?.disconnect();
   backend?.disconnect();
-  await Promise.all([cellgate?.stop(), redisServer?.stop()]);
+  await Promise.all([cellgate?.stop(), redisServer?.destroy()]);
 });
 
 /** mulberry32: a timeline follows from its seed (fast-check picks and reports the seeds). */

@@ -4,8 +4,9 @@
  * that are not cellgate's (never a Lua error), the stored expiry, TYPE_SCRIPT, TIME when no debug
  * time is given, and the parameters refused up front.
  */
-import { beforeAll, describe, expect, it } from 'vitest';
-import { useRedis } from './redis-process.js';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Redis } from 'ioredis';
+import { useRedis } from '../helpers/redis.js';
 import {
   BACKEND_WIDE_ERROR, LIMITER_SCRIPT, TYPE_SCRIPT, limiterScriptArgv, parseLimiterReply, type ScriptLimit,
 } from '../../src/backend/limiter-script.js';
@@ -15,14 +16,19 @@ import { gcraMsParams, newGcraMsParams } from '../../src/limiters/gcra-ms.js';
 import { KeyType } from '../../src/keyspace/keyspace.js';
 import { FakeKey, replyOf } from '../limiters/rl-harness.js';
 
-const env = useRedis();
+const redisServer = useRedis();
+const env = {} as { redis: Redis };
 let sha = '';
 let typeSha = '';
 
 beforeAll(async () => {
+  env.redis = new Redis({ port: redisServer.node.port, host: '127.0.0.1', lazyConnect: true, maxRetriesPerRequest: 0 });
+  await env.redis.connect();
   sha = (await env.redis.script('LOAD', LIMITER_SCRIPT)) as string;
   typeSha = (await env.redis.script('LOAD', TYPE_SCRIPT)) as string;
 });
+
+afterAll(() => env.redis?.disconnect());
 
 /** A week ahead of the real clock: Redis's own expiry never removes what the script still holds. */
 const T0 = (Date.now() + 7 * 86400_000) * 1000;
