@@ -19,9 +19,9 @@ COPY package.json package-lock.json ./
 RUN npm ci --ignore-scripts --no-audit --no-fund
 COPY tsconfig.json ./
 COPY src ./src
-RUN npm run build
+RUN npm run build && npm prune --omit=dev --no-audit --no-fund
 
-# ---- runtime: node, dist/ and package.json; cellgate has no runtime dependencies --------------------
+# ---- runtime: node, dist/, package.json and the one runtime dependency (ioredis, for `backend`) -----
 FROM node:20-bookworm-slim
 # Listen on every interface so other containers can connect (IPv6 too where the network has it: the
 # leading '-' makes that address optional), but stay protected: clients from outside the container
@@ -36,6 +36,7 @@ ENV NODE_ENV=production \
 WORKDIR /app
 COPY --from=build /src/package.json ./
 COPY --from=build /src/dist ./dist
+COPY --from=build /src/node_modules ./node_modules
 COPY docker/healthcheck.mjs ./healthcheck.mjs
 RUN mkdir -p /data && chown node:node /data
 USER node

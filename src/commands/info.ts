@@ -146,15 +146,38 @@ const SECTIONS: Record<string, Section> = {
     for (const [name, l] of s.stats.limiters) rows.push([`limiter_${name}`, `allowed=${l.allowed},limited=${l.limited}`]);
     return rows;
   },
+  // The shared backend (docs/backend.md); empty in local mode.
+  backend: (s) => {
+    const b = s.backend;
+    if (b === null) return [];
+    return [
+      ['backend_url', b.target.display],
+      ['backend_mode', b.target.mode],
+      ['backend_prefix', b.prefix],
+      ['backend_state', b.state],
+      ['backend_unavailable', b.policy],
+      ['backend_timeout_ms', b.timeoutMs],
+      ['backend_state_changes', b.stateChanges],
+      ['backend_calls', b.calls],
+      ['backend_errors', b.errors],
+      ['backend_timeouts', b.timeouts],
+      ['backend_policy_decisions', b.policyDecisions],
+      ['backend_cache_hits', b.cache.hits],
+      ['backend_cache_entries', b.cache.size],
+      ['backend_cache_enabled', b.cache.enabled ? 1 : 0],
+      ['backend_invalidations_received', b.invalidationsReceived],
+      ['backend_last_error', b.lastError.replace(/[\r\n]+/g, ' ')],
+    ];
+  },
   keyspace: (s) => (s.keyspace.size > 0 ? [['db0', `keys=${s.keyspace.size},expires=${s.keyspace.size},avg_ttl=${Math.round(s.keyspace.avgTtlMs)}`]] : []),
 };
 
 const TITLES: Record<string, string> = {
   server: 'Server', clients: 'Clients', memory: 'Memory', persistence: 'Persistence', stats: 'Stats',
   replication: 'Replication', cpu: 'CPU', errorstats: 'Errorstats', commandstats: 'Commandstats', cluster: 'Cluster',
-  limiter: 'Limiter', keyspace: 'Keyspace',
+  limiter: 'Limiter', backend: 'Backend', keyspace: 'Keyspace',
 };
-const DEFAULT = ['server', 'clients', 'memory', 'persistence', 'stats', 'replication', 'cpu', 'errorstats', 'cluster', 'limiter', 'keyspace'];
+const DEFAULT = ['server', 'clients', 'memory', 'persistence', 'stats', 'replication', 'cpu', 'errorstats', 'cluster', 'limiter', 'backend', 'keyspace'];
 const ALL = [...DEFAULT.slice(0, -1), 'commandstats', 'keyspace'];
 
 /** Builds the INFO text for the requested sections (Redis's `default`, `all`, `everything` too). */

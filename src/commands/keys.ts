@@ -5,6 +5,7 @@
 import type { CommandArgs } from '../protocol/command-args.js';
 import { TYPE_NAMES } from '../keyspace/keyspace.js';
 import { globMatch } from '../glob.js';
+import { backendDbsize, backendDel, backendExists, backendFlush, backendKeys, backendScan, backendTtl, backendType } from './backend-keys.js';
 import { firstKeyOnly, noKeys, type CommandContext, type CommandSpec } from './types.js';
 
 // Keys are looked up by their bytes as received, never as strings: a key may be as long as
@@ -19,16 +20,26 @@ function del(ctx: CommandContext, argv: CommandArgs): void {
   const ks = ctx.server.keyspace;
   let removed = 0;
   for (let i = 1; i < argv.length; i++) if (ks.deleteKey(argv.source(i), argv.start(i), argv.end(i), ctx.nowMs)) removed++;
-  ctx.reply.integer(removed);
+  // With a backend the local keys (the `local` policy's) go too, and the reply counts the backend's.
+  if (ctx.backend !== null) backendDel(ctx, argv, ctx.backend);
+  else ctx.reply.integer(removed);
 }
 
 function exists(ctx: CommandContext, argv: CommandArgs): void {
+  if (ctx.backend !== null) {
+    backendExists(ctx, argv, ctx.backend);
+    return;
+  }
   let found = 0;
   for (let i = 1; i < argv.length; i++) if (lookupArg(ctx, argv, i) !== -1) found++;
   ctx.reply.integer(found);
 }
 
 function type(ctx: CommandContext, argv: CommandArgs): void {
+  if (ctx.backend !== null) {
+    backendType(ctx, argv, ctx.backend);
+    return;
+  }
   const ks = ctx.server.keyspace;
   const slot = lookupArg(ctx, argv, 1);
   ctx.reply.status(slot === -1 ? 'none' : TYPE_NAMES[ks.typeOf(slot)]);
@@ -36,6 +47,10 @@ function type(ctx: CommandContext, argv: CommandArgs): void {
 
 /** TTL/PTTL: −2 no key, −1 no expiry; TTL rounds to the nearest second as Redis does. */
 function ttlReply(ctx: CommandContext, argv: CommandArgs, inMs: boolean): void {
+  if (ctx.backend !== null) {
+    backendTtl(ctx, argv, ctx.backend, inMs);
+    return;
+  }
   const ks = ctx.server.keyspace;
   const slot = lookupArg(ctx, argv, 1);
   if (slot === -1) {
@@ -65,12 +80,23 @@ export function parseScanCursor(text: string): number | null {
   return v > BigInt(Number.MAX_SAFE_INTEGER) ? Number.MAX_SAFE_INTEGER : Number(v);
 }
 
-function scan(ctx: CommandContext, argv: CommandArgs): void {
+/** SCAN's options, parsed. */
+export interface ScanArgs {
+  cursor: number;
+  count: number;
+  /** MATCH, or null for every key. */
+  pattern: string | null;
+  /** TYPE, lowercase, or null. */
+  typeFilter: string | null;
+}
+
+/** Parses SCAN's arguments; null after an error reply. */
+export function parseScanArgs(ctx: CommandContext, argv: CommandArgs): ScanArgs | null {
   const r = ctx.reply;
   const cursor = parseScanCursor(argv.str(1));
   if (cursor === null) {
     r.error('ERR invalid cursor');
-    return;
+    return null;
   }
   let count = 10;
   let pattern: string | null = null;
@@ -82,11 +108,11 @@ function scan(ctx: CommandContext, argv: CommandArgs): void {
       const n = argv.redisInteger(++i);
       if (n === null) {
         r.error('ERR value is not an integer or out of range');
-        return;
+        return null;
       }
       if (n < 1) {
         r.error('ERR syntax error');
-        return;
+        return null;
       }
       count = n;
     } else if (opt === 'match' && more) {
@@ -96,9 +122,21 @@ function scan(ctx: CommandContext, argv: CommandArgs): void {
       typeFilter = argv.lower(++i);
     } else {
       r.error('ERR syntax error');
-      return;
+      return null;
     }
   }
+  return { cursor, count, pattern, typeFilter };
+}
+
+function scan(ctx: CommandContext, argv: CommandArgs): void {
+  if (ctx.backend !== null) {
+    backendScan(ctx, argv, ctx.backend);
+    return;
+  }
+  const args = parseScanArgs(ctx, argv);
+  if (args === null) return;
+  const { cursor, count, pattern, typeFilter } = args;
+  const r = ctx.reply;
   const ks = ctx.server.keyspace;
   const found: string[] = [];
   const next = ks.scan(cursor, count, ctx.nowMs, (slot) => {
@@ -113,6 +151,10 @@ function scan(ctx: CommandContext, argv: CommandArgs): void {
 }
 
 function keys(ctx: CommandContext, argv: CommandArgs): void {
+  if (ctx.backend !== null) {
+    backendKeys(ctx, argv, ctx.backend);
+    return;
+  }
   const pattern = argv.str(1);
   const all = pattern === '*';
   const found: string[] = [];
@@ -133,7 +175,13 @@ function flush(ctx: CommandContext, argv: CommandArgs): void {
     return;
   }
   ctx.server.keyspace.clear();
-  ctx.reply.ok();
+  if (ctx.backend !== null) backendFlush(ctx, ctx.backend);
+  else ctx.reply.ok();
+}
+
+function dbsize(ctx: CommandContext): void {
+  if (ctx.backend !== null) backendDbsize(ctx, ctx.backend);
+  else ctx.reply.integer(ctx.server.keyspace.size);
 }
 
 const keyArg = [{ name: 'key', type: 'key' as const, multiple: true }];
@@ -167,7 +215,7 @@ export const keyCommands: CommandSpec[] = [
   { name: 'keys', arity: 2, flags: ['readonly'], aclExtra: ['keyspace', 'dangerous'], ...noKeys(), group: 'generic', since: '1.0.0', complexity: 'O(N) with N being the number of keys in the database',
     summary: 'Returns all key names that match a pattern.', args: [{ name: 'pattern', type: 'pattern' }], run: keys },
   { name: 'dbsize', arity: 1, flags: ['readonly', 'fast'], aclExtra: ['keyspace'], ...noKeys(), group: 'server', since: '1.0.0', complexity: 'O(1)',
-    summary: 'Returns the number of keys in the database.', args: [], run: (ctx) => ctx.reply.integer(ctx.server.keyspace.size) },
+    summary: 'Returns the number of keys in the database.', args: [], run: dbsize },
   { name: 'flushdb', arity: -1, flags: ['write'], aclExtra: ['keyspace', 'dangerous'], ...noKeys(), group: 'server', since: '1.0.0', complexity: 'O(N) where N is the number of keys in the selected database',
     summary: 'Removes all keys from the current database.', args: flushArgs, run: flush },
   { name: 'flushall', arity: -1, flags: ['write'], aclExtra: ['keyspace', 'dangerous'], ...noKeys(), group: 'server', since: '1.0.0', complexity: 'O(N) where N is the total number of keys in all databases',

@@ -29,6 +29,8 @@ import { tokenBucketDecide } from '../limiters/token-bucket.js';
 import { WRONGTYPE } from './throttle.js';
 import { firstKeyOnly, type ArgDoc, type CommandContext, type CommandSpec } from './types.js';
 import { LimiterCounter } from '../server/stats.js';
+import { runOnBackend } from './backend-limiter.js';
+import type { ScriptLimit } from '../backend/limiter-script.js';
 
 /** The longest period accepted: 10^12 ms, about 31.7 years. */
 export const MAX_PERIOD_MS = 1e12;
@@ -169,7 +171,7 @@ function parseLimit(ctx: CommandContext, argv: CommandArgs, i: number, l: Limit,
 
 /** Finds the key's slot; false after a WRONGTYPE reply. */
 function lookupLimit(ctx: CommandContext, argv: CommandArgs, l: Limit): boolean {
-  const ks = ctx.server.keyspace;
+  const ks = ctx.keyspace;
   const slot = lookupKeyArg(ks, argv, l.keyArg, ctx.nowMs);
   if (slot !== -1 && ks.typeOf(slot) !== l.algo.type) {
     ctx.reply.error(WRONGTYPE);
@@ -257,20 +259,33 @@ const rlAllCounter = new LimiterCounter('rl.all');
 /** The handler of `RL.<algo>`. */
 function single(algo: Algorithm): (ctx: CommandContext, argv: CommandArgs) => void {
   const counter = new LimiterCounter(`rl.${algo.name.toLowerCase()}`);
-  return (ctx, argv) => {
+  const handler = (ctx: CommandContext, argv: CommandArgs): void => {
     const l = limits[0];
     l.algo = algo;
     parsedCost = 1;
     if (parseLimit(ctx, argv, 2, l, '', true) === -1) return;
     const cost = parsedCost;
     l.keyArg = 1;
+    if (ctx.backend !== null) {
+      runOnBackend(ctx, argv, ctx.backend, {
+        limits: [scriptLimit(l, cost)], keyArgs: [1], allOrNothing: false, cost,
+        signature: `${algo.name} ${l.limit} ${l.periodMs} ${l.burst}`, local: handler, counter,
+      });
+      return;
+    }
     if (!lookupLimit(ctx, argv, l)) return;
-    const ks = ctx.server.keyspace;
+    const ks = ctx.keyspace;
     decide(ks, l, cost, ctx.nowMs, ctx.nowUs);
     if (l.decision.write) commit(ks, argv, l, cost, ctx.nowMs);
     counter.count(ctx.server.stats, l.decision.limited);
     replySix(ctx, l.decision);
   };
+  return handler;
+}
+
+/** A parsed limit as the backend's script takes it (a copy: the call outlives this turn). */
+function scriptLimit(l: Limit, cost: number): ScriptLimit {
+  return { kind: 'rl', type: l.algo.type, limit: l.limit, periodMs: l.periodMs, burst: l.burst, gcra: { ...l.gcra }, cost };
 }
 
 const ALGO_LIST = 'TOKENBUCKET, LEAKYBUCKET, FIXEDWINDOW, SLIDINGLOG, SLIDINGWINDOW or GCRA';
@@ -345,8 +360,18 @@ function rlAll(ctx: CommandContext, argv: CommandArgs): void {
     if (c === null) return;
     cost = c;
   }
+  if (ctx.backend !== null) {
+    const all: ScriptLimit[] = [];
+    const keyArgs: number[] = [];
+    for (let n = 0; n < count; n++) {
+      all.push(scriptLimit(limits[n], cost));
+      keyArgs.push(limits[n].keyArg);
+    }
+    runOnBackend(ctx, argv, ctx.backend, { limits: all, keyArgs, allOrNothing: true, cost, signature: '', local: rlAll, counter: rlAllCounter });
+    return;
+  }
   for (let n = 0; n < count; n++) if (!lookupLimit(ctx, argv, limits[n])) return;
-  const ks = ctx.server.keyspace;
+  const ks = ctx.keyspace;
   let limited = false;
   for (let n = 0; n < count; n++) {
     decide(ks, limits[n], cost, ctx.nowMs, ctx.nowUs);

@@ -10,6 +10,7 @@ import { cellParams, cellThrottle, newCellDecision, MAX_BURST, MAX_PERIOD_SEC, M
 import { gcraDecide, gcraParams, newGcraDecision } from '../limiters/redis-gcra.js';
 import { firstKeyOnly, type CommandContext, type CommandSpec } from './types.js';
 import { LimiterCounter } from '../server/stats.js';
+import { runOnBackend } from './backend-limiter.js';
 
 export const WRONGTYPE = 'WRONGTYPE Operation against a key holding the wrong kind of value';
 
@@ -59,7 +60,7 @@ function cellInteger(ctx: CommandContext, argv: CommandArgs, i: number, name: st
 
 /** Looks up the key (argument 1) for a GCRA-family command: slot, -1 when absent, or null after a WRONGTYPE reply. */
 function gcraSlot(ctx: CommandContext, argv: CommandArgs): number | null {
-  const ks = ctx.server.keyspace;
+  const ks = ctx.keyspace;
   const slot = lookupKeyArg(ks, argv, 1, ctx.nowMs);
   if (slot !== -1 && ks.typeOf(slot) !== KeyType.Gcra) {
     ctx.reply.error(WRONGTYPE);
@@ -70,7 +71,7 @@ function gcraSlot(ctx: CommandContext, argv: CommandArgs): number | null {
 
 /** Stores a TAT and expiry, creating the key (argument 1) if needed. */
 function storeTat(ctx: CommandContext, argv: CommandArgs, slot: number, tatUs: number, tatNs: number, expireAtMs: number, tatRestUs = 0): void {
-  const ks = ctx.server.keyspace;
+  const ks = ctx.keyspace;
   if (slot === -1) slot = createKeyArg(ks, argv, 1, KeyType.Gcra);
   ks.setState(slot, tatUs, tatNs, tatRestUs);
   ks.setExpireAtMs(slot, expireAtMs);
@@ -113,9 +114,16 @@ function clThrottle(ctx: CommandContext, argv: CommandArgs): void {
     lastLimitArgc = argv.length;
     lastLimitBytes = argv.restBytes(2);
   }
+  if (ctx.backend !== null) {
+    runOnBackend(ctx, argv, ctx.backend, {
+      limits: [{ kind: 'cl.throttle', params, quantity }], keyArgs: [1], allOrNothing: false, cost: quantity,
+      signature: `cl ${params.limit} ${params.intervalUs} ${params.intervalNs}`, local: clThrottle, counter: clThrottleCounter,
+    });
+    return;
+  }
   const slot = gcraSlot(ctx, argv);
   if (slot === null) return;
-  const ks = ctx.server.keyspace;
+  const ks = ctx.keyspace;
   const d = cellDecision;
   cellThrottle(params, quantity, slot !== -1, slot !== -1 ? ks.getA(slot) : 0, slot !== -1 ? ks.getB(slot) : 0, ctx.nowUs, d);
   if (d.write) storeTat(ctx, argv, slot, d.tatUs, d.tatNs, d.expireAtMs);
@@ -227,7 +235,8 @@ function gcra(ctx: CommandContext, argv: CommandArgs): void {
     if (t === null) return;
     tokens = t;
   }
-  const slot = gcraSlot(ctx, argv);
+  const backend = ctx.backend;
+  const slot = backend === null ? gcraSlot(ctx, argv) : -1;
   if (slot === null) return;
   // C divides by the long converted to double: the nearest double, as Number() gives.
   const params = gcraParams(maxBurst, Number(tokensPerPeriod), period, tokens);
@@ -235,7 +244,14 @@ function gcra(ctx: CommandContext, argv: CommandArgs): void {
     r.error(`${GCRA_OVERFLOW} ${params === 'tokens-overflow' ? 'TOKENS' : 'max_burst'} would cause an overflow`);
     return;
   }
-  const ks = ctx.server.keyspace;
+  if (backend !== null) {
+    runOnBackend(ctx, argv, backend, {
+      limits: [{ kind: 'gcra', params }], keyArgs: [1], allOrNothing: false, cost: params.incrementUs,
+      signature: `gcra ${params.limit} ${params.emissionUs} ${params.varianceUs}`, local: gcra, counter: gcraCounter,
+    });
+    return;
+  }
+  const ks = ctx.keyspace;
   const d = gcraDecision;
   if (slot !== -1) gcraDecide(params, true, ks.getA(slot), ctx.nowUs, d, ks.getC(slot));
   else gcraDecide(params, false, 0, ctx.nowUs, d);

@@ -2,6 +2,8 @@
  * The shape of a command, described once. Arity checks, the auth gate, `COMMAND INFO`,
  * `COMMAND DOCS`, `COMMAND LIST` and subcommand help are all generated from these descriptions.
  */
+import type { Keyspace } from '../keyspace/keyspace.js';
+import type { RedisBackend } from '../backend/redis-backend.js';
 import type { CommandArgs } from '../protocol/command-args.js';
 import type { Client } from '../server/client.js';
 import type { Server } from '../server/server.js';
@@ -29,6 +31,10 @@ export interface CommandContext {
   /** The server clock at the start of this command, in µs (one snapshot per command, as Redis). */
   nowUs: number;
   nowMs: number;
+  /** Where limiter commands keep state locally: the server's keyspace (a scratch one for the `allow` policy). */
+  keyspace: Keyspace;
+  /** The shared backend the limiter commands decide on, or null (local mode, or a policy's local answer). */
+  backend: RedisBackend | null;
 }
 
 /** Runs a command whose arity was checked. `argv[0]` is the command name as sent. */

@@ -34,6 +34,17 @@ export const UNAUTH_QUERY_BUFFER_BYTES = UNAUTH_MAX_REQUEST_BYTES;
  */
 export const UNAUTH_OUTPUT_BYTES = 64 * 1024;
 
+/**
+ * Replies a client may have waiting on the backend at once (pipelined limiter calls); beyond it its
+ * later commands wait, as with backpressure, until half are answered.
+ */
+export const MAX_DEFERRED_REPLIES = 1024;
+
+/** A deferred reply's place in the output: its bytes once written. */
+interface DeferredSlot {
+  bytes: Buffer | null;
+}
+
 export class Client {
   readonly parser: RequestParser;
   proto: Protocol = 2;
@@ -98,7 +109,7 @@ export class Client {
 
   /** Unsent reply bytes (CLIENT LIST omem, output limits). */
   get outputBytes(): number {
-    return this.socket.writableLength + (this.pendingOut === null ? 0 : this.pendingOut.length);
+    return this.socket.writableLength + (this.pendingOut === null ? 0 : this.pendingOut.length) + this.queuedBytes;
   }
 
   /** Whether reading is stopped for backpressure (CLIENT LIST events). */
@@ -131,7 +142,7 @@ export class Client {
     try {
       this.processInput();
     } catch (e) {
-      this.server.writer.discard();
+      this.discardReplies();
       const reason = errorText(e);
       this.server.tasks.warnLimited('client input', `internal error serving client id=${this.id} addr=${this.addr}, closing it: ${reason}`, { id: this.id, addr: this.addr, error: reason });
       this.kill();
@@ -163,7 +174,7 @@ export class Client {
 
   /** Runs the complete commands in the query buffer, sends their replies, then applies the limits. */
   private processInput(): void {
-    if (this.held) return;
+    if (this.held || this.waitingForBackend) return;
     this.server.beginBatch(this);
     const writer = this.server.writer;
     writer.proto = this.proto;
@@ -202,6 +213,12 @@ export class Client {
       else this.server.executeInMulti(this, result);
       writer.proto = this.proto; // HELLO may have switched it
       if (this.closing || this.held) break;
+      if (this.deferred >= MAX_DEFERRED_REPLIES) {
+        // Backend calls in flight for this client: the rest waits until some are answered.
+        this.waitingForBackend = true;
+        this.socket.pause();
+        break;
+      }
     }
     if (!this.closing && hardBytes > 0 && queued + writer.length > hardBytes) {
       this.closeForOutputLimit(queued + writer.length);
@@ -251,9 +268,16 @@ export class Client {
   closeForQueryBuffer(bytes: number): void {
     this.server.stats.queryBufferLimitDisconnections++;
     this.server.log.warning(`Closing client that reached max query buffer length: id=${this.id} addr=${this.addr} qbuf=${bytes}`, { id: this.id, addr: this.addr, qbuf: bytes });
-    this.server.writer.discard();
+    this.discardReplies();
     this.closing = true;
     this.socket.destroy();
+  }
+
+  /** Drops this batch's replies (the connection is being closed). */
+  private discardReplies(): void {
+    this.server.writer.discard();
+    this.deferOffsets = [];
+    this.deferSlots = [];
   }
 
   /**
@@ -276,7 +300,7 @@ export class Client {
 
   /** Redis's "scheduled to be closed ASAP for overcoming of output buffer limits": no more replies. */
   private closeForOutputLimit(pendingBytes: number): void {
-    this.server.writer.discard();
+    this.discardReplies();
     this.server.stats.outputLimitDisconnections++;
     const message = `Client id=${this.id} addr=${this.addr} omem=${pendingBytes} scheduled to be closed ASAP for overcoming of output buffer limits.`;
     const fields = { id: this.id, addr: this.addr, omem: pendingBytes };
@@ -307,10 +331,126 @@ export class Client {
   /** The shared writer's replies for this client (counted as output), or null if there are none. */
   private takeReplies(): Buffer | null {
     const writer = this.server.writer;
+    const offsets = this.deferOffsets;
+    if (offsets.length > 0) return this.takeAroundDeferred(writer.take());
     if (writer.length === 0) return null;
+    if (this.queue.length > 0) {
+      // A reply is still to come from the backend: these go after it.
+      const out = writer.take();
+      this.server.stats.netOutputBytes += out.length;
+      this.enqueue(out);
+      return null;
+    }
     const out = writer.take();
     this.server.stats.netOutputBytes += out.length;
     return out;
+  }
+
+  // Replies that come later (a backend call), kept in order with the others: `defer()` marks the
+  // place in this batch's output; when the batch's replies are taken they are cut there, what comes
+  // before goes out as usual, and what follows waits in `queue` behind the missing reply.
+
+  /** Offsets in the shared writer (this batch) where a deferred reply belongs. */
+  private deferOffsets: number[] = [];
+  private deferSlots: DeferredSlot[] = [];
+  /** Replies waiting behind a deferred one: bytes, or a slot (filled or not). */
+  private queue: (Buffer | DeferredSlot)[] = [];
+  private queuedBytes = 0;
+  /** Deferred replies not answered yet. */
+  private deferred = 0;
+  /** Reading and executing stopped until some of the MAX_DEFERRED_REPLIES are answered. */
+  private waitingForBackend = false;
+  /** close() came while replies were deferred: end the socket once the queue is empty. */
+  private endWhenSent = false;
+
+  /**
+   * For a command whose reply comes after an asynchronous call (the backend): marks its place, so
+   * later commands go on running and their replies wait behind it. The returned function, called
+   * once, writes the reply (with the protocol of the time of the command) and sends what is ready.
+   */
+  defer(): (write: (reply: ReplyWriter) => void) => void {
+    const slot: DeferredSlot = { bytes: null };
+    this.deferOffsets.push(this.server.writer.length);
+    this.deferSlots.push(slot);
+    this.deferred++;
+    const proto = this.proto;
+    return (write) => {
+      if (slot.bytes !== null) return;
+      const writer = this.server.asyncWriter;
+      writer.proto = proto;
+      try {
+        write(writer);
+      } catch (e) {
+        // The reply must come whatever happened, or this client's later replies would wait forever.
+        writer.discard();
+        writer.error('ERR internal error');
+        this.server.tasks.warnLimited('deferred reply', `internal error answering client id=${this.id}: ${errorText(e)}`, { id: this.id, error: errorText(e) });
+      }
+      slot.bytes = writer.take();
+      this.server.stats.netOutputBytes += slot.bytes.length;
+      this.deferred--;
+      this.sendQueued();
+      if (this.waitingForBackend && this.deferred < MAX_DEFERRED_REPLIES / 2 && !this.socket.destroyed) {
+        this.waitingForBackend = false;
+        this.processGuarded();
+        if (!this.waitingForBackend && !this.waitingForDrain && !this.closing && !this.held && !this.socket.destroyed) this.socket.resume();
+      }
+    };
+  }
+
+  /** Cuts a batch's replies at its deferred places; returns what may go out now (or null). */
+  private takeAroundDeferred(out: Buffer): Buffer | null {
+    const offsets = this.deferOffsets;
+    const slots = this.deferSlots;
+    this.deferOffsets = [];
+    this.deferSlots = [];
+    this.server.stats.netOutputBytes += out.length;
+    const head = out.subarray(0, offsets[0]);
+    let now: Buffer | null = null;
+    if (this.queue.length > 0) {
+      // Earlier deferred replies are still missing: the head waits behind them too.
+      if (head.length > 0) this.enqueue(head);
+    } else if (head.length > 0) {
+      now = head;
+    }
+    for (let i = 0; i < offsets.length; i++) {
+      this.queue.push(slots[i]);
+      const end = i + 1 < offsets.length ? offsets[i + 1] : out.length;
+      if (end > offsets[i]) this.enqueue(out.subarray(offsets[i], end));
+    }
+    return now;
+  }
+
+  private enqueue(bytes: Buffer): void {
+    this.queue.push(bytes);
+    this.queuedBytes += bytes.length;
+  }
+
+  /** Sends the queue's ready prefix (up to the first reply still missing). */
+  private sendQueued(): void {
+    if (this.socket.destroyed) {
+      this.queue = [];
+      this.queuedBytes = 0;
+      return;
+    }
+    this.sendPending();
+    const q = this.queue;
+    let i = 0;
+    const ready: Buffer[] = [];
+    for (; i < q.length; i++) {
+      const item = q[i];
+      if (Buffer.isBuffer(item)) {
+        ready.push(item);
+        this.queuedBytes -= item.length;
+      } else {
+        const bytes = (item as DeferredSlot).bytes;
+        if (bytes === null) break;
+        ready.push(bytes);
+      }
+    }
+    if (i > 0) q.splice(0, i);
+    if (ready.length > 0) this.socket.write(ready.length === 1 ? ready[0] : Buffer.concat(ready));
+    if (q.length === 0 && this.endWhenSent) this.socket.destroySoon();
   }
 
   /** Sends the deferred replies, if any (before anything written after them). */
@@ -340,6 +480,10 @@ export class Client {
    * forever, and its further writes would be silently swallowed instead of failing.
    */
   private endAfterReplies(): void {
+    if (this.queue.length > 0) {
+      this.endWhenSent = true;
+      return;
+    }
     this.socket.destroySoon();
   }
 }

@@ -62,6 +62,9 @@ function durationHistogram(commands: Map<string, CommandStat>): string {
 export function notReadyReason(server: Server): string | null {
   if (server.snapshots.loading) return 'loading the snapshot';
   if (!server.snapshots.lastBgsaveSucceeded) return 'the last background save failed (INFO persistence rdb_last_bgsave_status:err)';
+  // With `local` or `allow` every call is still answered sensibly; with `deny` every one is refused.
+  const b = server.backend;
+  if (b !== null && !b.usable && b.policy === 'deny') return `backend unavailable (${b.state}; backend-unavailable deny refuses every call)`;
   return null;
 }
 
@@ -110,8 +113,24 @@ export function metricsText(server: Server): string {
     family('cellgate_snapshot_changes_since_last_save', 'gauge', 'Writes since the last snapshot.', [[null, server.snapshots.changesSinceLastSave]]),
     family('cellgate_snapshot_last_save_timestamp_seconds', 'gauge', 'When the last snapshot was saved (server clock).', [[null, Math.floor(server.snapshots.lastSaveMs / 1000)]]),
     family('cellgate_snapshot_last_bgsave_ok', 'gauge', 'Whether the last background save succeeded (INFO rdb_last_bgsave_status: 1 ok, 0 err).', [[null, server.snapshots.lastBgsaveSucceeded ? 1 : 0]]),
+    ...backendFamilies(server),
     family('cellgate_loading', 'gauge', 'Whether the snapshot is loading (INFO loading).', [[null, server.snapshots.loading ? 1 : 0]]),
   ].join('');
+}
+
+/** The shared backend's figures (INFO backend), none in local mode. */
+function backendFamilies(server: Server): string[] {
+  const b = server.backend;
+  if (b === null) return [];
+  return [
+    family('cellgate_backend_up', 'gauge', 'Whether the backend is up (INFO backend_state).', [[null, b.usable ? 1 : 0]]),
+    family('cellgate_backend_calls_total', 'counter', 'Limiter scripts sent to the backend.', [[null, b.calls]]),
+    family('cellgate_backend_errors_total', 'counter', 'Backend calls that failed (not counting timeouts and decisions such as WRONGTYPE).', [[null, b.errors]]),
+    family('cellgate_backend_timeouts_total', 'counter', 'Backend calls not answered within backend-timeout.', [[null, b.timeouts]]),
+    family('cellgate_backend_policy_decisions_total', 'counter', 'Limiter calls answered by backend-unavailable.', [[{ policy: b.policy }, b.policyDecisions]]),
+    family('cellgate_backend_cache_hits_total', 'counter', 'Refusals answered from the local refusal cache.', [[null, b.cache.hits]]),
+    family('cellgate_backend_state_changes_total', 'counter', 'Backend state changes (up/down).', [[null, b.stateChanges]]),
+  ];
 }
 
 /** Listens for scrapes on `port` of every address given (`metrics-bind`). */
@@ -129,7 +148,8 @@ export async function startMetrics(server: Server, addresses: string[], port: nu
       }
       if (req.method === 'GET' && path === '/readyz') {
         const reason = notReadyReason(server);
-        if (reason === null) res.writeHead(200, { 'content-type': 'text/plain' }).end('ready\n');
+        const backend = server.backend === null ? '' : ` (backend ${server.backend.state}, backend-unavailable ${server.backend.policy})`;
+        if (reason === null) res.writeHead(200, { 'content-type': 'text/plain' }).end(`ready${backend}\n`);
         else res.writeHead(503, { 'content-type': 'text/plain' }).end(`not ready: ${reason}\n`);
         return;
       }

@@ -27,6 +27,9 @@ import { createTlsServer, tlsPeerRefused } from './tls.js';
 import { errorText, Tasks } from './tasks.js';
 import { DescriptorBudget } from './fd-limit.js';
 import { runsInMulti } from '../commands/transactions.js';
+import { parseBackendUrl } from '../backend/backend-url.js';
+import { RedisBackend, type UnavailablePolicy } from '../backend/redis-backend.js';
+import { LIMITER_SCRIPT, TYPE_SCRIPT } from '../backend/limiter-script.js';
 
 export const VERSION = '0.2.0';
 /** How much of a refused key ACL LOG keeps as its object (the whole key, up to this). */
@@ -70,6 +73,11 @@ export class Server {
   /** ACL users (src/acl/users.ts); the default user has requirepass as its password. */
   readonly acl = new Acl(allCommands());
   readonly writer = new ReplyWriter();
+  /** Writes replies that come after a backend call (Client.defer), outside any batch. */
+  readonly asyncWriter = new ReplyWriter();
+  /** The shared backend (`backend`), or null: limiter state in `keyspace`. */
+  backend: RedisBackend | null = null;
+  private scratch: Keyspace | null = null
   readonly clients = new Map<number, Client>();
   readonly runId = randomBytes(20).toString('hex');
   readonly startedMs = Date.now();
@@ -131,7 +139,7 @@ export class Server {
     readonly log: Logger,
   ) {
     this.memory = new MemoryGuard(config, this.keyspace);
-    this.ctx = { server: this, client: null as unknown as Client, reply: this.writer, nowUs: 0, nowMs: 0 };
+    this.ctx = { server: this, client: null as unknown as Client, reply: this.writer, nowUs: 0, nowMs: 0, keyspace: this.keyspace, backend: null };
     this.tasks = new Tasks(log);
     this.flushTask = this.tasks.guard('reply flush', this.flushPending);
     this.expireTask = this.tasks.guard('active expiry', () => this.expireCycle());
@@ -158,6 +166,7 @@ export class Server {
    */
   async start(): Promise<void> {
     this.config.loadSecrets();
+    this.startBackend();
     // requirepass first, then the ACL file, whose default user (if any) wins, as in Redis.
     this.acl.syncRequirepass(this.config.get('requirepass'));
     const aclfile = this.config.get('aclfile');
@@ -338,8 +347,40 @@ export class Server {
     return allowed < requested ? `The operating system is not able to handle the specified number of clients, try with ${allowed}` : null;
   }
 
+  /** Connects to the `backend` if one is set (the connection comes up in the background). */
+  private startBackend(): void {
+    const url = this.config.get('backend');
+    if (url === '') return;
+    const target = parseBackendUrl(url);
+    this.backend = new RedisBackend(target, this.config.get('backend-prefix'), this.config.int('backend-timeout'),
+      this.config.get('backend-unavailable') as UnavailablePolicy, LIMITER_SCRIPT, TYPE_SCRIPT, { log: this.log, after: (name, ms, task) => this.tasks.after(name, ms, task) });
+    this.ctx.backend = this.backend;
+    this.log.notice(`limiter state on the backend ${target.display} (${target.mode}, prefix '${this.config.get('backend-prefix')}', timeout ${this.config.int('backend-timeout')} ms, backend-unavailable ${this.config.get('backend-unavailable')})`, { backend: target.display });
+  }
+
+  /** An empty keyspace for answers that must leave no trace (the backend's `allow` policy); flushed after each use. */
+  get scratchKeyspace(): Keyspace {
+    if (this.scratch === null) this.scratch = new Keyspace();
+    return this.scratch;
+  }
+
+  /** A context for a reply written later (after a backend call): the clock of now. */
+  contextFor(client: Client, reply: ReplyWriter): CommandContext {
+    const nowUs = this.clock.nowUs();
+    return { server: this, client, reply, nowUs, nowMs: Math.floor(nowUs / 1000), keyspace: this.keyspace, backend: this.backend };
+  }
+
+  /** `ctx` deciding locally: on this process's keyspace, or on the scratch one. */
+  localContext(ctx: CommandContext, reply: ReplyWriter, scratch: boolean): CommandContext {
+    return { ...ctx, reply, keyspace: scratch ? this.scratchKeyspace : this.keyspace, backend: null };
+  }
+
   /** Applies settings that CONFIG SET can change while running (logging, task frequency). */
   applyRuntimeConfig(): void {
+    if (this.backend !== null) {
+      this.backend.timeoutMs = this.config.int('backend-timeout');
+      this.backend.policy = this.config.get('backend-unavailable') as UnavailablePolicy;
+    }
     this.acl.syncRequirepass(this.config.get('requirepass'));
     this.log.level = this.config.get('loglevel');
     this.writer.onError = this.log.enabled('debug') ? this.logErrorReply : null;
