@@ -417,8 +417,10 @@ const refusedBy = (c) => (c.direct ? (reply) => reply[0] === 0 : (reply) => repl
 
 /** EXACT_CALLS calls at once on one key through the given connections (round-robin): how many were allowed. */
 async function exactness(conns, args) {
-  const replies = await Promise.all(Array.from({ length: EXACT_CALLS }, (_, i) => conns[i % conns.length].call(...args)));
-  return replies.filter((r) => (args[0] === 'EVALSHA' ? r[0] === 1 : r[0] === 0)).length;
+  const replies = await Promise.allSettled(Array.from({ length: EXACT_CALLS }, (_, i) => conns[i % conns.length].call(...args)));
+  const failed = replies.find((r) => r.status === 'rejected');
+  if (failed) throw new Error(`exactness check: ${args.join(' ')} → ${failed.reason.message}`);
+  return replies.filter((r) => (args[0] === 'EVALSHA' ? r.value[0] === 1 : r.value[0] === 0)).length;
 }
 
 // ---------------------------------------------------------------------------------------------------
