@@ -40,6 +40,8 @@ export type CallDone = (error: Error | typeof TIMED_OUT | null, reply: unknown) 
 const TIMEOUTS_FOR_DOWN = 3;
 /** While down, a PING probe this often (ms). */
 export const PROBE_INTERVAL_MS = 250;
+/** How long after the start `connecting` turns into `down` if the backend is not up. */
+const CONNECT_GRACE_MS = 1000;
 /** Reconnect backoff: 50 ms doubling up to 2 s. */
 const MAX_RECONNECT_DELAY_MS = 2000;
 
@@ -100,6 +102,11 @@ export class RedisBackend {
     this.client.on('ready', () => this.setState('up', 'connected'));
     this.client.on('close', () => this.connectionLost('connection closed'));
     this.client.on('error', (e: Error) => this.noteError(e.message));
+    // A Cluster client opens and closes connections while it discovers the nodes: not being up a
+    // while after the start is what counts as down (the policy answers meanwhile either way).
+    host.after('backend connect', CONNECT_GRACE_MS, () => {
+      if (this.state === 'connecting') this.setState('down', this.lastError !== '' ? this.lastError : `not connected after ${CONNECT_GRACE_MS} ms`);
+    });
     this.subscriber = this.connect();
     this.subscriber.on('ready', () => this.subscribe());
     this.subscriber.on('close', () => {
@@ -265,7 +272,7 @@ export class RedisBackend {
   }
 
   private connectionLost(reason: string): void {
-    if (this.closed) return;
+    if (this.closed || this.state === 'connecting') return;
     this.setState('down', reason);
   }
 
@@ -349,7 +356,7 @@ export class RedisBackend {
 /** A reply error that is a decision the client must see (the script's WRONGTYPE and GCRA overflow), not a failure. */
 export function isDecision(e: Error): boolean {
   const m = e.message;
-  return m.startsWith('WRONGTYPE ') || m.startsWith('ERR GCRA ') || m.startsWith('ERR invalid ');
+  return m.startsWith('WRONGTYPE ') || m.startsWith('ERR GCRA ');
 }
 
 /**

@@ -15,6 +15,7 @@ import type { CommandArgs } from '../protocol/command-args.js';
 import type { ReplyWriter } from '../protocol/reply-writer.js';
 import type { RedisBackend } from '../backend/redis-backend.js';
 import { parseScanArgs } from './keys.js';
+import { KEY_TOO_LONG, MAX_BACKEND_KEY_BYTES } from './backend-limiter.js';
 import type { CommandContext } from './types.js';
 
 type Write = (w: ReplyWriter) => void;
@@ -37,15 +38,22 @@ function prefixed(backend: RedisBackend, argv: CommandArgs, i: number): Buffer {
   return Buffer.concat([backend.prefixBytes, argv.buffer(i)]);
 }
 
-/** The keys of arguments 1.. (copied: the work outlives this turn). */
-function keyArgs(backend: RedisBackend, argv: CommandArgs): Buffer[] {
+/** The keys of arguments 1.. (copied: the work outlives this turn), or null after an error reply for one too long. */
+function keyArgs(ctx: CommandContext, backend: RedisBackend, argv: CommandArgs): Buffer[] | null {
   const keys: Buffer[] = [];
-  for (let i = 1; i < argv.length; i++) keys.push(prefixed(backend, argv, i));
+  for (let i = 1; i < argv.length; i++) {
+    if (argv.byteLength(i) > MAX_BACKEND_KEY_BYTES) {
+      ctx.reply.error(KEY_TOO_LONG);
+      return null;
+    }
+    keys.push(prefixed(backend, argv, i));
+  }
   return keys;
 }
 
 export function backendDel(ctx: CommandContext, argv: CommandArgs, backend: RedisBackend): void {
-  const keys = keyArgs(backend, argv);
+  const keys = keyArgs(ctx, backend, argv);
+  if (keys === null) return;
   const clientKeys = keys.map((k) => k.subarray(backend.prefixBytes.length));
   // This sidecar forgets at once; the others when the invalidation arrives.
   for (const k of clientKeys) backend.cache.invalidateKey(k.toString('latin1'));
@@ -58,7 +66,8 @@ export function backendDel(ctx: CommandContext, argv: CommandArgs, backend: Redi
 }
 
 export function backendExists(ctx: CommandContext, argv: CommandArgs, backend: RedisBackend): void {
-  const keys = keyArgs(backend, argv);
+  const keys = keyArgs(ctx, backend, argv);
+  if (keys === null) return;
   const argvTail = typeScriptArgv(ctx);
   later(ctx, backend, async () => {
     const types = await Promise.all(keys.map((k) => backend.askType(k, argvTail)));
@@ -68,7 +77,8 @@ export function backendExists(ctx: CommandContext, argv: CommandArgs, backend: R
 }
 
 export function backendType(ctx: CommandContext, argv: CommandArgs, backend: RedisBackend): void {
-  const key = prefixed(backend, argv, 1);
+  const key = keyArgs(ctx, backend, argv)?.[0];
+  if (key === undefined) return;
   const argvTail = typeScriptArgv(ctx);
   later(ctx, backend, async () => {
     const t = String(await backend.askType(key, argvTail));
@@ -82,7 +92,8 @@ function typeScriptArgv(ctx: CommandContext): string[] {
 }
 
 export function backendTtl(ctx: CommandContext, argv: CommandArgs, backend: RedisBackend, inMs: boolean): void {
-  const key = prefixed(backend, argv, 1);
+  const key = keyArgs(ctx, backend, argv)?.[0];
+  if (key === undefined) return;
   const frozenMs = ctx.server.clock.frozen ? ctx.nowMs : -1;
   const stats = ctx.server.stats;
   later(ctx, backend, async () => {

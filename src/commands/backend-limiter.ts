@@ -23,6 +23,14 @@ import { isDecision, TIMED_OUT, type RedisBackend } from '../backend/redis-backe
 import type { CommandContext, CommandHandler } from './types.js';
 import type { LimiterCounter } from '../server/stats.js';
 
+/**
+ * The longest key sent to the backend. Limiter keys are short; a huge one would be copied, sent and
+ * stored on the one connection every call of this sidecar shares (and past Redis's own bulk limit it
+ * would close that connection), so it is refused here instead.
+ */
+export const MAX_BACKEND_KEY_BYTES = 64 * 1024;
+export const KEY_TOO_LONG = `ERR key too long for the backend (at most ${MAX_BACKEND_KEY_BYTES} bytes)`;
+
 export const CROSSSLOT = "CROSSSLOT Keys in request don't hash to the same slot (use a hash tag such as {user:42}:s and {user:42}:h)";
 
 /** One limiter call for the backend. */
@@ -49,7 +57,13 @@ function isSeconds(l: ScriptLimit): boolean {
 export function runOnBackend(ctx: CommandContext, argv: CommandArgs, backend: RedisBackend, call: BackendLimiterCall): void {
   const keys: Buffer[] = [];
   const prefix = backend.prefixBytes;
-  for (const i of call.keyArgs) keys.push(Buffer.concat([prefix, argv.buffer(i)]));
+  for (const i of call.keyArgs) {
+    if (argv.byteLength(i) > MAX_BACKEND_KEY_BYTES) {
+      ctx.reply.error(KEY_TOO_LONG);
+      return;
+    }
+    keys.push(Buffer.concat([prefix, argv.buffer(i)]));
+  }
   if (backend.target.mode === 'cluster' && keys.length > 1) {
     const slot = keySlot(keys[0]);
     for (let i = 1; i < keys.length; i++) {
