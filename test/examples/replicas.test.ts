@@ -160,7 +160,8 @@ const hello = (base: string, key: string) => fetch(`${base}/api/hello`, { header
 async function replicas(redisPort: number | null): Promise<{ statuses: number[]; remaining: (string | null)[]; sidecars: RunningServer[] }> {
   const sidecars = [await sidecar(services['cellgate-1'], redisPort), await sidecar(services['cellgate-2'], redisPort)];
   for (const s of sidecars) {
-    if (redisPort !== null) expect(await eventually(async () => (await info(s.port)).backend_state === 'up')).toBe(true);
+    // Up, and subscribed to the invalidations (the refusal cache is on only then).
+    if (redisPort !== null) expect(await eventually(async () => { const i = await info(s.port); return i.backend_state === 'up' && i.backend_cache_enabled === '1'; })).toBe(true);
     await admin(s.port, (c) => c.call('DEBUG', 'CLOCK', 'SET', '1800000000000'));
   }
   const apps = [await app(services['app-1'], sidecars[0].port), await app(services['app-2'], sidecars[1].port)];
@@ -214,8 +215,14 @@ describe('examples/replicas', () => {
     expect(statuses).toEqual([...Array<number>(LIMIT).fill(200), ...Array<number>(LIMIT).fill(429)]);
     // One budget: the remaining count goes 9, 8, ... 0 whichever app answered.
     expect(remaining.slice(0, LIMIT)).toEqual(Array.from({ length: LIMIT }, (_, i) => expect.stringMatching(new RegExp(`^"default";r=${LIMIT - 1 - i};t=\\d+$`))));
-    // Both sidecars decided on the backend; the state is in Redis, under the default prefix.
-    for (const s of sidecars) expect(Number((await info(s.port)).backend_calls)).toBeGreaterThanOrEqual(LIMIT);
+    // Both sidecars decided on the backend (each allowed half), none by the policy, and each answered
+    // the refusals after its first from its refusal cache; the state is in Redis, under the default prefix.
+    for (const s of sidecars) {
+      const i = await info(s.port);
+      expect(Number(i.backend_policy_decisions)).toBe(0);
+      expect(Number(i.backend_calls)).toBeGreaterThanOrEqual(LIMIT / 2);
+      expect(Number(i.backend_cache_hits)).toBeGreaterThanOrEqual(1);
+    }
     const keys = await admin(redisPort, (c) => c.keys('cellgate:*'));
     expect(keys.length).toBeGreaterThanOrEqual(1);
   });
