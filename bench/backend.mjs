@@ -175,8 +175,9 @@ async function freePort(withBus = false) {
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
+/** RESP2: the RL.* replies are arrays (in RESP3, maps that ioredis flattens into name, value pairs). */
 function client(port, opts = {}) {
-  const c = new Redis({ host: '127.0.0.1', port, lazyConnect: true, maxRetriesPerRequest: 0, enableOfflineQueue: false, retryStrategy: () => null, ...opts });
+  const c = new Redis({ host: '127.0.0.1', port, protocol: 2, lazyConnect: true, maxRetriesPerRequest: 0, enableOfflineQueue: false, retryStrategy: () => null, ...opts });
   c.on('error', () => {}); // a failed command rejects its promise; the event would only repeat it
   return c;
 }

@@ -52,10 +52,8 @@ interface InFlight {
 }
 
 type Client = Redis | Cluster;
-interface LimiterClient {
-  cellgateLimit(numKeys: number, ...args: (Buffer | string)[]): Promise<unknown>;
-  cellgateType(numKeys: number, ...args: (Buffer | string)[]): Promise<unknown>;
-}
+/** The script commands defined on the client: each takes its keys first, then ARGV (a fixed key count). */
+type ScriptCommands = Record<string, (...args: (Buffer | string)[]) => Promise<unknown>>;
 
 export class RedisBackend {
   state: BackendState = 'connecting';
@@ -82,6 +80,9 @@ export class RedisBackend {
   private consecutiveTimeouts = 0;
   private probing = false;
   private closed = false;
+  private readonly limiterScript: string;
+  /** The limiter script's command name by key count (RL.ALL has several), defined on first use. */
+  private readonly limitCommands: string[] = [];
 
   constructor(
     readonly target: BackendTarget,
@@ -97,8 +98,11 @@ export class RedisBackend {
     this.channel = `${prefix}__invalidate`;
     this.prefixBytes = Buffer.from(prefix);
     this.client = this.connect();
-    this.client.defineCommand('cellgateLimit', { lua: limiterScript });
-    this.client.defineCommand('cellgateType', { lua: typeScript });
+    // A fixed key count, so that a command's first argument is its key: ioredis's auto-pipelining
+    // groups a Cluster's calls by the slot of the first argument, and with the key count first
+    // every batch was "one slot" and failed once its keys were on several.
+    this.limiterScript = limiterScript;
+    this.client.defineCommand('cellgateType', { lua: typeScript, numberOfKeys: 1 });
     this.client.on('ready', () => this.setState('up', 'connected'));
     this.client.on('close', () => this.connectionLost('connection closed'));
     this.client.on('error', (e: Error) => this.noteError(e.message));
@@ -155,12 +159,19 @@ export class RedisBackend {
   /** Runs the limiter script with these keys (already prefixed) and ARGV; `done` is called exactly once. */
   limit(keys: Buffer[], argv: string[], done: CallDone): void {
     this.calls++;
-    this.track((this.client as unknown as LimiterClient).cellgateLimit(keys.length, ...keys, ...argv), done);
+    const n = keys.length;
+    let name = this.limitCommands[n];
+    if (name === undefined) {
+      name = `cellgateLimit${n}`;
+      this.client.defineCommand(name, { lua: this.limiterScript, numberOfKeys: n });
+      this.limitCommands[n] = name;
+    }
+    this.track((this.client as unknown as ScriptCommands)[name](...keys, ...argv), done);
   }
 
   /** TYPE of one backend key, through the type script (cellgate's algorithm names). */
   type(key: Buffer, argv: string[], done: CallDone): void {
-    this.track((this.client as unknown as LimiterClient).cellgateType(1, key, ...argv), done);
+    this.track((this.client as unknown as ScriptCommands).cellgateType(key, ...argv), done);
   }
 
   /** Any other command (DEL, PTTL, SCAN, ...) on the connection, with the same bounded wait. */
