@@ -13,6 +13,11 @@
  *   redis-rl       the same, RL.TOKENBUCKET
  *   cluster        3 sidecars, --backend redis-cluster:// (3 masters, no replicas), CL.THROTTLE
  *   flood          3 sidecars on one redis-server; 90% of the calls on a few hot keys that are refused
+ *                  (the same limit, emptied: a token comes back every 60 ms)
+ *   flood-quota    the same, the hot keys over an hourly quota (100 per hour, emptied: refused for ~36 s)
+ *   script         diagnostic: the applications call redis-server directly with cellgate's limiter script,
+ *                  the EVALSHA a sidecar sends for CL.THROTTLE (captured with MONITOR), on random keys:
+ *                  the script's own Redis cost at the load generator's batching
  *
  * The load generator is this process (ioredis, BENCH_CONNECTIONS connections spread over the sidecars,
  * or all to Redis for `lua`, auto-pipelined with BENCH_INFLIGHT requests in flight per connection,
@@ -337,6 +342,39 @@ function buildHasBackend() {
   return /\bbackend-unavailable\b/.test(`${r.stdout}${r.stderr}`);
 }
 
+/**
+ * The EVALSHA a sidecar sends for `CL.THROTTLE <key> 100 1000 60 1`, read from redis-server's MONITOR:
+ * { sha, argv } (the script's ARGV; the key is the only KEYS entry).
+ */
+async function captureScriptCall(redisPort) {
+  const sidecar = await startSidecar(['--backend', `redis://127.0.0.1:${redisPort}`]);
+  try {
+    await waitBackendUp(sidecar);
+    await command(sidecar.port, 'CL.THROTTLE', 'probe:first', ...THROTTLE_ARGS); // loads the script (EVALSHA, then EVAL on NOSCRIPT)
+    const monitor = net.connect(redisPort, '127.0.0.1');
+    let text = '';
+    monitor.on('data', (c) => (text += c.toString('latin1')));
+    await new Promise((r) => monitor.once('connect', r));
+    monitor.write('MONITOR\r\n');
+    while (!text.includes('+OK')) await sleep(10);
+    await command(sidecar.port, 'CL.THROTTLE', 'probe:key', ...THROTTLE_ARGS);
+    const deadline = Date.now() + 5000;
+    let line;
+    while (!(line = text.split('\r\n').find((l) => /"evalsha"/i.test(l) && l.includes('probe:key')))) {
+      if (Date.now() > deadline) throw new Error(`no EVALSHA seen by MONITOR:\n${text}`);
+      await sleep(10);
+    }
+    monitor.destroy();
+    const words = [...line.matchAll(/"((?:[^"\\]|\\.)*)"/g)].map((m) =>
+      m[1].replace(/\\x([0-9a-f]{2})/gi, (_, h) => String.fromCharCode(parseInt(h, 16))).replace(/\\(.)/g, (_, ch) => ({ n: '\n', r: '\r', t: '\t' })[ch] ?? ch));
+    const at = words.findIndex((w) => w.toLowerCase() === 'evalsha');
+    if (words[at + 2] !== '1') throw new Error(`unexpected script call: ${line}`);
+    return { sha: words[at + 1], argv: words.slice(at + 4) };
+  } finally {
+    await stop(sidecar.child);
+  }
+}
+
 // ---------------------------------------------------------------------------------------------------
 // The load generator.
 
@@ -414,7 +452,7 @@ async function connectAll(ports) {
 }
 
 /** CL.THROTTLE and RL.* (RESP2) answer `limited` first; the Lua script answers {allowed, tokens}. */
-const refusedBy = (c) => (c.direct ? (reply) => reply[0] === 0 : (reply) => reply[0] === 1);
+const refusedBy = (c) => (c.id === 'script' ? () => false : c.direct ? (reply) => reply[0] === 0 : (reply) => reply[0] === 1);
 
 /** EXACT_CALLS calls at once on one key through the given connections (round-robin): how many were allowed. */
 async function exactness(conns, args) {
@@ -501,29 +539,37 @@ async function main() {
 
   const hasBackend = buildHasBackend();
   if (!hasBackend) say('# this build has no backend option: only the local and lua configurations run');
-  const wanted = new Set((env.BENCH_CONFIGS ?? 'local,lua,redis,redis-rl,cluster,flood').split(','));
+  const wanted = new Set((env.BENCH_CONFIGS ?? 'local,lua,script,redis,redis-rl,cluster,flood,flood-quota').split(','));
 
   const redis = await startRedis();
   const sha = await command(redis.port, 'SCRIPT', 'LOAD', LUA_TOKEN_BUCKET);
   let cluster = null;
 
   const throttle = () => ['CL.THROTTLE', randomKey(), ...THROTTLE_ARGS];
+  const script = wanted.has('script') && hasBackend ? await captureScriptCall(redis.port) : null;
+  const QUOTA_ARGS = ['99', '100', '3600', '1']; // 100 per hour, burst 100
+  const hot = (name, args) => () => (Math.random() < 0.9 ? ['CL.THROTTLE', `${name}:${Math.floor(Math.random() * HOT_KEYS)}`, ...args] : throttle());
   const configs = [
     { id: 'local', label: '3 sidecars, local (no backend; not shared)', backend: null, next: throttle,
       exact: ['CL.THROTTLE', 'exact:check', String(EXACT_LIMIT - 1), '1', '3600', '1'] },
     { id: 'lua', label: 'apps → Redis, Lua token bucket (EVALSHA)', direct: true,
       next: () => ['EVALSHA', sha, '1', randomKey(), String(CAPACITY), String(RATE_PER_S), '1'],
       exact: ['EVALSHA', sha, '1', 'exact:check', String(EXACT_LIMIT), String(1 / 3600), '1'] },
+    { id: 'script', label: "apps → Redis, cellgate's script (EVALSHA; diagnostic)", direct: true, exact: null,
+      next: () => ['EVALSHA', script.sha, '1', `cellgate:${randomKey()}`, ...script.argv] },
     { id: 'redis', label: '3 sidecars → 1 Redis, CL.THROTTLE', backend: 'redis', next: throttle,
       exact: ['CL.THROTTLE', 'exact:check', String(EXACT_LIMIT - 1), '1', '3600', '1'] },
     { id: 'redis-rl', label: '3 sidecars → 1 Redis, RL.TOKENBUCKET', backend: 'redis', next: () => ['RL.TOKENBUCKET', randomKey(), ...TOKENBUCKET_ARGS],
       exact: ['RL.TOKENBUCKET', 'exact:check', '1', '3600000', 'BURST', String(EXACT_LIMIT)] },
     { id: 'cluster', label: '3 sidecars → 3-master Cluster, CL.THROTTLE', backend: 'cluster', next: throttle,
       exact: ['CL.THROTTLE', 'exact:check', String(EXACT_LIMIT - 1), '1', '3600', '1'] },
-    { id: 'flood', label: 'flood: 3 sidecars → 1 Redis, 90% on hot keys', backend: 'redis',
-      next: () => (Math.random() < 0.9 ? ['CL.THROTTLE', `hot:${Math.floor(Math.random() * HOT_KEYS)}`, ...THROTTLE_ARGS] : throttle()),
+    { id: 'flood', label: 'flood: 3 sidecars → 1 Redis, 90% on 4 hot keys (a token every 60 ms)', backend: 'redis',
+      hot: { name: 'hot', args: THROTTLE_ARGS, drain: CAPACITY }, next: hot('hot', THROTTLE_ARGS),
       exact: ['CL.THROTTLE', 'exact:check', String(EXACT_LIMIT - 1), '1', '3600', '1'] },
-  ].filter((c) => wanted.has(c.id) && (c.direct || c.backend === null || hasBackend));
+    { id: 'flood-quota', label: 'flood: 3 sidecars → 1 Redis, 90% on 4 hot keys (over an hourly quota)', backend: 'redis',
+      hot: { name: 'hotq', args: QUOTA_ARGS, drain: 100 }, next: hot('hotq', QUOTA_ARGS),
+      exact: ['CL.THROTTLE', 'exact:check', String(EXACT_LIMIT - 1), '1', '3600', '1'] },
+  ].filter((c) => wanted.has(c.id) && (c.id === 'script' ? script !== null : c.direct || c.backend === null || hasBackend));
 
   const commands = new Map(); // what ran, for RESULTS.md
   commands.set('redis', shellQuote([...(PIN ? ['taskset', '-c', String(REDIS_CPU)] : []), 'redis-server', ...redisArgs('<port>', '<tmp>')]));
@@ -554,10 +600,10 @@ async function main() {
     const sidecarPids = sidecars.map((s) => s.child.pid);
     const conns = await connectAll(c.direct ? [redis.port] : sidecars.map((s) => s.port));
 
-    const allowedOfExact = await exactness(conns, c.exact);
-    if (c.id === 'flood') {
+    const allowedOfExact = c.exact === null ? NaN : await exactness(conns, c.exact);
+    if (c.hot) {
       // Empty the hot buckets first: from then on they refuse, and each refusal stays true until its retry time.
-      for (let k = 0; k < HOT_KEYS; k++) await conns[0].call('CL.THROTTLE', `hot:${k}`, String(MAX_BURST), String(COUNT), String(PERIOD_S), String(CAPACITY));
+      for (let k = 0; k < HOT_KEYS; k++) await conns[0].call('CL.THROTTLE', `${c.hot.name}:${k}`, ...c.hot.args.slice(0, 3), String(c.hot.drain));
     }
     await drive(conns, c.next, refusedBy(c), WARM_S, null);
 
@@ -599,7 +645,7 @@ async function main() {
     r.perRedisCore = 1e6 / r.redisUsPerOp;
     results.push(r);
     say(`${c.id.padEnd(9)} ${fmtInt(r.rps).padStart(9)} req/s  p50 ${fmtMs(r.p50)} ms  p99 ${fmtMs(r.p99)} ms  redis ${fmtUs(r.redisUsPerOp)} µs/op  sidecars ${fmtUs(r.sidecarUsPerOp)} µs/op  generator ${fmtUs(r.genUsPerOp)} µs/op  ` +
-      `scripts/req ${Number.isFinite(r.scripts) ? (r.scripts / requests).toFixed(3) : '—'}  exact ${allowedOfExact}/${EXACT_CALLS}  errors ${r.errors}${r.firstError ? ` (${r.firstError.message})` : ''}`);
+      `scripts/req ${Number.isFinite(r.scripts) ? (r.scripts / requests).toFixed(3) : '—'}  exact ${Number.isFinite(allowedOfExact) ? `${allowedOfExact}/${EXACT_CALLS}` : "—"}  errors ${r.errors}${r.firstError ? ` (${r.firstError.message})` : ''}`);
   }
   await stop(redis.child);
   if (cluster) for (const n of cluster.nodes) await stop(n.child);
@@ -615,7 +661,7 @@ async function main() {
     fmtInt(r.perRedisCore),
     fmtUs(r.sidecarUsPerOp),
     Number.isFinite(r.scripts) ? (r.scripts / r.requests).toFixed(3) : '—',
-    `${r.allowedOfExact} of ${EXACT_CALLS}`,
+    Number.isFinite(r.allowedOfExact) ? `${r.allowedOfExact} of ${EXACT_CALLS}` : '—',
     r.errors + (Number.isFinite(r.policy) ? r.policy : 0),
   ]);
   const resultTable = table(
@@ -623,7 +669,7 @@ async function main() {
     rows,
   );
   const checks = [];
-  for (const r of results.filter((x) => x.backend && x.id !== 'flood')) {
+  for (const r of results.filter((x) => x.backend && !x.hot)) {
     if (lua) {
       const ratio = r.perRedisCore / lua.perRedisCore;
       checks.push([`${r.label}: requests per Redis CPU-second / the direct Lua's`, `${ratio.toFixed(2)}×`, `≥ ${TARGET_PER_REDIS_CORE_VS_LUA}×`, ratio >= TARGET_PER_REDIS_CORE_VS_LUA]);
@@ -631,14 +677,16 @@ async function main() {
     const exact = r.allowedOfExact === EXACT_LIMIT && r.errors === 0 && r.policy === 0 && r.backendErrors === 0;
     checks.push([`${r.label}: exact (${EXACT_CALLS} calls at once → ${EXACT_LIMIT} allowed; no errors, no policy answers)`, `${r.allowedOfExact} allowed, ${r.errors} errors, ${r.policy} policy answers`, `${EXACT_LIMIT}, 0, 0`, exact]);
   }
-  const flood = results.find((r) => r.id === 'flood');
+  const floods = results.filter((r) => r.hot);
   let floodTable = '';
-  if (flood) {
-    const saving = flood.requests / flood.scripts;
-    checks.push([`flood: requests / backend scripts`, `${saving.toFixed(1)}×`, `≥ ${TARGET_FLOOD_SAVING}×`, saving >= TARGET_FLOOD_SAVING]);
+  if (floods.length) {
+    for (const f of floods) {
+      const saving = f.requests / f.scripts;
+      checks.push([`${f.label}: requests / backend scripts`, `${saving.toFixed(1)}×`, `≥ ${TARGET_FLOOD_SAVING}×`, saving >= TARGET_FLOOD_SAVING]);
+    }
     floodTable = table(
-      ['requests', 'refused', 'backend scripts (Redis INFO commandstats)', 'sidecars backend_calls', 'sidecars backend_cache_hits', 'requests / scripts'],
-      [[fmtInt(flood.requests), `${(flood.refusedShare * 100).toFixed(1)}%`, fmtInt(flood.scripts), fmtInt(flood.backendCalls), fmtInt(flood.cacheHits), `${saving.toFixed(1)}×`]],
+      ['flood', 'requests', 'refused', 'backend scripts (Redis INFO commandstats)', 'sidecars backend_calls', 'sidecars backend_cache_hits', 'requests / scripts'],
+      floods.map((f) => [f.id, fmtInt(f.requests), `${(f.refusedShare * 100).toFixed(1)}%`, fmtInt(f.scripts), fmtInt(f.backendCalls), fmtInt(f.cacheHits), `${(f.requests / f.scripts).toFixed(1)}×`]),
     );
   }
   const verdict = checks.map(([what, value, target, met]) => `- ${what}: ${value} (target ${target}): ${met ? 'met' : '**missed**'}`).join('\n');
@@ -680,8 +728,13 @@ sidecars (all to redis-server for the direct Lua), ${INFLIGHT} requests in fligh
 ${KEYS.toLocaleString('en-US')}; ${WARM_S} s warm-up, then ${SECONDS} s measured per configuration. The limit everywhere is
 \`CL.THROTTLE key:<n> ${THROTTLE_ARGS.join(' ')}\` (burst ${MAX_BURST}, ${COUNT} per ${PERIOD_S} s), \`RL.TOKENBUCKET key:<n> ${TOKENBUCKET_ARGS.join(' ')}\`
 for RL.*, and for the incumbent \`EVALSHA <sha> 1 key:<n> ${CAPACITY} ${RATE_PER_S} 1\` of the Lua token bucket in
-bench/lua-token-bucket.mjs (the script bench/throttle.mjs measures). The flood sends 90% of its calls to
-${HOT_KEYS} hot keys, emptied before the run (so they refuse: ${COUNT} per ${PERIOD_S} s is a token every ${(PERIOD_S * 1000 / COUNT).toFixed(0)} ms), and 10% to random keys.
+bench/lua-token-bucket.mjs (the script bench/throttle.mjs measures). The floods send 90% of their calls to
+${HOT_KEYS} hot keys, emptied before the run so that they refuse, and 10% to random keys: \`flood\` with the same limit
+(${COUNT} per ${PERIOD_S} s: a token comes back every ${(PERIOD_S * 1000 / COUNT).toFixed(0)} ms, so each cached refusal lasts at most that long),
+\`flood-quota\` with the hot keys over an hourly quota (\`CL.THROTTLE hotq:<k> 99 100 3600 1\`: refused for ~36 s).
+\`script\` is a diagnostic: the load generator sends redis-server the very EVALSHA a sidecar sends for
+\`CL.THROTTLE key:<n> ${THROTTLE_ARGS.join(' ')}\` (captured with MONITOR), on random keys: the cost of cellgate's script
+itself, without the sidecars.
 Before each run, ${EXACT_CALLS} calls at once on one key allowed ${EXACT_LIMIT} per hour, round-robin over the connections
 (so over the three sidecars): a shared, exact limit allows exactly ${EXACT_LIMIT}.
 
