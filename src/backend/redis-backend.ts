@@ -1,8 +1,8 @@
 /**
  * The connection to the shared backend (docs/backend.md): a Redis or a Redis Cluster that holds the
  * limiter state of several cellgate sidecars. The client is ioredis (its Cluster support follows
- * MOVED/ASK, refreshes the slot map on failover, and auto-pipelining sends the calls of one
- * event-loop turn in one write); this module adds what a rate limiter needs on top:
+ * MOVED/ASK and refreshes the slot map on failover; concurrent calls are pipelined on each
+ * connection); this module adds what a rate limiter needs on top:
  *
  * - a bounded wait: every call is answered within `backend-timeout`, by the backend or, past it, by
  *   the `backend-unavailable` policy (the caller decides what that means);
@@ -52,8 +52,10 @@ interface InFlight {
 }
 
 type Client = Redis | Cluster;
-/** The script commands defined on the client: each takes its keys first, then ARGV (a fixed key count). */
-type ScriptCommands = Record<string, (...args: (Buffer | string)[]) => Promise<unknown>>;
+interface LimiterClient {
+  cellgateLimit(numKeys: number, ...args: (Buffer | string)[]): Promise<unknown>;
+  cellgateType(numKeys: number, ...args: (Buffer | string)[]): Promise<unknown>;
+}
 
 export class RedisBackend {
   state: BackendState = 'connecting';
@@ -79,10 +81,9 @@ export class RedisBackend {
   private timer: NodeJS.Timeout | null = null;
   private consecutiveTimeouts = 0;
   private probing = false;
+  /** The connections' writes are held until the end of this turn (cork). */
+  private corked = false;
   private closed = false;
-  private readonly limiterScript: string;
-  /** The limiter script's command name by key count (RL.ALL has several), defined on first use. */
-  private readonly limitCommands: string[] = [];
 
   constructor(
     readonly target: BackendTarget,
@@ -98,11 +99,8 @@ export class RedisBackend {
     this.channel = `${prefix}__invalidate`;
     this.prefixBytes = Buffer.from(prefix);
     this.client = this.connect();
-    // A fixed key count, so that a command's first argument is its key: ioredis's auto-pipelining
-    // groups a Cluster's calls by the slot of the first argument, and with the key count first
-    // every batch was "one slot" and failed once its keys were on several.
-    this.limiterScript = limiterScript;
-    this.client.defineCommand('cellgateType', { lua: typeScript, numberOfKeys: 1 });
+    this.client.defineCommand('cellgateLimit', { lua: limiterScript });
+    this.client.defineCommand('cellgateType', { lua: typeScript });
     this.client.on('ready', () => this.setState('up', 'connected'));
     this.client.on('close', () => this.connectionLost('connection closed'));
     this.client.on('error', (e: Error) => this.noteError(e.message));
@@ -133,7 +131,12 @@ export class RedisBackend {
       // Calls never wait for a connection: while there is none they fail at once and get the
       // policy's answer (a rate limiter must answer within its timeout, not queue).
       enableOfflineQueue: false,
-      enableAutoPipelining: true,
+      // Concurrent calls are pipelined on the connection either way (ioredis writes each command at
+      // once without waiting for earlier replies, and Node coalesces writes queued behind a busy
+      // socket). Its auto-pipelining mode also groups a turn's commands into one pipeline object,
+      // which measured 1-3 µs more sidecar CPU per call here and no less Redis CPU
+      // (bench/RESULTS.md, "Shared backend"): off.
+      enableAutoPipelining: false,
       maxRetriesPerRequest: 0,
       connectTimeout: Math.max(1000, this.timeoutMs * 10),
       lazyConnect: false,
@@ -143,7 +146,7 @@ export class RedisBackend {
     if (t.mode === 'cluster') {
       return new Cluster(t.nodes, {
         enableOfflineQueue: false,
-        enableAutoPipelining: true,
+        enableAutoPipelining: false,
         clusterRetryStrategy: (times: number) => Math.min(MAX_RECONNECT_DELAY_MS, 50 * 2 ** Math.min(times, 6)),
         // Follow a failover quickly: the slot map is refreshed on MOVED and on errors.
         retryDelayOnFailover: 20,
@@ -159,19 +162,13 @@ export class RedisBackend {
   /** Runs the limiter script with these keys (already prefixed) and ARGV; `done` is called exactly once. */
   limit(keys: Buffer[], argv: string[], done: CallDone): void {
     this.calls++;
-    const n = keys.length;
-    let name = this.limitCommands[n];
-    if (name === undefined) {
-      name = `cellgateLimit${n}`;
-      this.client.defineCommand(name, { lua: this.limiterScript, numberOfKeys: n });
-      this.limitCommands[n] = name;
-    }
-    this.track((this.client as unknown as ScriptCommands)[name](...keys, ...argv), done);
+    if (!this.corked) this.cork();
+    this.track((this.client as unknown as LimiterClient).cellgateLimit(keys.length, ...keys, ...argv), done);
   }
 
   /** TYPE of one backend key, through the type script (cellgate's algorithm names). */
   type(key: Buffer, argv: string[], done: CallDone): void {
-    this.track((this.client as unknown as ScriptCommands).cellgateType(key, ...argv), done);
+    this.track((this.client as unknown as LimiterClient).cellgateType(1, key, ...argv), done);
   }
 
   /** Any other command (DEL, PTTL, SCAN, ...) on the connection, with the same bounded wait. */
@@ -248,6 +245,29 @@ export class RedisBackend {
     );
   }
 
+  /**
+   * Holds the connections' writes until the end of this event-loop turn, so the calls of every
+   * client served in the turn leave in one write per connection (one syscall for a whole pipeline,
+   * not one per call; measured in bench/RESULTS.md "Shared backend").
+   */
+  private cork(): void {
+    this.corked = true;
+    const streams: { cork(): void; uncork(): void }[] = [];
+    for (const node of this.masters()) {
+      const stream = (node as unknown as { stream?: { cork(): void; uncork(): void; writable?: boolean } }).stream;
+      if (stream !== undefined && stream.writable !== false) {
+        stream.cork();
+        streams.push(stream);
+      }
+    }
+    setImmediate(this.uncork, streams);
+  }
+
+  private readonly uncork = (streams: { uncork(): void }[]): void => {
+    this.corked = false;
+    for (const s of streams) s.uncork();
+  };
+
   /** One timer for the oldest call: every call has the same timeout, so deadlines come in order. */
   private armTimer(): void {
     while (this.inFlightHead < this.inFlight.length && this.inFlight[this.inFlightHead].settled) this.inFlightHead++;
@@ -270,7 +290,12 @@ export class RedisBackend {
         entry.settled = true;
         this.timeouts++;
         this.consecutiveTimeouts++;
-        if (this.consecutiveTimeouts >= TIMEOUTS_FOR_DOWN && this.state === 'up') this.setState('down', `${TIMEOUTS_FOR_DOWN} calls in a row took longer than backend-timeout ${this.timeoutMs} ms`);
+        // One Redis that stops answering is down for every key. In a Cluster one master failing takes
+        // only its slots: the other masters' keys stay decided on the backend, and the failing
+        // master's calls get the policy one by one until its replica takes over.
+        if (this.consecutiveTimeouts >= TIMEOUTS_FOR_DOWN && this.state === 'up' && this.target.mode === 'standalone') {
+          this.setState('down', `${TIMEOUTS_FOR_DOWN} calls in a row took longer than backend-timeout ${this.timeoutMs} ms`);
+        }
         entry.done(TIMED_OUT, undefined);
       }
       this.inFlightHead++;

@@ -62,7 +62,7 @@ export function runOnBackend(ctx: CommandContext, argv: CommandArgs, backend: Re
       ctx.reply.error(KEY_TOO_LONG);
       return;
     }
-    keys.push(Buffer.concat([prefix, argv.buffer(i)]));
+    keys.push(prefixedKey(prefix, argv, i));
   }
   if (backend.target.mode === 'cluster' && keys.length > 1) {
     const slot = keySlot(keys[0]);
@@ -93,11 +93,9 @@ export function runOnBackend(ctx: CommandContext, argv: CommandArgs, backend: Re
     ctx.reply.error(scriptArgv.error);
     return;
   }
-  // What the answer needs after this turn: the arguments (the parser reuses its views), the client.
-  const owned = new CommandArgs();
-  const views: Buffer[] = [];
-  for (let i = 0; i < argv.length; i++) views.push(argv.buffer(i));
-  owned.setBuffers(views);
+  // What a policy answer needs after this turn: the arguments, copied once (the parser reuses its
+  // views); made into a CommandArgs only if the backend fails.
+  const saved = saveArgs(argv);
   const client = ctx.client;
   const server = ctx.server;
   const sentAtUs = ctx.nowUs;
@@ -111,7 +109,7 @@ export function runOnBackend(ctx: CommandContext, argv: CommandArgs, backend: Re
       } catch (e) {
         backend.errors++;
         backend.lastError = `unexpected script reply: ${(e as Error).message}`;
-        resolve((w) => answerByPolicy(server.contextFor(client, w), w, owned, backend, call));
+        resolve((w) => answerByPolicy(server.contextFor(client, w), w, restoreArgs(saved), backend, call));
         return;
       }
       if (cacheKey !== '' && outcome.limited) {
@@ -126,8 +124,45 @@ export function runOnBackend(ctx: CommandContext, argv: CommandArgs, backend: Re
       resolve((w) => w.error(error.message));
       return;
     }
-    resolve((w) => answerByPolicy(server.contextFor(client, w), w, owned, backend, call));
+    resolve((w) => answerByPolicy(server.contextFor(client, w), w, restoreArgs(saved), backend, call));
   });
+}
+
+/** prefix + the key in argument `i`, in one small buffer (from Node's pool). */
+export function prefixedKey(prefix: Buffer, argv: CommandArgs, i: number): Buffer {
+  const key = Buffer.allocUnsafe(prefix.length + argv.byteLength(i));
+  prefix.copy(key, 0);
+  argv.source(i).copy(key, prefix.length, argv.start(i), argv.end(i));
+  return key;
+}
+
+/** A command's arguments as one buffer and their ends. */
+interface SavedArgs {
+  bytes: Buffer;
+  ends: number[];
+}
+
+function saveArgs(argv: CommandArgs): SavedArgs {
+  let total = 0;
+  for (let i = 0; i < argv.length; i++) total += argv.byteLength(i);
+  const bytes = Buffer.allocUnsafe(total);
+  const ends: number[] = [];
+  let at = 0;
+  for (let i = 0; i < argv.length; i++) {
+    at += argv.source(i).copy(bytes, at, argv.start(i), argv.end(i));
+    ends.push(at);
+  }
+  return { bytes, ends };
+}
+
+function restoreArgs(saved: SavedArgs): CommandArgs {
+  const args = new CommandArgs();
+  let start = 0;
+  for (const end of saved.ends) {
+    args.push(saved.bytes, start, end);
+    start = end;
+  }
+  return args;
 }
 
 /** The policy's answer (backend down, slow, or failing). */

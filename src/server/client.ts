@@ -360,6 +360,8 @@ export class Client {
   private deferred = 0;
   /** Reading and executing stopped until some of the MAX_DEFERRED_REPLIES are answered. */
   private waitingForBackend = false;
+  /** A deferred reply was written since the queue was last sent (a flush is scheduled). */
+  private queueReady = false;
   /** close() came while replies were deferred: end the socket once the queue is empty. */
   private endWhenSent = false;
 
@@ -389,7 +391,12 @@ export class Client {
       slot.bytes = writer.take();
       this.server.stats.netOutputBytes += slot.bytes.length;
       this.deferred--;
-      this.sendQueued();
+      // The backend answers a pipeline's calls together: send them together at the end of the turn
+      // (Server.flushLater), one socket write instead of one per reply.
+      if (!this.queueReady) {
+        this.queueReady = true;
+        this.server.flushLater(this);
+      }
       if (this.waitingForBackend && this.deferred < MAX_DEFERRED_REPLIES / 2 && !this.socket.destroyed) {
         this.waitingForBackend = false;
         this.processGuarded();
@@ -426,14 +433,14 @@ export class Client {
     this.queuedBytes += bytes.length;
   }
 
-  /** Sends the queue's ready prefix (up to the first reply still missing). */
+  /** Sends the queue's ready prefix (up to the first reply still missing); after pendingOut (sendPending). */
   private sendQueued(): void {
+    this.queueReady = false;
     if (this.socket.destroyed) {
       this.queue = [];
       this.queuedBytes = 0;
       return;
     }
-    this.sendPending();
     const q = this.queue;
     let i = 0;
     const ready: Buffer[] = [];
@@ -456,9 +463,11 @@ export class Client {
   /** Sends the deferred replies, if any (before anything written after them). */
   sendPending(): void {
     const out = this.pendingOut;
-    if (out === null) return;
-    this.pendingOut = null;
-    if (!this.socket.destroyed) this.socket.write(out);
+    if (out !== null) {
+      this.pendingOut = null;
+      if (!this.socket.destroyed) this.socket.write(out);
+    }
+    if (this.queueReady) this.sendQueued();
   }
 
   /** Closes the connection now, replies or not (CLIENT KILL of another client, timeouts). */
