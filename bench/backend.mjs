@@ -224,13 +224,18 @@ function parseInfo(text) {
   return out;
 }
 
-/** Script calls (EVAL, EVALSHA and their _RO forms, FCALL) the Redis server has run so far. */
+/** Script calls (EVAL, EVALSHA and their _RO forms, FCALL) the Redis server has run so far, and the µs it spent in them (its own timing). */
 async function scriptCalls(port) {
   const info = String(await command(port, 'INFO', 'commandstats'));
   let calls = 0;
-  for (const m of info.matchAll(/^cmdstat_(eval|evalsha|eval_ro|evalsha_ro|fcall|fcall_ro):calls=(\d+)/gm)) calls += Number(m[2]);
-  return calls;
+  let usec = 0;
+  for (const m of info.matchAll(/^cmdstat_(eval|evalsha|eval_ro|evalsha_ro|fcall|fcall_ro):calls=(\d+),usec=(\d+)/gm)) {
+    calls += Number(m[2]);
+    usec += Number(m[3]);
+  }
+  return { calls, usec };
 }
+const sumStats = (list) => list.reduce((a, b) => ({ calls: a.calls + b.calls, usec: a.usec + b.usec }), { calls: 0, usec: 0 });
 
 // ---------------------------------------------------------------------------------------------------
 // Servers.
@@ -611,7 +616,7 @@ async function main() {
       redisCpu: redisPids.length ? sumCpu(redisPids) : NaN,
       sidecarCpu: sidecarPids.length ? sumCpu(sidecarPids) : NaN,
       genCpu: process.cpuUsage(),
-      scripts: c.backend === null && !c.direct ? NaN : (await Promise.all(redisPorts.map(scriptCalls))).reduce((a, b) => a + b, 0),
+      scripts: c.backend === null && !c.direct ? null : sumStats(await Promise.all(redisPorts.map(scriptCalls))),
       backend: c.backend ? await backendInfo(sidecars) : null,
     });
     const run = await drive(conns, c.next, refusedBy(c), SECONDS, { before: counters, after: counters });
@@ -632,7 +637,8 @@ async function main() {
       redisUsPerOp: ((a.redisCpu - b.redisCpu) * 1e6) / requests,
       sidecarUsPerOp: ((a.sidecarCpu - b.sidecarCpu) * 1e6) / requests,
       genUsPerOp: (genCpuS * 1e6) / requests,
-      scripts: a.scripts - b.scripts,
+      scripts: a.scripts ? a.scripts.calls - b.scripts.calls : NaN,
+      scriptUs: a.scripts ? (a.scripts.usec - b.scripts.usec) / Math.max(1, a.scripts.calls - b.scripts.calls) : NaN,
       backendCalls: d('backend_calls'),
       cacheHits: d('backend_cache_hits'),
       policy: d('backend_policy_decisions'),
@@ -644,7 +650,7 @@ async function main() {
     };
     r.perRedisCore = 1e6 / r.redisUsPerOp;
     results.push(r);
-    say(`${c.id.padEnd(9)} ${fmtInt(r.rps).padStart(9)} req/s  p50 ${fmtMs(r.p50)} ms  p99 ${fmtMs(r.p99)} ms  redis ${fmtUs(r.redisUsPerOp)} µs/op  sidecars ${fmtUs(r.sidecarUsPerOp)} µs/op  generator ${fmtUs(r.genUsPerOp)} µs/op  ` +
+    say(`${c.id.padEnd(9)} ${fmtInt(r.rps).padStart(9)} req/s  p50 ${fmtMs(r.p50)} ms  p99 ${fmtMs(r.p99)} ms  redis ${fmtUs(r.redisUsPerOp)} µs/op (script ${fmtUs(r.scriptUs)})  sidecars ${fmtUs(r.sidecarUsPerOp)} µs/op  generator ${fmtUs(r.genUsPerOp)} µs/op  ` +
       `scripts/req ${Number.isFinite(r.scripts) ? (r.scripts / requests).toFixed(3) : '—'}  exact ${Number.isFinite(allowedOfExact) ? `${allowedOfExact}/${EXACT_CALLS}` : "—"}  errors ${r.errors}${r.firstError ? ` (${r.firstError.message})` : ''}`);
   }
   await stop(redis.child);
@@ -658,6 +664,7 @@ async function main() {
     fmtMs(r.p50),
     fmtMs(r.p99),
     fmtUs(r.redisUsPerOp),
+    fmtUs(r.scriptUs),
     fmtInt(r.perRedisCore),
     fmtUs(r.sidecarUsPerOp),
     Number.isFinite(r.scripts) ? (r.scripts / r.requests).toFixed(3) : '—',
@@ -665,7 +672,7 @@ async function main() {
     r.errors + (Number.isFinite(r.policy) ? r.policy : 0),
   ]);
   const resultTable = table(
-    ['configuration', 'requests/s', 'p50 ms', 'p99 ms', 'Redis CPU µs/req', 'req per Redis CPU-s', 'sidecars CPU µs/req', 'scripts/req', `allowed (limit ${EXACT_LIMIT})`, 'errors + policy answers'],
+    ['configuration', 'requests/s', 'p50 ms', 'p99 ms', 'Redis CPU µs/req', 'in the script µs/call', 'req per Redis CPU-s', 'sidecars CPU µs/req', 'scripts/req', `allowed (limit ${EXACT_LIMIT})`, 'errors + policy answers'],
     rows,
   );
   const checks = [];
@@ -741,7 +748,10 @@ Before each run, ${EXACT_CALLS} calls at once on one key allowed ${EXACT_LIMIT} 
 CPU per request: utime + stime (\`/proc/<pid>/stat\`) over the measured window ÷ the requests answered in it;
 "Redis" sums every redis-server process (three for the cluster), "sidecars" the three cellgate processes.
 "Requests per Redis CPU-second" is 10⁶ ÷ Redis CPU µs per request: the throughput one Redis core would
-carry. "Scripts/req": INFO commandstats eval + evalsha calls on the backend over the window ÷ requests.
+carry. "In the script": Redis's own timing of the script calls (INFO commandstats usec ÷ calls: wall clock
+around each call, so a loaded machine's preemption inflates it), the share of Redis's work spent running the
+Lua rather than reading, parsing and writing. "Scripts/req": INFO commandstats
+eval + evalsha calls on the backend over the window ÷ requests.
 
 ### Results
 
