@@ -54,6 +54,7 @@ const FIELDS = 7;
 const LUA = String.raw`
 local MAGIC = 198
 local HEADER = 34
+local WHOLE = HEADER + 16 * 8
 local MAX_SCALED = 4503599627370496
 local SAFE = 9007199254740992
 local WRONGTYPE = 'WRONGTYPE Operation against a key holding the wrong kind of value'
@@ -84,23 +85,38 @@ end
 local function isint(x) return x == x and x == math.floor(x) and x <= SAFE and x >= -SAFE end
 
 -- The key's state, or nil when absent or expired at nowMs; false when it is not a cellgate value.
-local function load(key)
-  local v = redis.pcall('GET', key)
-  if type(v) == 'table' then return false end
-  if not v then return nil end
-  local len = #v
-  if len < HEADER or string.byte(v, 1) ~= MAGIC then return false end
-  local t = string.byte(v, 2)
+-- A value of at most WHOLE bytes is read at once; a longer one (a sliding log of more than 8
+-- entries) by its header, then entry by entry as the binary searches need them: a call reads
+-- O(log n) of it, never the whole log.
+local function load(key, op)
+  local v, len, hdr
+  if op ~= 's' then
+    v = redis.pcall('GET', key)
+    if type(v) == 'table' then return false end
+    if not v then return nil end
+    len = #v
+    hdr = v
+  else
+    len = redis.pcall('STRLEN', key)
+    if type(len) == 'table' then return false end
+    if len == 0 then
+      if redis.call('EXISTS', key) == 1 then return false end
+      return nil
+    end
+    if len <= WHOLE then v = redis.call('GET', key); hdr = v else hdr = redis.call('GETRANGE', key, 0, HEADER - 1) end
+  end
+  if len < HEADER or string.byte(hdr, 1) ~= MAGIC then return false end
+  local t = string.byte(hdr, 2)
   if t < 1 or t > 6 then return false end
-  local exp, a, b, c = struct.unpack('<dddd', v, 3)
+  local exp, a, b, c = struct.unpack('<dddd', hdr, 3)
   if not (isint(exp) and isint(a) and isint(b) and isint(c)) then return false end
   if t == 5 then
-    if (len - HEADER) % 16 ~= 0 or b ~= (len - HEADER) / 16 or b < 1 then return false end
+    if (len - HEADER) % 16 ~= 0 or a < 0 or b < 1 or a + b ~= (len - HEADER) / 16 then return false end
   elseif len ~= HEADER then
     return false
   end
   if nowMs > exp then return nil end
-  return { t = t, exp = exp, a = a, b = b, c = c, v = v }
+  return { t = t, exp = exp, a = a, b = b, c = c, v = v, key = key, cache = {} }
 end
 
 -- (us, ns) pairs, as cell-throttle.ts.
@@ -288,9 +304,14 @@ local function fixed_window(limit, period, cost, s)
     return { limited = false, limit = limit, remaining = limit - count - cost, retry = -1, reset = untilEnd,
       delay = 0, write = true, a = ws, b = count + cost, c = 0, exp = wend }
   end
-  local retry = -1
-  if cost <= limit then retry = untilEnd end
-  return { limited = true, limit = limit, remaining = spendable, retry = retry, reset = reset, delay = 0, write = false }
+  local d = { limited = true, limit = limit, remaining = spendable, retry = -1, reset = reset, delay = 0, write = false }
+  if cost <= limit then
+    d.retry = untilEnd
+    -- The count is s.b until a window of this period starts after s.a: at untilEnd when s.a is one
+    -- of this period's window starts, earlier when it was written with another period.
+    d.first = (s.a - fmod(s.a, period) + period) * 1000
+  end
+  return d
 end
 
 local function sliding_window(limit, period, cost, s)
@@ -330,13 +351,26 @@ local function sliding_window(limit, period, cost, s)
   return d
 end
 
--- The sliding log: entries k = 0..n-1 oldest first at HEADER + 16k: ms, running total; the units in
--- entries 0..k are total(k) - offset, offset = total(n-1) - C.
-local function log_ms(v, k) return (struct.unpack('<d', v, HEADER + 1 + 16 * k)) end
-local function log_total(v, k) return (struct.unpack('<d', v, HEADER + 9 + 16 * k)) end
+-- The sliding log: after the header, entries of 16 bytes (ms, running total), oldest first; the
+-- first A of them slid out (dropped lazily, see log_write), the B after them are the log. Entry k
+-- below is the k-th of those B; the units in entries 0..k are total(k) - offset, with
+-- offset = total(B-1) - C.
+local function entry_pos(s, k) return HEADER + 1 + 16 * (s.a + k) end
+local function log_entry(s, k)
+  if s.v then return struct.unpack('<dd', s.v, entry_pos(s, k)) end
+  local e = s.cache[k]
+  if not e then
+    local p = entry_pos(s, k) - 1
+    e = redis.call('GETRANGE', s.key, p, p + 15)
+    s.cache[k] = e
+  end
+  return struct.unpack('<dd', e)
+end
+local function log_ms(s, k) local ms = log_entry(s, k); return ms end
+local function log_total(s, k) local _, total = log_entry(s, k); return total end
 local function log_view(s)
   if not s then return 0, 0 end
-  return s.b, log_total(s.v, s.b - 1) - s.c
+  return s.b, log_total(s, s.b - 1) - s.c
 end
 local function count_expired(v, n, cutoff)
   if n == 0 or log_ms(v, 0) > cutoff then return 0 end
@@ -370,7 +404,7 @@ end
 
 local function sliding_log(limit, period, cost, s)
   local n, offset = log_view(s)
-  local v = s and s.v
+  local v = s
   local expiredEntries, expiredUnits = 0, 0
   local atMs = nowMs
   local newest = nil
@@ -398,26 +432,49 @@ local function sliding_log(limit, period, cost, s)
   return d
 end
 
--- The value of a sliding log after an allowed call (slidingLogRecord, on the linear layout).
-local function log_record(s, d, cost)
-  local n, offset = log_view(s)
-  local v = s and s.v
+local function header(t, d) return struct.pack('<BBdddd', MAGIC, t, d.exp, d.a, d.b, d.c) end
+local function pxat(ms) return string.format('%.0f', ms) end
+
+-- Stores a sliding log after an allowed call (slidingLogRecord): drops what slid out, merges or
+-- appends the call's entry. In place (APPEND / SETRANGE of a few bytes) while the dropped prefix is
+-- shorter than the log; else the log is rewritten without it, which each entry pays for once when
+-- it slides out: O(1) amortized, as the local ring.
+local function log_write(key, s, d, cost)
+  local n = 0
+  if s then n = s.b end
   local first, units, when = d.firstLive, d.units, d.when
   local live = n - first
-  local merge = live > 0 and log_ms(v, n - 1) == when
+  local merge = live > 0 and log_ms(s, n - 1) == when
   local after = live + 1
   if merge then after = live end
-  local body = ''
   local newestTotal = 0
+  if live > 0 then newestTotal = log_total(s, n - 1) end
+  -- Keep the totals exact integers: past 2^52 count them from the oldest live entry again.
+  local restart = newestTotal + cost > MAX_SCALED
+  d.b = after
+  d.c = units + cost
+  if s and not s.v and live > 0 and not restart and s.a + first < after then
+    d.a = s.a + first
+    if merge then
+      redis.call('SETRANGE', key, HEADER + 16 * (s.a + n - 1) + 8, struct.pack('<d', newestTotal + cost))
+    else
+      redis.call('APPEND', key, struct.pack('<dd', when, newestTotal + cost))
+    end
+    redis.call('SETRANGE', key, 0, header(5, d))
+    redis.call('PEXPIREAT', key, pxat(d.exp))
+    return
+  end
+  local body = ''
   if live > 0 then
-    body = string.sub(v, HEADER + 1 + 16 * first, HEADER + 16 * n)
-    newestTotal = log_total(v, n - 1)
-    if newestTotal + cost > MAX_SCALED then
-      -- Keep the totals exact integers: count them from the oldest live entry again.
-      local parts = {}
+    local from = entry_pos(s, first)
+    if s.v then body = string.sub(s.v, from, from + 16 * live - 1)
+    else body = redis.call('GETRANGE', key, from - 1, from + 16 * live - 2) end
+    if restart then
       local base = newestTotal - units
-      for k = first, n - 1 do
-        parts[#parts + 1] = struct.pack('<dd', log_ms(v, k), log_total(v, k) - base)
+      local parts = {}
+      for k = 0, live - 1 do
+        local ms, total = struct.unpack('<dd', body, 1 + 16 * k)
+        parts[k + 1] = struct.pack('<dd', ms, total - base)
       end
       body = table.concat(parts)
       newestTotal = units
@@ -429,9 +486,7 @@ local function log_record(s, d, cost)
     body = body .. struct.pack('<dd', when, newestTotal + cost)
   end
   d.a = 0
-  d.b = after
-  d.c = units + cost
-  return body
+  redis.call('SET', key, header(5, d) .. body, 'PXAT', pxat(d.exp))
 end
 
 local function reply(d, six)
@@ -451,7 +506,7 @@ for i = 1, n do
   local op = ARGV[base]
   local t = 1
   if op == 't' then t = 2 elseif op == 'l' then t = 3 elseif op == 'f' then t = 4 elseif op == 's' then t = 5 elseif op == 'w' then t = 6 end
-  local s = load(KEYS[i])
+  local s = load(KEYS[i], op)
   if s == false or (s and s.t ~= t) then return redis.error_reply(WRONGTYPE) end
   states[i] = s
   types[i] = t
@@ -539,10 +594,8 @@ for i = 1, n do
   local d = decisions[i]
   local op = ARGV[3 + (i - 1) * ${FIELDS}]
   if d.write and not (all and limited) then
-    local body = ''
-    if op == 's' then body = log_record(states[i], d, d.cost) end
-    redis.call('SET', KEYS[i], struct.pack('<BBdddd', MAGIC, types[i], d.exp, d.a, d.b, d.c) .. body,
-      'PXAT', string.format('%.0f', d.exp))
+    if op == 's' then log_write(KEYS[i], states[i], d, d.cost)
+    else redis.call('SET', KEYS[i], header(types[i], d), 'PXAT', pxat(d.exp)) end
   end
   local r = reply(d, op ~= 'c' and op ~= 'g')
   -- The first µs the same call is allowed: from the decision, or when the key expires (then it is
@@ -550,13 +603,14 @@ for i = 1, n do
   local refused = -1
   if d.limited and d.retry ~= -1 then
     local first = d.first
-    if op ~= 'c' and op ~= 'g' and op ~= 'r' then first = (nowMs + d.retry) * 1000 end
+    if first == nil then first = (nowMs + d.retry) * 1000 end
     local s = states[i]
     if s then
       local gone = (s.exp + 1) * 1000
       if first == nil or gone < first then first = gone end
     end
-    if first ~= nil then refused = first - nowUs - 1 end
+    -- µs instants past 2^53 (year 2255) are not exact doubles: no exact answer then.
+    if first ~= nil and first < SAFE then refused = first - nowUs - 1 end
   end
   r[#r + 1] = refused
   out[#out + 1] = r
@@ -651,17 +705,19 @@ end
 local nowMs = math.floor(nowUs / 1000)
 local kind = redis.call('TYPE', KEYS[1]).ok
 if kind ~= 'string' then return redis.status_reply(kind) end
-local v = redis.call('GET', KEYS[1])
+-- The header only (a long sliding log is not read): the same checks as the limiter script's load.
+local len = redis.call('STRLEN', KEYS[1])
+local v = redis.call('GETRANGE', KEYS[1], 0, 33)
 local names = { 'gcra', 'tokenbucket', 'leakybucket', 'fixedwindow', 'slidinglog', 'slidingwindow' }
-if #v < 34 or string.byte(v, 1) ~= 198 then return redis.status_reply('string') end
-local t = string.byte(v, 2)
-local name = names[t]
+if len < 34 or string.byte(v, 1) ~= 198 then return redis.status_reply('string') end
+local name = names[string.byte(v, 2)]
 if name == nil then return redis.status_reply('string') end
-local exp = struct.unpack('<d', v, 3)
-if not (exp == exp and exp == math.floor(exp)) then return redis.status_reply('string') end
-if t == 5 then
-  if (#v - 34) % 16 ~= 0 or #v == 34 then return redis.status_reply('string') end
-elseif #v ~= 34 then
+local exp, a, b, c = struct.unpack('<dddd', v, 3)
+local function isint(x) return x == x and x == math.floor(x) and math.abs(x) <= 9007199254740992 end
+if not (isint(exp) and isint(a) and isint(b) and isint(c)) then return redis.status_reply('string') end
+if name == 'slidinglog' then
+  if (len - 34) % 16 ~= 0 or a < 0 or b < 1 or a + b ~= (len - 34) / 16 then return redis.status_reply('string') end
+elseif len ~= 34 then
   return redis.status_reply('string')
 end
 if nowMs > exp then return redis.status_reply('none') end

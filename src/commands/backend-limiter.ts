@@ -16,7 +16,8 @@
  */
 import { CommandArgs } from '../protocol/command-args.js';
 import type { ReplyWriter } from '../protocol/reply-writer.js';
-import { KeyType } from '../keyspace/keyspace.js';
+import { KeyType, TYPE_NAMES } from '../keyspace/keyspace.js';
+import { WRONGTYPE } from './throttle.js';
 import { keySlot } from '../backend/key-slot.js';
 import { limiterScriptArgv, parseLimiterReply, type ScriptLimit, type ScriptOutcome } from '../backend/limiter-script.js';
 import { isDecision, TIMED_OUT, type RedisBackend } from '../backend/redis-backend.js';
@@ -90,7 +91,7 @@ export function runOnBackend(ctx: CommandContext, argv: CommandArgs, backend: Re
   // The debug clock, when frozen (DEBUG CLOCK, tests), is the script's time; otherwise the backend's TIME.
   const scriptArgv = limiterScriptArgv(call.limits, call.allOrNothing, ctx.server.clock.frozen ? ctx.nowUs : null);
   if (!Array.isArray(scriptArgv)) {
-    ctx.reply.error(scriptArgv.error);
+    errorAfterTypeCheck(ctx, backend, keys, call.limits.map(typeName), scriptArgv.error);
     return;
   }
   // What a policy answer needs after this turn: the arguments, copied once (the parser reuses its
@@ -126,6 +127,28 @@ export function runOnBackend(ctx: CommandContext, argv: CommandArgs, backend: Re
     }
     resolve((w) => answerByPolicy(server.contextFor(client, w), w, restoreArgs(saved), backend, call));
   });
+}
+
+/** The TYPE a limit's key has locally ('gcra' for CL.THROTTLE and GCRA). */
+function typeName(l: ScriptLimit): string {
+  return l.kind === 'rl' ? TYPE_NAMES[l.type] : TYPE_NAMES[KeyType.Gcra];
+}
+
+/**
+ * An argument error found after the key lookup locally (GCRA's overflow errors, the backend's 2^53
+ * limit): a key of another type answers WRONGTYPE first, as it does locally, so the type is asked.
+ */
+export function errorAfterTypeCheck(ctx: CommandContext, backend: RedisBackend, keys: Buffer[], expected: string[], message: string): void {
+  if (!backend.usable) {
+    ctx.reply.error(message);
+    return;
+  }
+  const resolve = ctx.client.defer();
+  const argv = [ctx.server.clock.frozen ? String(ctx.nowUs) : ''];
+  Promise.all(keys.map((k) => backend.askType(k, argv))).then(
+    (types) => resolve((w) => w.error(types.some((t, i) => String(t) !== 'none' && String(t) !== expected[i]) ? WRONGTYPE : message)),
+    () => resolve((w) => w.error(message)),
+  );
 }
 
 /** prefix + the key in argument `i`, in one small buffer (from Node's pool). */

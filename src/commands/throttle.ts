@@ -10,7 +10,7 @@ import { cellParams, cellThrottle, newCellDecision, MAX_BURST, MAX_PERIOD_SEC, M
 import { gcraDecide, gcraParams, newGcraDecision } from '../limiters/redis-gcra.js';
 import { firstKeyOnly, type CommandContext, type CommandSpec } from './types.js';
 import { LimiterCounter } from '../server/stats.js';
-import { runOnBackend } from './backend-limiter.js';
+import { errorAfterTypeCheck, KEY_TOO_LONG, MAX_BACKEND_KEY_BYTES, prefixedKey, runOnBackend } from './backend-limiter.js';
 
 export const WRONGTYPE = 'WRONGTYPE Operation against a key holding the wrong kind of value';
 
@@ -241,7 +241,10 @@ function gcra(ctx: CommandContext, argv: CommandArgs): void {
   // C divides by the long converted to double: the nearest double, as Number() gives.
   const params = gcraParams(maxBurst, Number(tokensPerPeriod), period, tokens);
   if (params === 'tokens-overflow' || params === 'burst-overflow') {
-    r.error(`${GCRA_OVERFLOW} ${params === 'tokens-overflow' ? 'TOKENS' : 'max_burst'} would cause an overflow`);
+    const message = `${GCRA_OVERFLOW} ${params === 'tokens-overflow' ? 'TOKENS' : 'max_burst'} would cause an overflow`;
+    if (backend === null) r.error(message);
+    else if (argv.byteLength(1) > MAX_BACKEND_KEY_BYTES) r.error(KEY_TOO_LONG);
+    else errorAfterTypeCheck(ctx, backend, [prefixedKey(backend.prefixBytes, argv, 1)], ['gcra'], message);
     return;
   }
   if (backend !== null) {

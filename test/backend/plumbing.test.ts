@@ -294,6 +294,16 @@ describe('rediss://', () => {
   });
 });
 
+describe('errors in the local order', () => {
+  it("GCRA's overflow errors come after the key's type, as locally", async () => {
+    await client.del('ord:k', 'ord:fresh');
+    await client.call('RL.TOKENBUCKET', 'ord:k', '1', '1000');
+    expect(await errorOf(client.call('GCRA', 'ord:k', '1', '1', '1', 'TOKENS', '9223372036854775807'))).toMatch(/^WRONGTYPE/);
+    expect(await errorOf(client.call('GCRA', 'ord:fresh', '1', '1', '1', 'TOKENS', '9223372036854775807'))).toMatch(/TOKENS would cause an overflow$/);
+    expect(await errorOf(client.call('GCRA', 'ord:fresh', '9223372036854775806', '1', '100000000000'))).toMatch(/max_burst would cause an overflow$/);
+  });
+});
+
 describe('hostile input', () => {
   it('a key too long for the backend is refused before anything is sent; the connection stays up for everyone', async () => {
     const huge = 'k'.repeat(100 * 1024);

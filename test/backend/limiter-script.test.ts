@@ -1,0 +1,333 @@
+/**
+ * The backend limiter script on a real redis-server, call by call: the reply decoding, refusedForUs
+ * (probed with the debug time: refused at its last µs, allowed one µs later), WRONGTYPE for values
+ * that are not cellgate's (never a Lua error), the stored expiry, TYPE_SCRIPT, TIME when no debug
+ * time is given, and the parameters refused up front.
+ */
+import { beforeAll, describe, expect, it } from 'vitest';
+import { useRedis } from './redis-process.js';
+import {
+  BACKEND_WIDE_ERROR, LIMITER_SCRIPT, TYPE_SCRIPT, limiterScriptArgv, parseLimiterReply, type ScriptLimit,
+} from '../../src/backend/limiter-script.js';
+import { cellParams, type CellParams } from '../../src/limiters/cell-throttle.js';
+import { gcraParams, type GcraParams } from '../../src/limiters/redis-gcra.js';
+import { gcraMsParams, newGcraMsParams } from '../../src/limiters/gcra-ms.js';
+import { KeyType } from '../../src/keyspace/keyspace.js';
+import { FakeKey, replyOf } from '../limiters/rl-harness.js';
+
+const env = useRedis();
+let sha = '';
+let typeSha = '';
+
+beforeAll(async () => {
+  sha = (await env.redis.script('LOAD', LIMITER_SCRIPT)) as string;
+  typeSha = (await env.redis.script('LOAD', TYPE_SCRIPT)) as string;
+});
+
+/** A week ahead of the real clock: Redis's own expiry never removes what the script still holds. */
+const T0 = (Date.now() + 7 * 86400_000) * 1000;
+
+function rl(type: KeyType, limit: number, periodMs: number, cost: number, burst = limit): ScriptLimit {
+  const gcra = newGcraMsParams();
+  if (type === KeyType.Gcra) expect(gcraMsParams(limit, periodMs, burst, gcra)).toBeNull();
+  return { kind: 'rl', type, limit, periodMs, burst, gcra, cost };
+}
+function cl(maxBurst: number, count: number, period: number, quantity: number): ScriptLimit {
+  return { kind: 'cl.throttle', params: cellParams(maxBurst, count, period) as CellParams, quantity };
+}
+function gcra(maxBurst: number, tpp: number, period: number, tokens: number): ScriptLimit {
+  return { kind: 'gcra', params: gcraParams(maxBurst, tpp, period, tokens) as GcraParams };
+}
+
+async function call(keys: string[], limits: ScriptLimit[], nowUs: number | null, all = false) {
+  const argv = limiterScriptArgv(limits, all, nowUs);
+  if (!Array.isArray(argv)) throw new Error(argv.error);
+  return parseLimiterReply(await env.redis.evalsha(sha, keys.length, ...keys, ...argv), limits);
+}
+
+async function type(key: string, nowUs: number): Promise<string> {
+  return (await env.redis.evalsha(typeSha, 1, key, String(nowUs))) as string;
+}
+
+/** Spends until refused; returns the refusal's time and outcome. */
+async function refuse(key: string, l: ScriptLimit, at: number) {
+  for (let i = 0; i < 1000; i++) {
+    const o = await call([key], [l], at);
+    if (o.limited) return { at, outcome: o.limits[0] };
+    at += 7;
+  }
+  throw new Error('never refused');
+}
+
+/** refusedForUs is exact: the same call is refused at its last µs and allowed one µs later. */
+async function expectExact(key: string, l: ScriptLimit, at: number, refusedForUs: number): Promise<void> {
+  expect(refusedForUs).toBeGreaterThanOrEqual(0);
+  // A refused call writes nothing, so both probes read the state the refusal saw.
+  expect((await call([key], [l], at + refusedForUs)).limited).toBe(true);
+  expect((await call([key], [l], at + refusedForUs + 1)).limited).toBe(false);
+}
+
+describe('limiter script, call by call', () => {
+  it('CL.THROTTLE: reply as redis-cell, expiry stored with PXAT, refusedForUs exact to the µs (ns intervals)', async () => {
+    // 3 per second: T = 333333333 ns, a nanosecond part that the µs answer must round the right way.
+    const l = cl(1, 3, 1, 1);
+    const first = await call(['c:1'], [l], T0);
+    expect(first).toEqual({ limited: false, limits: [{ values: [0, 2, 1, -1, 1], refusedForUs: -1 }] });
+    expect(await env.redis.call('PEXPIRETIME', 'c:1')).toBe(Math.floor(T0 / 1000) + 333);
+    const { at, outcome } = await refuse('c:1', l, T0 + 1);
+    expect(outcome.values.slice(0, 2)).toEqual([1, 2]);
+    await expectExact('c:1', l, at, outcome.refusedForUs);
+  });
+
+  it('CL.THROTTLE: quantity above the limit is refused for good (-1); remaining saturated to i64::MAX decodes as the local value', async () => {
+    const never = await call(['c:2'], [cl(1, 3, 1, 3)], T0);
+    expect(never.limits[0]).toEqual({ values: [1, 2, 2, -1, 0], refusedForUs: -1 });
+    // An interval below 1 µs (2·10^6 per second): redis-cell's remaining divides by 0 µs.
+    const sat = await call(['c:3'], [cl(5, 2_000_000, 1, 1)], T0);
+    expect(sat.limits[0].values).toEqual([0, 6, Number.MAX_VALUE, -1, 0]);
+  });
+
+  it('GCRA (Redis): refusedForUs exact on the millisecond-truncated clock', async () => {
+    const l = gcra(0, 1, 0.25, 1);
+    const { at, outcome } = await refuse('g:1', l, T0 + 123);
+    expect(outcome.values[0]).toBe(1);
+    await expectExact('g:1', l, at, outcome.refusedForUs);
+  });
+
+  it('RL.* : refusedForUs exact for each algorithm, from a sub-ms instant', async () => {
+    const cases: [string, ScriptLimit][] = [
+      ['tb', rl(KeyType.TokenBucket, 3, 1000, 1, 2)],
+      ['lb', rl(KeyType.LeakyBucket, 3, 1000, 1, 2)],
+      ['fw', rl(KeyType.FixedWindow, 2, 1000, 1)],
+      ['sl', rl(KeyType.SlidingLog, 2, 1000, 1)],
+      ['sw', rl(KeyType.SlidingWindow, 2, 1000, 1)],
+      ['rg', rl(KeyType.Gcra, 3, 1000, 1, 2)],
+    ];
+    for (const [name, l] of cases) {
+      const { at, outcome } = await refuse(`r:${name}`, l, T0 + 456);
+      await expectExact(`r:${name}`, l, at, outcome.refusedForUs);
+    }
+  });
+
+  it('refusedForUs is the true wait when the key was written with other limits: shorter than retry_after', async () => {
+    // A fixed window written with period 1000 (window start 1000 ms past `base`, which is not one of
+    // period 300's) and read with period 300 after a step back to 950 ms: retry_after counts to the
+    // stored start + 300, but the count stops applying at the next 300 ms window start (1200).
+    const base = Math.ceil(T0 / 3e6) * 3e6; // µs; its ms a multiple of both periods
+    expect((await call(['fw:x'], [rl(KeyType.FixedWindow, 1, 1000, 1)], base + 1_200_000)).limited).toBe(false);
+    const l = rl(KeyType.FixedWindow, 1, 300, 1);
+    const o = await call(['fw:x'], [l], base + 950_000);
+    expect(o.limited).toBe(true);
+    expect(o.limits[0].values[3]).toBe(350);
+    expect(o.limits[0].refusedForUs).toBe(250_000 - 1);
+    await expectExact('fw:x', l, base + 950_000, o.limits[0].refusedForUs);
+  });
+
+  it('refusedForUs is bounded by the key\'s expiry: a writer with a faster refill set an earlier one', async () => {
+    expect((await call(['tb:x'], [rl(KeyType.TokenBucket, 100, 1000, 5, 5)], T0)).limited).toBe(false);
+    const slow = rl(KeyType.TokenBucket, 1, 1000, 5, 5);
+    const r = await call(['tb:x'], [slow], T0 + 1);
+    expect(r.limited).toBe(true);
+    expect(r.limits[0].values[3]).toBe(5000);
+    expect(r.limits[0].refusedForUs).toBe((Math.floor(T0 / 1000) + 50 + 1) * 1000 - (T0 + 1) - 1);
+    await expectExact('tb:x', slow, T0 + 1, r.limits[0].refusedForUs);
+  });
+
+  it('RL.ALL: nothing is written unless every limit allows; each limit answers as if alone', async () => {
+    const limits = [rl(KeyType.TokenBucket, 10, 1000, 2), rl(KeyType.FixedWindow, 1, 1000, 2)];
+    const o = await call(['{a}1', '{a}2'], limits, T0, true);
+    expect(o.limited).toBe(true);
+    expect(o.limits[0]).toEqual({ values: [0, 10, 8, -1, 200, 0], refusedForUs: -1 });
+    expect(o.limits[1]).toEqual({ values: [1, 1, 1, -1, 0, 0], refusedForUs: -1 });
+    expect(await env.redis.exists('{a}1', '{a}2')).toBe(0);
+    // The same two limits without all-or-nothing: the allowed one is spent.
+    await call(['{a}1', '{a}2'], limits, T0, false);
+    expect(await env.redis.exists('{a}1', '{a}2')).toBe(1);
+  });
+
+  it('WRONGTYPE for another algorithm\'s key and for values that are not cellgate\'s, never a Lua error', async () => {
+    await call(['w:tb'], [rl(KeyType.TokenBucket, 5, 1000, 1)], T0);
+    await env.redis.hset('w:hash', 'f', 'v');
+    await env.redis.set('w:plain', 'hello');
+    const forged = Buffer.alloc(34);
+    forged[0] = 198;
+    forged[1] = 2;
+    forged.writeDoubleLE(NaN, 2);
+    await env.redis.set('w:nan', forged);
+    const short = Buffer.from([198, 2, 0, 0]);
+    await env.redis.set('w:short', short);
+    const log = Buffer.alloc(34 + 8); // a sliding log whose entries are not whole 16-byte pairs
+    log[0] = 198;
+    log[1] = 5;
+    log.writeDoubleLE(Math.floor(T0 / 1000) + 1000, 2);
+    await env.redis.set('w:log', log);
+    await env.redis.lpush('w:list', 'x');
+    const wrong = 'WRONGTYPE Operation against a key holding the wrong kind of value';
+    for (const key of ['w:hash', 'w:plain', 'w:nan', 'w:short', 'w:log', 'w:list']) {
+      for (const l of [cl(1, 1, 1, 1), gcra(1, 1, 1, 1), rl(KeyType.SlidingLog, 5, 1000, 1), rl(KeyType.Gcra, 5, 1000, 1)]) {
+        await expect(call([key], [l], T0), `${key} ${l.kind}`).rejects.toThrow(wrong);
+      }
+    }
+    await expect(call(['w:tb'], [rl(KeyType.FixedWindow, 5, 1000, 1)], T0)).rejects.toThrow(wrong);
+    await expect(call(['w:tb'], [cl(1, 1, 1, 1)], T0)).rejects.toThrow(wrong);
+    // In RL.ALL the first WRONGTYPE ends the call before anything is written.
+    await expect(call(['w:new', 'w:hash'], [rl(KeyType.TokenBucket, 5, 1000, 1), rl(KeyType.TokenBucket, 5, 1000, 1)], T0, true)).rejects.toThrow(wrong);
+    expect(await env.redis.exists('w:new')).toBe(0);
+    // Another algorithm's key that has expired by the stored expiry is absent, not WRONGTYPE.
+    const later = T0 + 10 * 1e6;
+    expect((await call(['w:tb'], [rl(KeyType.FixedWindow, 5, 1000, 1)], later)).limited).toBe(false);
+  });
+
+  it('TYPE_SCRIPT: cellgate names, none when absent or expired by the stored expiry, Redis\'s TYPE otherwise', async () => {
+    await call(['t:gcra'], [cl(1, 1, 1, 1)], T0);
+    await call(['t:log'], [rl(KeyType.SlidingLog, 5, 1000, 1)], T0);
+    await call(['t:sw'], [rl(KeyType.SlidingWindow, 5, 1000, 1)], T0);
+    await env.redis.hset('t:hash', 'f', 'v');
+    await env.redis.set('t:plain', 'x');
+    expect(await type('t:gcra', T0)).toBe('gcra');
+    expect(await type('t:log', T0)).toBe('slidinglog');
+    expect(await type('t:sw', T0)).toBe('slidingwindow');
+    expect(await type('t:hash', T0)).toBe('hash');
+    expect(await type('t:plain', T0)).toBe('string');
+    expect(await type('t:absent', T0)).toBe('none');
+    // The sliding log's key lives until its entry slides out: 1000 ms.
+    expect(await type('t:log', T0 + 1000_999)).toBe('slidinglog');
+    expect(await type('t:log', T0 + 1_001_000)).toBe('none');
+  });
+
+  it('without a debug time the script reads TIME: the stored expiry follows Redis\'s clock', async () => {
+    const before = Number((await env.redis.time())[0]) * 1000;
+    const o = await call(['time:1'], [rl(KeyType.FixedWindow, 5, 60_000, 1)], null);
+    expect(o.limited).toBe(false);
+    const exp = (await env.redis.call('PEXPIRETIME', 'time:1')) as number;
+    // A fixed window's key expires at the end of the minute window holding Redis's now.
+    expect(exp % 60_000).toBe(0);
+    expect(exp).toBeGreaterThan(before);
+    expect(exp).toBeLessThanOrEqual(before + 61_000);
+  });
+
+  it('a stored TAT whose next value would pass 2^53 µs: the 2^53 error from the script, not a Lua error or a rounded answer', async () => {
+    const value = Buffer.alloc(34);
+    value[0] = 198;
+    value[1] = 1;
+    value.writeDoubleLE(2 ** 52, 2); // expiry (ms): far ahead
+    value.writeDoubleLE(2 ** 53 - 10, 10); // TAT, µs
+    await env.redis.set('wide:tat', value);
+    await expect(call(['wide:tat'], [gcra(10, 1, 1, 1)], T0)).rejects.toThrow(BACKEND_WIDE_ERROR);
+    expect(Buffer.compare((await env.redis.getBuffer('wide:tat'))!, value)).toBe(0);
+    // CL.THROTTLE's µs + ns arithmetic has no such bound below 2^53: it answers (refused, TAT ahead).
+    expect((await call(['wide:tat'], [cl(10, 1, 1, 1)], T0)).limited).toBe(true);
+  });
+
+  it('limiterScriptArgv refuses GCRA parameters that only the BigInt path computes exactly', () => {
+    const wide = gcraParams(2n ** 60n, 1_000_000, 1, 1);
+    expect(typeof wide === 'object' && wide.wide !== null).toBe(true);
+    expect(limiterScriptArgv([{ kind: 'gcra', params: wide as GcraParams }], false, T0)).toEqual({ error: BACKEND_WIDE_ERROR });
+    expect(Array.isArray(limiterScriptArgv([gcra(10, 1, 1, 1)], false, T0))).toBe(true);
+  });
+
+  it('a long sliding log (hundreds of entries, read entry by entry, written in place) decides as src/limiters/sliding-log.ts', async () => {
+    // The in-process TS limiter (test/limiters/rl-harness.ts) is the reference; 2500 calls, mostly
+    // a few ms apart, with jumps that slide most of the log out.
+    const limit = 400;
+    const periodMs = 3000;
+    const ref = new FakeKey('slidinglog', { limit, periodMs, burst: limit });
+    let seed = 12345;
+    const rand = () => ((seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31);
+    let t = T0 + 321;
+    const pipe = env.redis.pipeline();
+    const expected: { reply: number[]; exp: number; nowMs: number }[] = [];
+    for (let i = 0; i < 2500; i++) {
+      const u = rand();
+      t += u < 0.2 ? 0 : u < 0.98 ? Math.floor(rand() * 20_000) : 500_000 + Math.floor(rand() * 3_000_000);
+      const nowMs = Math.floor(t / 1000);
+      const cost = i % 97 === 0 ? 350 : Math.floor(rand() * 4);
+      const r = replyOf(ref.decide(cost, nowMs));
+      const reply = ref.call(cost, nowMs);
+      expect(reply).toEqual(r);
+      expected.push({ reply: Object.values(reply), exp: ref.lookup(nowMs) ? ref.expireAtMs : -2, nowMs });
+      const argv = limiterScriptArgv([rl(KeyType.SlidingLog, limit, periodMs, cost)], false, t) as string[];
+      pipe.evalsha(sha, 1, 'long:log', ...argv);
+      pipe.call('PEXPIRETIME', 'long:log');
+      pipe.strlen('long:log');
+      pipe.getrangeBuffer('long:log', 0, 33);
+    }
+    const results = (await pipe.exec())!;
+    let inPlace = 0;
+    let maxEntries = 0;
+    for (let i = 0; i < expected.length; i++) {
+      const [e1, reply] = results[4 * i];
+      expect(e1).toBeNull();
+      const { values } = parseLimiterReply(reply, [rl(KeyType.SlidingLog, limit, periodMs, 1)]).limits[0];
+      expect(values, `call ${i}`).toEqual(expected[i].reply);
+      const at = results[4 * i + 1][1] as number;
+      expect(at < expected[i].nowMs ? -2 : at, `expiry after call ${i}`).toBe(expected[i].exp);
+      const len = results[4 * i + 2][1] as number;
+      const header = results[4 * i + 3][1] as Buffer;
+      if (len === 0) continue;
+      const dropped = header.readDoubleLE(10);
+      const entries = header.readDoubleLE(18);
+      // Stored entries: the dropped prefix plus the log; the prefix never outgrows the log.
+      expect(dropped + entries).toBe((len - 34) / 16);
+      expect(dropped).toBeLessThan(entries);
+      if (dropped > 0) inPlace++;
+      maxEntries = Math.max(maxEntries, entries);
+    }
+    expect(maxEntries).toBeGreaterThan(100);
+    expect(inPlace).toBeGreaterThan(100);
+  });
+
+  it('a sliding log whose running totals reach 2^52 counts them from its oldest live entry again, as locally', async () => {
+    const limit = 40;
+    const periodMs = 10_000;
+    const base = Math.floor(T0 / 1000);
+    for (const entries of [5, 12]) { // read in one GET, and entry by entry
+      const key = `restart:${entries}`;
+      const offset = 2 ** 52 - entries - 3;
+      // The same log in both layouts: the local ring (A head, B entries, C units, running totals)
+      // and the backend value; one unit per entry, 1 ms apart.
+      const ref = new FakeKey('slidinglog', { limit, periodMs, burst: limit });
+      const ring = new Float64Array(2 * entries);
+      const value = Buffer.alloc(34 + 16 * entries);
+      for (let k = 0; k < entries; k++) {
+        ring[2 * k] = base + k;
+        ring[2 * k + 1] = offset + k + 1;
+        value.writeDoubleLE(base + k, 34 + 16 * k);
+        value.writeDoubleLE(offset + k + 1, 42 + 16 * k);
+      }
+      Object.assign(ref, { exists: true, a: 0, b: entries, c: entries, blob: ring, expireAtMs: base + entries - 1 + periodMs });
+      value[0] = 198;
+      value[1] = 5;
+      value.writeDoubleLE(base + entries - 1 + periodMs, 2);
+      value.writeDoubleLE(0, 10);
+      value.writeDoubleLE(entries, 18);
+      value.writeDoubleLE(entries, 26);
+      await env.redis.set(key, value, 'PXAT', base + entries - 1 + periodMs);
+      // The first spend passes 2^52; then more calls on the restarted totals, some sliding out.
+      const steps: [number, number][] = [[entries + 5, 6], [entries + 5, 2], [entries + 9, 30], [entries + 9, 1], [periodMs + 2, 3], [periodMs + 20, 1], [2 * periodMs, 0]];
+      for (const [dtMs, cost] of steps) {
+        const nowMs = base + dtMs;
+        const want = ref.call(cost, nowMs);
+        const got = await call([key], [rl(KeyType.SlidingLog, limit, periodMs, cost)], nowMs * 1000 + 17);
+        expect(got.limits[0].values, `${entries} entries, +${dtMs} ms cost ${cost}`).toEqual(Object.values(want));
+        const at = (await env.redis.call('PEXPIRETIME', key)) as number;
+        expect(at < nowMs ? -2 : at).toBe(ref.lookup(nowMs) ? ref.expireAtMs : -2);
+      }
+      // Restarted: the newest running total is small again.
+      const stored = await env.redis.getBuffer(key);
+      expect(stored!.readDoubleLE(stored!.length - 8)).toBeLessThan(1000);
+    }
+  });
+
+  it('parseLimiterReply: decodes rows of 5 and 6 and rejects other shapes', () => {
+    const limits = [cl(1, 1, 1, 1), rl(KeyType.TokenBucket, 1, 1, 1)];
+    expect(parseLimiterReply([1, [1, 2, 0, 1, 1, 999], [0, 1, 0, -1, 1, 0, -1]], limits)).toEqual({
+      limited: true,
+      limits: [{ values: [1, 2, 0, 1, 1], refusedForUs: 999 }, { values: [0, 1, 0, -1, 1, 0], refusedForUs: -1 }],
+    });
+    expect(parseLimiterReply([0, [0, 6, '9223372036854775807', -1, 0, -1]], [limits[0]]).limits[0].values[2]).toBe(Number.MAX_VALUE);
+    expect(() => parseLimiterReply([0], limits)).toThrow(TypeError);
+    expect(() => parseLimiterReply([0, [1, 2, 3], [1]], limits)).toThrow(TypeError);
+    expect(() => parseLimiterReply('OK', limits)).toThrow(TypeError);
+  });
+});
