@@ -767,6 +767,9 @@ How to read these numbers:
   is part of it: requests/s compares configurations on this machine, not a deployment.` : 'Nothing is pinned: servers and the load generator share both CPUs.'}
 - The CPU per request is the figure to carry over: Redis's µs per request says how many requests one
   Redis core carries in each mode; the sidecars' says what the application hosts pay.
+- The \`script\` row is cellgate's script without the sidecars: where its Redis CPU per request is close to
+  the sidecars' rows, the sidecars add nothing on Redis's side, and the distance to the Lua token bucket
+  is the script's own cost (the \`in the script\` column).
 - Latency is what the application sees, with ${INFLIGHT} requests queued on each connection (closed loop),
   so it measures queueing under saturation as much as the path itself.
 - The machine may be shared with other work: load average ${facts.loadavg} at the start, ${endLoad} at the end.
