@@ -33,6 +33,7 @@ import net from 'node:net';
 import os from 'node:os';
 import { dirname, join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { LUA_TOKEN_BUCKET } from './lua-token-bucket.mjs';
 import { NODE_ENV, NODE_FLAGS } from './node-flags.mjs';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
@@ -68,36 +69,6 @@ const PERIOD_S = 60;
 const CAPACITY = MAX_BURST + 1;
 const RATE_PER_S = COUNT / PERIOD_S;
 
-/**
- * The token bucket many services keep in Redis: a hash {tokens, ts}, refilled by elapsed time × rate up
- * to the capacity, spent if enough tokens remain, expired when it would be full again.
- * KEYS[1] bucket; ARGV capacity, refill rate per second, tokens requested. Reply {allowed, tokens left}.
- */
-const LUA_TOKEN_BUCKET = `
-local capacity = tonumber(ARGV[1])
-local rate = tonumber(ARGV[2])
-local requested = tonumber(ARGV[3])
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local state = redis.call('HMGET', KEYS[1], 'tokens', 'ts')
-local tokens = tonumber(state[1])
-local ts = tonumber(state[2])
-if tokens == nil or ts == nil then
-  tokens = capacity
-  ts = now
-end
-local elapsed = now - ts
-if elapsed < 0 then elapsed = 0 end
-tokens = math.min(capacity, tokens + elapsed * rate / 1000)
-local allowed = 0
-if tokens >= requested then
-  tokens = tokens - requested
-  allowed = 1
-end
-redis.call('HSET', KEYS[1], 'tokens', tokens, 'ts', now)
-redis.call('PEXPIRE', KEYS[1], math.max(1, math.ceil((capacity - tokens) / rate * 1000)))
-return {allowed, math.floor(tokens)}
-`.trim();
 
 // ---------------------------------------------------------------------------------------------------
 // Process bookkeeping: every child is killed on the way out, whatever the way out is.
