@@ -10,7 +10,7 @@
  *   incr      INCR key:__rand_int__                                  (redis-server: the ceiling)
  * For each key count and pipeline the runs are interleaved (A/B/C, then C/B/A) over BENCH_ROUNDS
  * rounds and the medians are reported: requests/s, p50/p99/max latency, and each server's CPU per
- * operation (CPU time of all its threads over the run, /proc/<pid>/task/*/schedstat, ÷ requests). Both servers are FLUSHALLed
+ * operation (CPU time of all its threads over the run, /proc/<pid>/task/<tid>/schedstat, ÷ requests). Both servers are FLUSHALLed
  * before each run. Then a cold start: a fresh process of each server and 5 s of the pipeline-16
  * load from its first second, max latency reported. The script writes bench/chart.svg (throughput and
  * CPU per op against key count) and its section of bench/RESULTS.md.
@@ -348,7 +348,7 @@ Both servers on 127.0.0.1, started by the script: cellgate \`${Object.entries(NO
 redis-server \`--save '' --appendonly no --dir <tmp>\`. ${CLIENTS} clients; ${KEY_COUNTS.map(keyLabel).join(', ')} random keys; one
 calibration run per target and pipeline sizing \`-n\` for ≈ ${SECONDS} s, then ${ROUNDS} measured rounds, each over every key
 count and pipeline with the targets interleaved (in order, then reversed). Both servers are FLUSHALLed before each run.
-Server CPU per op: CPU time (user + system) of all the server process's threads over the run (/proc/<pid>/task/*/schedstat, ns; utime + stime in clock ticks is too coarse for 1.5 s runs) ÷ requests. Medians reported
+Server CPU per op: CPU time (user + system) of all the server process's threads over the run (/proc/<pid>/task/<tid>/schedstat, ns; utime + stime in clock ticks is too coarse for 1.5 s runs) ÷ requests. Medians reported
 (max: the largest of the rounds).
 
 \`\`\`
