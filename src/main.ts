@@ -129,8 +129,13 @@ async function main(argv: string[]): Promise<void> {
   // Before the port opens: the first clients then meet optimized code (src/server/warmup.ts).
   if (config.bool('warmup')) {
     const started = performance.now();
-    await warmUp(server, WARMUP_ROUNDS);
-    log.verbose(`warm-up done in ${(performance.now() - started).toFixed(0)} ms`);
+    try {
+      await warmUp(server, WARMUP_ROUNDS);
+      log.verbose(`warm-up done in ${(performance.now() - started).toFixed(0)} ms`);
+    } catch (e) {
+      // Only an optimization: a failure is logged and the start goes on.
+      log.warning(`warm-up failed, starting without it: ${(e as Error).message}`);
+    }
   }
   try {
     await server.start();

@@ -56,6 +56,7 @@ function commandsFor(k: number): string[][] {
 /** Connections and round trips of the loopback part (see warmUpSockets). */
 const SOCKET_CLIENTS = 8;
 const SOCKET_ROUND_TRIPS = 100;
+const SOCKET_TIMEOUT_MS = 3000;
 const PONG = Buffer.from('+PONG\r\n');
 
 /**
@@ -74,6 +75,7 @@ async function warmUpSockets(scratch: Server, batch: Buffer): Promise<void> {
     }
     const client = new Client(ours.size, socket, scratch);
     client.authenticated = true;
+    sockets.push(socket);
   });
   const closed = new Promise<void>((resolve) => listener.once('close', resolve));
   try {
@@ -87,10 +89,12 @@ async function warmUpSockets(scratch: Server, batch: Buffer): Promise<void> {
   const port = (listener.address() as net.AddressInfo).port;
   const request = Buffer.concat([batch, Buffer.from('*1\r\n$4\r\nPING\r\n')]);
   const runs: Promise<void>[] = [];
+  const sockets: net.Socket[] = [];
   for (let c = 0; c < SOCKET_CLIENTS; c++) {
     runs.push(
       new Promise<void>((resolve) => {
         const socket = net.connect({ host: '127.0.0.1', port });
+        sockets.push(socket);
         socket.setNoDelay(true);
         let left = SOCKET_ROUND_TRIPS;
         let tail = Buffer.alloc(0);
@@ -114,7 +118,15 @@ async function warmUpSockets(scratch: Server, batch: Buffer): Promise<void> {
       }),
     );
   }
-  await Promise.all(runs);
+  // Loopback answers in well under a second even on a busy machine; a connection that does not is
+  // given up on (the warm-up is an optimization, never a reason for the start to wait).
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<void>((resolve) => {
+    timer = setTimeout(resolve, SOCKET_TIMEOUT_MS);
+  });
+  await Promise.race([Promise.all(runs), timeout]);
+  clearTimeout(timer);
+  for (const socket of sockets) socket.destroy();
   listener.close();
   await closed;
 }
