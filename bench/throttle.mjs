@@ -2,65 +2,72 @@
 /**
  * npm run bench  (= npm run build && node bench/throttle.mjs)
  *
- * How fast is cellgate's CL.THROTTLE next to what services run in Redis today? Three targets, driven by
- * the same redis-benchmark (50 clients, 100k random keys), at pipeline 1 and 16:
+ * How fast is cellgate's CL.THROTTLE next to what services run in Redis today, at the key counts
+ * services have (1k to 1M keys)? Three targets, driven by the same redis-benchmark (50 clients,
+ * random keys), at pipeline 1 and 16:
  *   cellgate  CL.THROTTLE key:__rand_int__ 100 1000 60 1             (this repo's dist/main.js)
  *   lua       EVALSHA <sha> 1 key:__rand_int__ 101 16.67 1           (the classic Lua token bucket, redis-server)
  *   incr      INCR key:__rand_int__                                  (redis-server: the ceiling)
- * Runs are interleaved (A/B/C, A/B/C, ...) over BENCH_ROUNDS rounds after a warm-up/calibration run of
- * each, and the medians are reported. Both servers are started here on free loopback ports with temp
- * directories, and are killed at the end, on error, on Ctrl-C and on the global timeout.
+ * For each key count and pipeline the runs are interleaved (A/B/C, then C/B/A) over BENCH_ROUNDS
+ * rounds and the medians are reported: requests/s, p50/p99/max latency, and each server's CPU per
+ * operation (CPU time of all its threads over the run, /proc/<pid>/task/<tid>/schedstat, ÷ requests). Both servers are FLUSHALLed
+ * before each run. Then a cold start: a fresh process of each server and 5 s of the pipeline-16
+ * load from its first second, max latency reported. The script writes bench/chart.svg (throughput and
+ * CPU per op against key count) and its section of bench/RESULTS.md.
  *
  * Environment (defaults in brackets):
- *   BENCH_ROUNDS [3]      measured rounds per (target, pipeline)
- *   BENCH_SECONDS [4]     target duration of one measured run (-n is sized from the calibration run)
- *   BENCH_CLIENTS [50]    redis-benchmark -c
- *   BENCH_KEYS [100000]   redis-benchmark -r
+ *   BENCH_KEY_COUNTS [1000,10000,100000,1000000]
  *   BENCH_PIPELINES [1,16]
+ *   BENCH_ROUNDS [3]      measured rounds per (key count, target, pipeline)
+ *   BENCH_SECONDS [1.5]   target duration of one measured run (-n is sized from a calibration run)
+ *   BENCH_COLD_SECONDS [5]  the cold-start load (0: skip the cold start)
+ *   BENCH_CLIENTS [50]    redis-benchmark -c
+ *   BENCH_TARGETS [cellgate,lua,incr]
+ *   BENCH_COMPARE [none]  another cellgate build's main.js (e.g. an older commit's): measured as target
+ *                         `base` in the same rounds, alternating with this one (A/B), cold start included
  *   BENCH_PIN [auto]      auto: with >= 2 CPUs, servers on CPU 0 and redis-benchmark on CPU 1 (taskset); 0: no pinning
- *   BENCH_PROFILE [auto]  auto: when a target is missed, profile cellgate (node --cpu-prof) under the pipeline-16
- *                         load and list the top self-time functions; 1: always; 0: never
- *   BENCH_WRITE [1]       write bench/RESULTS.md (0: print only)
- *   BENCH_TIMEOUT [300]   seconds before everything is killed
- *   BENCH_MAIN [dist/main.js]  the cellgate build to measure (an older commit's, for before/after)
- *
- * Server CPU per operation: utime + stime of the server process (/proc/<pid>/stat) over a run, divided
- * by its requests. Throughput on a shared 2-core machine is noisy; CPU per operation much less so.
+ *   BENCH_PROFILE [auto]  auto: when a target is missed, profile cellgate (node --cpu-prof) under the
+ *                         pipeline-16 load at the smallest key count; 1: always; 0: never
+ *   BENCH_WRITE [1]       write bench/RESULTS.md and bench/chart.svg (0: print only)
+ *   BENCH_TIMEOUT [900]   seconds before everything is killed
+ *   BENCH_MAIN [dist/main.js]  the cellgate build to measure
+ * The defaults take ~5 minutes on a 2-core machine; lengthen with BENCH_ROUNDS / BENCH_SECONDS.
+ * Throughput on a shared machine is noisy; CPU per operation much less so.
  */
-import { spawn, spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
-import net from 'node:net';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
-import { dirname, join, relative } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { LUA_TOKEN_BUCKET } from './lua-token-bucket.mjs';
-import { NODE_ENV, NODE_FLAGS } from './node-flags.mjs';
+import { join, relative } from 'node:path';
+import {
+  CPUS, NODE_ENV, NODE_FLAGS, PIN, ROOT, benchmarkArgs, command, env, fmtInt, fmtMs, fmtRatio, killAll, machine, median,
+  profileCellgate, runBenchmark, shellQuote, startCellgate, startRedis, stop, table, watchdog,
+} from './harness.mjs';
+import { svgChart } from './chart.mjs';
 
-const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
-/** BENCH_MAIN measures another build (e.g. an older commit's dist/main.js) with this same script. */
-const MAIN = process.env.BENCH_MAIN ?? join(ROOT, 'dist', 'main.js');
+const MAIN = env.BENCH_MAIN ?? join(ROOT, 'dist', 'main.js');
+const COMPARE = env.BENCH_COMPARE;
 const RESULTS = join(ROOT, 'bench', 'RESULTS.md');
-
-const env = process.env;
-const ROUNDS = Math.max(1, Number(env.BENCH_ROUNDS ?? 3));
-const SECONDS = Number(env.BENCH_SECONDS ?? 4);
-const CLIENTS = Number(env.BENCH_CLIENTS ?? 50);
-const KEYS = Number(env.BENCH_KEYS ?? 100_000);
+const CHART = join(ROOT, 'bench', 'chart.svg');
+const KEY_COUNTS = (env.BENCH_KEY_COUNTS ?? '1000,10000,100000,1000000').split(',').map(Number);
 const PIPELINES = (env.BENCH_PIPELINES ?? '1,16').split(',').map(Number);
+const ROUNDS = Math.max(1, Number(env.BENCH_ROUNDS ?? 3));
+const SECONDS = Number(env.BENCH_SECONDS ?? 1.5);
+const COLD_SECONDS = Number(env.BENCH_COLD_SECONDS ?? 5);
+const CLIENTS = Number(env.BENCH_CLIENTS ?? 50);
+const TARGET_IDS = (env.BENCH_TARGETS ?? 'cellgate,lua,incr').split(',');
 const PROFILE = env.BENCH_PROFILE ?? 'auto';
 const WRITE = env.BENCH_WRITE !== '0';
-const TIMEOUT_S = Number(env.BENCH_TIMEOUT ?? 300);
-const CPUS = os.availableParallelism?.() ?? os.cpus().length;
-const HAVE_TASKSET = spawnSync('taskset', ['-V']).status === 0;
-const PIN = (env.BENCH_PIN ?? 'auto') !== '0' && CPUS >= 2 && HAVE_TASKSET;
+watchdog(Number(env.BENCH_TIMEOUT ?? 900));
+
 /**
- * The performance targets (bench/RESULTS.md, "Performance notes"): at pipeline 16 at least this share of INCR's requests/s and this multiple of the
- * Lua script's, with a p99 at most this multiple of INCR's; at pipeline 1 at least this share of INCR.
+ * The targets (README.md, "Performance"): at pipeline 16 over 1k and 10k keys CL.THROTTLE serves at
+ * least this share of INCR's requests/s at most this multiple of INCR's server CPU per op; at pipeline 1
+ * at most this multiple of INCR's CPU per op; in the first seconds after a start, a max latency of at most this.
  */
-const TARGET_VS_INCR = 0.6;
-const TARGET_VS_LUA = 6;
-const TARGET_P99_VS_INCR = 2;
-const TARGET_P1_VS_INCR = 0.8;
+const TARGET_P16_RPS_VS_INCR = 0.9;
+const TARGET_P16_CPU_VS_INCR = 1.1;
+const TARGET_P1_CPU_VS_INCR = 1.05;
+const TARGET_COLD_MAX_MS = 10;
+const SMALL_KEY_COUNTS = [1000, 10000];
 
 // The limit every target enforces: burst 100 (capacity 101), 1000 per 60 s.
 const MAX_BURST = 100;
@@ -69,433 +76,81 @@ const PERIOD_S = 60;
 const CAPACITY = MAX_BURST + 1;
 const RATE_PER_S = COUNT / PERIOD_S;
 
+// The incumbent: the classic token bucket in Redis, shared with bench/backend.mjs.
+import { LUA_TOKEN_BUCKET } from './lua-token-bucket.mjs';
 
-// ---------------------------------------------------------------------------------------------------
-// Process bookkeeping: every child is killed on the way out, whatever the way out is.
-
-const children = new Set();
-const tempDirs = [];
-
-function killAll() {
-  for (const child of children) {
-    try {
-      child.kill('SIGKILL');
-    } catch {
-      /* already gone */
-    }
-  }
-  children.clear();
-  for (const d of tempDirs.splice(0)) rmSync(d, { recursive: true, force: true });
-}
-process.on('exit', killAll);
-for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP']) {
-  process.on(sig, () => {
-    process.stderr.write(`bench: ${sig}, stopping servers\n`);
-    killAll();
-    process.exit(130);
-  });
-}
-const watchdog = setTimeout(() => {
-  process.stderr.write(`bench: timeout after ${TIMEOUT_S}s, stopping servers\n`);
-  killAll();
-  process.exit(124);
-}, TIMEOUT_S * 1000);
-watchdog.unref();
-
-function track(child) {
-  children.add(child);
-  child.on('exit', () => children.delete(child));
-  return child;
-}
-
-const CLK_TCK = Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout) || 100;
-
-/** CPU seconds (user + system) the process has used so far, from /proc/<pid>/stat. */
-function cpuSeconds(pid) {
-  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-  return (Number(fields[11]) + Number(fields[12])) / CLK_TCK;
-}
-
-function pinned(cpu, cmd, args) {
-  return PIN ? ['taskset', ['-c', String(cpu), cmd, ...args]] : [cmd, args];
-}
-
-/** Stops a child with SIGTERM and waits for it (SIGKILL after 5 s). Resolves with its exit code. */
-function stop(child) {
-  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve(child.exitCode);
-  return new Promise((resolve) => {
-    const t = setTimeout(() => child.kill('SIGKILL'), 5000);
-    child.once('exit', (code) => {
-      clearTimeout(t);
-      resolve(code);
-    });
-    child.kill('SIGTERM');
-  });
-}
-
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address();
-      s.close(() => resolve(port));
-    });
-  });
-}
-
-// ---------------------------------------------------------------------------------------------------
-// A minimal RESP client: one command, one reply (enough for PING, SCRIPT LOAD, sanity checks).
-
-function parseReply(buf, i) {
-  const nl = buf.indexOf('\r\n', i);
-  if (nl === -1) return null;
-  const type = String.fromCharCode(buf[i]);
-  const line = buf.toString('utf8', i + 1, nl);
-  const next = nl + 2;
-  switch (type) {
-    case '+':
-      return { value: line, end: next };
-    case '-':
-      return { value: new Error(line), end: next };
-    case ':':
-      return { value: Number(line), end: next };
-    case '$': {
-      const n = Number(line);
-      if (n < 0) return { value: null, end: next };
-      if (buf.length < next + n + 2) return null;
-      return { value: buf.toString('utf8', next, next + n), end: next + n + 2 };
-    }
-    case '*': {
-      const n = Number(line);
-      if (n < 0) return { value: null, end: next };
-      const items = [];
-      let at = next;
-      for (let k = 0; k < n; k++) {
-        const r = parseReply(buf, at);
-        if (r === null) return null;
-        items.push(r.value);
-        at = r.end;
-      }
-      return { value: items, end: at };
-    }
-    default:
-      throw new Error(`unexpected reply byte ${JSON.stringify(type)}`);
-  }
-}
-
-function command(port, args, timeoutMs = 2000) {
-  return new Promise((resolve, reject) => {
-    const socket = net.connect(port, '127.0.0.1');
-    let buf = Buffer.alloc(0);
-    const timer = setTimeout(() => {
-      socket.destroy();
-      reject(new Error(`no reply to ${args[0]} on port ${port}`));
-    }, timeoutMs);
-    socket.on('connect', () => {
-      let out = `*${args.length}\r\n`;
-      for (const a of args) out += `$${Buffer.byteLength(String(a))}\r\n${a}\r\n`;
-      socket.write(out);
-    });
-    socket.on('data', (chunk) => {
-      buf = Buffer.concat([buf, chunk]);
-      const r = parseReply(buf, 0);
-      if (r === null) return;
-      clearTimeout(timer);
-      socket.end();
-      resolve(r.value);
-    });
-    socket.on('error', (e) => {
-      clearTimeout(timer);
-      reject(e);
-    });
-  });
-}
-
-async function waitForPong(port, child, what) {
-  const deadline = Date.now() + 10_000;
-  for (;;) {
-    if (child.exitCode !== null) throw new Error(`${what} exited with code ${child.exitCode} before answering PING`);
-    try {
-      if ((await command(port, ['PING'], 500)) === 'PONG') return;
-    } catch {
-      /* not up yet */
-    }
-    if (Date.now() > deadline) throw new Error(`${what} did not answer PING on port ${port} within 10 s`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
-
-// ---------------------------------------------------------------------------------------------------
-// Servers.
-
-/** Starts cellgate on a free port (--port 0, port read from its JSON ready line). */
-async function startCellgate(extraNodeArgs = [], cwd = ROOT) {
-  const dir = mkdtempSync(join(os.tmpdir(), 'cellgate-bench-'));
-  tempDirs.push(dir);
-  const [cmd, args] = pinned(0, process.execPath, [
-    ...NODE_FLAGS, ...extraNodeArgs, MAIN, '--port', '0', '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--log-format', 'json',
-  ]);
-  const child = track(spawn(cmd, args, { cwd, env: { ...process.env, ...NODE_ENV }, stdio: ['ignore', 'pipe', 'pipe'] }));
-  const logs = [];
-  const port = await new Promise((resolve, reject) => {
-    let buf = '';
-    const t = setTimeout(() => reject(new Error(`cellgate did not start:\n${logs.join('\n')}`)), 10_000);
-    const onData = (chunk) => {
-      buf += chunk.toString('utf8');
-      let nl;
-      while ((nl = buf.indexOf('\n')) !== -1) {
-        const line = buf.slice(0, nl);
-        buf = buf.slice(nl + 1);
-        logs.push(line);
-        try {
-          const entry = JSON.parse(line);
-          if (typeof entry.port === 'number' && /ready to accept/.test(entry.msg ?? '')) {
-            clearTimeout(t);
-            resolve(entry.port);
-          }
-        } catch {
-          /* not JSON */
-        }
-      }
-    };
-    child.stdout.on('data', onData);
-    child.stderr.on('data', (c) => logs.push(c.toString('utf8').trimEnd()));
-    child.on('exit', (code) => {
-      clearTimeout(t);
-      reject(new Error(`cellgate exited with code ${code}:\n${logs.join('\n')}`));
-    });
-  });
-  await waitForPong(port, child, 'cellgate');
-  return { name: 'cellgate', port, child, dir, logs };
-}
-
-async function startRedis() {
-  const dir = mkdtempSync(join(os.tmpdir(), 'redis-bench-'));
-  tempDirs.push(dir);
-  for (let attempt = 0; ; attempt++) {
-    const port = await freePort();
-    const [cmd, args] = pinned(0, 'redis-server', [
-      '--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir, '--loglevel', 'warning',
-    ]);
-    const child = track(spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'] }));
-    try {
-      await waitForPong(port, child, 'redis-server');
-      return { name: 'redis-server', port, child, dir };
-    } catch (e) {
-      await stop(child);
-      if (attempt >= 3) throw e;
-    }
-  }
-}
-
-// ---------------------------------------------------------------------------------------------------
-// redis-benchmark.
-
-function benchmarkArgs(port, pipeline, requests, cmd) {
-  return [
-    '-h', '127.0.0.1', '-p', String(port), '-c', String(CLIENTS), '-n', String(requests), '-r', String(KEYS),
-    '-P', String(pipeline), '--precision', '3', '--csv', ...cmd,
-  ];
-}
-
-function shellQuote(words) {
-  return words.map((w) => (/^[\w@%+=:,./-]+$/.test(w) ? w : `'${w.replace(/'/g, `'\\''`)}'`)).join(' ');
-}
+const say = (s = '') => process.stdout.write(s + '\n');
+const keyLabel = (k) => (k >= 1e6 ? `${k / 1e6}M` : k >= 1e3 ? `${k / 1e3}k` : String(k));
+const cellgateCmd = ['CL.THROTTLE', 'key:__rand_int__', String(MAX_BURST), String(COUNT), String(PERIOD_S), '1'];
+const incrCmd = ['INCR', 'key:__rand_int__'];
 
 /**
- * Runs redis-benchmark once; resolves with {rps, p50, p99, avg, max, seconds, cpuUsPerOp} (the server's
- * CPU per request when `serverPid` is given).
+ * A fresh server and COLD_SECONDS of the pipeline-16 load over the smallest key count from the moment
+ * it answers PING, in back-to-back redis-benchmark runs of ~0.5 s. Resolves with the max latency of the
+ * first run and of all, the median p99, and how long the start took.
  */
-function runBenchmark(port, pipeline, requests, cmd, serverPid) {
-  const [bin, args] = pinned(1, 'redis-benchmark', benchmarkArgs(port, pipeline, requests, cmd));
-  const cpuBefore = serverPid === undefined ? 0 : cpuSeconds(serverPid);
-  return new Promise((resolve, reject) => {
-    const child = track(spawn(bin, args, { stdio: ['ignore', 'pipe', 'pipe'] }));
-    let out = '';
-    let err = '';
-    const started = process.hrtime.bigint();
-    child.stdout.on('data', (c) => (out += c));
-    child.stderr.on('data', (c) => (err += c));
-    child.on('exit', (code) => {
-      const seconds = Number(process.hrtime.bigint() - started) / 1e9;
-      if (code !== 0) return reject(new Error(`redis-benchmark exited ${code}: ${err || out}`));
-      if (/error/i.test(err)) return reject(new Error(`redis-benchmark reported: ${err.trim()}`));
-      const lines = out.trim().split('\n').filter((l) => l.startsWith('"'));
-      const header = lines.findIndex((l) => l.startsWith('"test"'));
-      if (header === -1 || lines.length <= header + 1) return reject(new Error(`cannot parse redis-benchmark output:\n${out}`));
-      const cols = JSON.parse(`[${lines[header]}]`);
-      const vals = JSON.parse(`[${lines[header + 1]}]`);
-      const get = (name) => Number(vals[cols.indexOf(name)]);
-      resolve({
-        cpuUsPerOp: serverPid === undefined ? NaN : ((cpuSeconds(serverPid) - cpuBefore) * 1e6) / requests,
-        rps: get('rps'),
-        avg: get('avg_latency_ms'),
-        p50: get('p50_latency_ms'),
-        p99: get('p99_latency_ms'),
-        max: get('max_latency_ms'),
-        seconds,
-      });
-    });
-  });
-}
-
-// ---------------------------------------------------------------------------------------------------
-// Machine facts.
-
-function sh(cmd, args) {
-  const r = spawnSync(cmd, args, { encoding: 'utf8' });
-  return r.status === 0 ? r.stdout.trim() : '?';
-}
-
-/** The cellgate being measured: its commit, and whether src/ differed from it (dist/ is built from src/). */
-function revision() {
-  if (process.env.BENCH_MAIN) return `the build at ${process.env.BENCH_MAIN}`;
-  const head = spawnSync('git', ['-C', ROOT, 'rev-parse', '--short', 'HEAD'], { encoding: 'utf8' });
-  if (head.status !== 0) return 'unknown (not a git checkout)';
-  const dirty = spawnSync('git', ['-C', ROOT, 'status', '--porcelain', '--', 'src'], { encoding: 'utf8' }).stdout.trim();
-  return `${head.stdout.trim()}${dirty ? ` with uncommitted changes in src/ (${dirty.split('\n').length} files)` : ''}`;
-}
-
-function machine() {
-  let cpu = os.cpus()[0]?.model ?? '?';
-  try {
-    const m = /model name\s*:\s*(.+)/.exec(readFileSync('/proc/cpuinfo', 'utf8'));
-    if (m) cpu = m[1].trim();
-  } catch {
-    /* not Linux */
+async function coldStart(label, start, cmd) {
+  const server = await start();
+  const started = performance.now();
+  const chunks = [];
+  let n = 200_000;
+  while (performance.now() - started < COLD_SECONDS * 1000) {
+    const r = await runBenchmark(server.port, 16, n, cmd, undefined, { clients: CLIENTS, keys: KEY_COUNTS[0] });
+    chunks.push(r);
+    n = Math.max(20_000, Math.round((r.rps * 0.5) / 10_000) * 10_000);
   }
-  let distro = '?';
-  try {
-    distro = /PRETTY_NAME="?([^"\n]+)/.exec(readFileSync('/etc/os-release', 'utf8'))?.[1] ?? '?';
-  } catch {
-    /* no os-release */
-  }
-  return {
-    cpu,
-    cores: CPUS,
-    ramGiB: (os.totalmem() / 2 ** 30).toFixed(1),
-    node: process.version,
-    redis: /v=(\S+)/.exec(sh('redis-server', ['--version']))?.[1] ?? '?',
-    redisBenchmark: sh('redis-benchmark', ['--version']),
-    kernel: `${os.type()} ${os.release()} ${os.arch()}`,
-    distro,
-    loadavg: os.loadavg().map((x) => x.toFixed(2)).join(' '),
-    revision: revision(),
+  await stop(server.child);
+  const result = {
+    label,
+    readyMs: server.readyMs,
+    firstMax: chunks[0].max,
+    max: Math.max(...chunks.map((c) => c.max)),
+    p99: median(chunks.map((c) => c.p99)),
+    rps: median(chunks.map((c) => c.rps)),
+    runs: chunks.length,
+    seconds: (performance.now() - started) / 1000,
   };
-}
-
-// ---------------------------------------------------------------------------------------------------
-// CPU profile summary (node --cpu-prof).
-
-/**
- * Summary of a .cpuprofile: the top self-time functions [{name, location, ms, pct}] and self time per
- * script ({file, ms, pct}; native code and V8's own buckets under their names).
- */
-function summarizeProfile(file, top = 10) {
-  const prof = JSON.parse(readFileSync(file, 'utf8'));
-  const byId = new Map(prof.nodes.map((n) => [n.id, n]));
-  const selfUs = new Map();
-  let totalUs = 0;
-  for (let i = 0; i < prof.samples.length; i++) {
-    const dt = prof.timeDeltas[i] ?? 0;
-    const n = byId.get(prof.samples[i]);
-    if (!n) continue;
-    const cf = n.callFrame;
-    const url = cf.url.startsWith('file:') ? relative(ROOT, fileURLToPath(cf.url)) : cf.url;
-    const name = cf.functionName || (url ? '(anonymous)' : `(${cf.functionName || 'native'})`);
-    const location = url ? `${url}:${cf.lineNumber + 1}` : '';
-    const key = `${name}\t${location}`;
-    selfUs.set(key, (selfUs.get(key) ?? 0) + dt);
-    totalUs += dt;
-  }
-  // Idle time is the event loop waiting for the client, not work: leave it out of the shares.
-  const idleUs = selfUs.get('(idle)\t') ?? 0;
-  selfUs.delete('(idle)\t');
-  totalUs -= idleUs;
-  const functions = [...selfUs.entries()]
-    .sort((a, b) => b[1] - a[1])
-    .slice(0, top)
-    .map(([key, us]) => {
-      const [name, location] = key.split('\t');
-      return { name, location, ms: us / 1000, pct: (100 * us) / totalUs };
-    });
-  const byFileUs = new Map();
-  for (const [key, us] of selfUs) {
-    const [name, location] = key.split('\t');
-    const file = location ? location.replace(/:\d+$/, '') : `${name} (native/V8)`;
-    byFileUs.set(file, (byFileUs.get(file) ?? 0) + us);
-  }
-  const files = [...byFileUs.entries()]
-    .sort((a, b) => b[1] - a[1])
-    .slice(0, top)
-    .map(([file, us]) => ({ file, ms: us / 1000, pct: (100 * us) / totalUs }));
-  return { functions, files, busyMs: totalUs / 1000, idleMs: idleUs / 1000 };
-}
-
-async function profileCellgate(cmd, requests) {
-  const profDir = mkdtempSync(join(os.tmpdir(), 'cellgate-prof-'));
-  tempDirs.push(profDir);
-  const server = await startCellgate(['--cpu-prof', '--cpu-prof-dir', profDir]);
-  await runBenchmark(server.port, 16, Math.round(requests / 3), cmd); // warm up the JIT first
-  const result = await runBenchmark(server.port, 16, requests, cmd);
-  const code = await stop(server.child);
-  const files = readdirSync(profDir).filter((f) => f.endsWith('.cpuprofile'));
-  if (files.length === 0) throw new Error(`cellgate (exit ${code}) wrote no .cpuprofile`);
-  return { result, ...summarizeProfile(join(profDir, files[0])) };
-}
-
-// ---------------------------------------------------------------------------------------------------
-
-const median = (xs) => {
-  const s = [...xs].sort((a, b) => a - b);
-  const m = s.length >> 1;
-  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
-};
-const fmtInt = (x) => Math.round(x).toLocaleString('en-US');
-const fmtMs = (x) => x.toFixed(3);
-const fmtRatio = (x) => `${x.toFixed(2)}×`;
-
-function table(headers, rows) {
-  const widths = headers.map((h, i) => Math.max(h.length, ...rows.map((r) => String(r[i]).length)));
-  const line = (cells) => `| ${cells.map((c, i) => String(c).padEnd(widths[i])).join(' | ')} |`;
-  return [line(headers), `| ${widths.map((w) => '-'.repeat(w)).join(' | ')} |`, ...rows.map(line)].join('\n');
+  say(`# cold start ${label}: max ${fmtMs(result.max)} ms (first run ${fmtMs(result.firstMax)} ms), p99 ${fmtMs(result.p99)} ms, ${result.runs} runs in ${result.seconds.toFixed(1)} s${result.readyMs ? `; ready ${result.readyMs.toFixed(0)} ms after spawn` : ''}`);
+  return result;
 }
 
 async function main() {
-  if (!existsSync(MAIN)) throw new Error(`${MAIN} is missing: run npm run build (npm run bench does)`);
-  for (const tool of ['redis-server', 'redis-benchmark']) {
-    if (spawnSync(tool, ['--version']).error) throw new Error(`${tool} not found (apt-get install redis-server redis-tools)`);
+  for (const m of [MAIN, COMPARE].filter(Boolean)) {
+    if (!existsSync(m)) throw new Error(`${m} is missing: run npm run build (npm run bench does)`);
   }
   const started = new Date();
-  const facts = machine();
+  const facts = machine(MAIN);
   const invocation = `${Object.entries(env).filter(([k]) => k.startsWith('BENCH_')).map(([k, v]) => `${k}=${shellQuote([v])} `).join('')}node bench/throttle.mjs`;
-  const say = (s = '') => process.stdout.write(s + '\n');
   say(`# ${invocation}   (npm run bench)`);
   say(`# ${started.toISOString()}  ${facts.cpu}, ${facts.cores} CPUs, ${facts.ramGiB} GiB, ${facts.kernel}, ${facts.distro}`);
   say(`# node ${facts.node}, redis-server ${facts.redis}, ${facts.redisBenchmark}, load average ${facts.loadavg}`);
-  say(`# cellgate ${facts.revision}`);
+  say(`# cellgate ${facts.revision}${COMPARE ? `; base (A/B) ${COMPARE}` : ''}`);
   say(`# pinning: ${PIN ? 'servers on CPU 0, redis-benchmark on CPU 1 (taskset)' : 'none'}`);
 
-  const cellgate = await startCellgate();
+  // Cold starts first, on an otherwise idle pair of servers.
+  const cold = [];
+  if (COLD_SECONDS > 0) {
+    cold.push(await coldStart('cellgate CL.THROTTLE', () => startCellgate(MAIN), cellgateCmd));
+    cold.push(await coldStart('redis INCR', () => startRedis(), incrCmd));
+    if (COMPARE) cold.push(await coldStart('base CL.THROTTLE', () => startCellgate(COMPARE), cellgateCmd));
+  }
+
+  const cellgate = await startCellgate(MAIN);
+  const base = COMPARE ? await startCellgate(COMPARE) : null;
   const redis = await startRedis();
   const sha = await command(redis.port, ['SCRIPT', 'LOAD', LUA_TOKEN_BUCKET]);
   if (sha instanceof Error) throw sha;
-
-  const targets = [
-    { id: 'cellgate', label: 'cellgate CL.THROTTLE', server: cellgate, cmd: ['CL.THROTTLE', 'key:__rand_int__', String(MAX_BURST), String(COUNT), String(PERIOD_S), '1'] },
-    { id: 'lua', label: 'redis Lua token bucket (EVALSHA)', server: redis, cmd: ['EVALSHA', sha, '1', 'key:__rand_int__', String(CAPACITY), String(RATE_PER_S), '1'] },
-    { id: 'incr', label: 'redis INCR (ceiling)', server: redis, cmd: ['INCR', 'key:__rand_int__'] },
+  const all = [
+    { id: 'cellgate', label: 'cellgate CL.THROTTLE', server: cellgate, cmd: cellgateCmd, color: '#d62728' },
+    ...(base ? [{ id: 'base', label: 'base build CL.THROTTLE', server: base, cmd: cellgateCmd, color: '#ff9896' }] : []),
+    { id: 'lua', label: 'redis Lua token bucket', server: redis, cmd: ['EVALSHA', sha, '1', 'key:__rand_int__', String(CAPACITY), String(RATE_PER_S), '1'], color: '#2ca02c' },
+    { id: 'incr', label: 'redis INCR', server: redis, cmd: incrCmd, color: '#1f77b4' },
   ];
+  const targets = all.filter((t) => TARGET_IDS.includes(t.id) || t.id === 'base');
+  // Every run starts from an empty keyspace (the Lua hashes and INCR counters share key names, and
+  // each run's key count differs).
+  const prepare = (t) => command(t.server.port, ['FLUSHALL']);
 
-  // The Lua hashes and INCR counters share redis-server's keyspace under the same key names: clear it
-  // before each redis run so neither meets the other's type (WRONGTYPE replies are not rate limiting).
-  const prepare = async (t) => {
-    if (t.server === redis) await command(redis.port, ['FLUSHALL']);
-  };
-
-  // Sanity: each command must succeed once before it is measured (redis-benchmark would count errors as requests).
   for (const t of targets) {
     await prepare(t);
     const probe = t.cmd.map((w) => w.replace('__rand_int__', '000000000001'));
@@ -503,93 +158,123 @@ async function main() {
     if (reply instanceof Error) throw new Error(`${t.label}: ${probe.join(' ')} → ${reply.message}`);
     say(`# check: ${probe.join(' ')} → ${JSON.stringify(reply)}`);
   }
-  // Warm-up: give V8 time to optimize cellgate's hot path before anything is measured or calibrated.
-  await runBenchmark(cellgate.port, 16, 500_000, targets[0].cmd);
-  await runBenchmark(cellgate.port, 1, 50_000, targets[0].cmd);
-
-  // Calibration: size -n so a measured run lasts about BENCH_SECONDS.
+  // Warm-up of the JIT before anything is measured, then -n sized for BENCH_SECONDS per run.
+  for (const t of targets.filter((x) => x.server !== redis)) {
+    await runBenchmark(t.server.port, 16, 300_000, t.cmd, undefined, { clients: CLIENTS, keys: 10_000 });
+    await runBenchmark(t.server.port, 1, 30_000, t.cmd, undefined, { clients: CLIENTS, keys: 10_000 });
+  }
   const requests = new Map();
   for (const p of PIPELINES) {
     for (const t of targets) {
       await prepare(t);
-      const n0 = p === 1 ? 50_000 : 300_000;
-      const r = await runBenchmark(t.server.port, p, n0, t.cmd);
+      const r = await runBenchmark(t.server.port, p, p === 1 ? 50_000 : 300_000, t.cmd, undefined, { clients: CLIENTS, keys: 10_000 });
       const n = Math.max(10_000, Math.round((r.rps * SECONDS) / 10_000) * 10_000);
       requests.set(`${t.id}/${p}`, n);
       say(`# calibrate ${t.id} P${p}: ${fmtInt(r.rps)} rps → -n ${n}`);
     }
   }
 
-  const runs = new Map(); // `${id}/${p}` → [result...]
+  const runs = new Map(); // `${id}/${p}/${keys}` → [result...]
+  let flip = false;
   for (let round = 1; round <= ROUNDS; round++) {
-    for (const p of PIPELINES) {
-      // A/B/C then C/B/A: neither target always runs first after the other.
-      const order = round % 2 ? targets : [...targets].reverse();
-      for (const t of order) {
-        await prepare(t);
-        const key = `${t.id}/${p}`;
-        const r = await runBenchmark(t.server.port, p, requests.get(key), t.cmd, t.server.child.pid);
-        if (!runs.has(key)) runs.set(key, []);
-        runs.get(key).push(r);
-        say(`round ${round} P${String(p).padEnd(2)} ${t.id.padEnd(8)} ${fmtInt(r.rps).padStart(11)} rps  p50 ${fmtMs(r.p50)} ms  p99 ${fmtMs(r.p99)} ms  CPU ${r.cpuUsPerOp.toFixed(3)} µs/op  (${r.seconds.toFixed(1)} s)`);
+    for (const keys of KEY_COUNTS) {
+      for (const p of PIPELINES) {
+        // A/B/C then C/B/A: no target always runs right after another.
+        const order = flip ? [...targets].reverse() : targets;
+        flip = !flip;
+        for (const t of order) {
+          await prepare(t);
+          const key = `${t.id}/${p}/${keys}`;
+          const r = await runBenchmark(t.server.port, p, requests.get(`${t.id}/${p}`), t.cmd, t.server.child.pid, { clients: CLIENTS, keys });
+          if (!runs.has(key)) runs.set(key, []);
+          runs.get(key).push(r);
+          say(`round ${round} ${keyLabel(keys).padStart(4)} keys P${String(p).padEnd(2)} ${t.id.padEnd(8)} ${fmtInt(r.rps).padStart(11)} rps  p50 ${fmtMs(r.p50)}  p99 ${fmtMs(r.p99)}  max ${fmtMs(r.max)} ms  CPU ${r.cpuUsPerOp.toFixed(3)} µs/op`);
+        }
       }
     }
   }
+  for (const s of [cellgate, base, redis].filter(Boolean)) await stop(s.child);
 
   const med = new Map();
   for (const [key, rs] of runs) {
-    med.set(key, { rps: median(rs.map((r) => r.rps)), p50: median(rs.map((r) => r.p50)), p99: median(rs.map((r) => r.p99)), cpu: median(rs.map((r) => r.cpuUsPerOp)) });
+    med.set(key, { rps: median(rs.map((r) => r.rps)), p50: median(rs.map((r) => r.p50)), p99: median(rs.map((r) => r.p99)), max: Math.max(...rs.map((r) => r.max)), cpu: median(rs.map((r) => r.cpuUsPerOp)) });
   }
-  const resultRows = [];
+  const m = (id, p, keys) => med.get(`${id}/${p}/${keys}`);
+  const has = (id) => targets.some((t) => t.id === id);
+
+  const resultTables = PIPELINES.map((p) => {
+    const rows = [];
+    for (const keys of KEY_COUNTS) {
+      for (const t of targets) {
+        const x = m(t.id, p, keys);
+        rows.push([keyLabel(keys), t.label, fmtInt(x.rps), fmtMs(x.p50), fmtMs(x.p99), fmtMs(x.max), x.cpu.toFixed(3)]);
+      }
+    }
+    return `Pipeline ${p}:\n\n` + table(['keys', 'target', 'requests/s', 'p50 ms', 'p99 ms', 'max ms', 'server CPU µs/op'], rows);
+  });
+  const ratioRows = [];
   for (const p of PIPELINES) {
-    for (const t of targets) {
-      const m = med.get(`${t.id}/${p}`);
-      resultRows.push([t.label, p, fmtInt(m.rps), fmtMs(m.p50), fmtMs(m.p99), m.cpu.toFixed(3), requests.get(`${t.id}/${p}`)]);
+    for (const keys of KEY_COUNTS) {
+      const c = m('cellgate', p, keys);
+      const row = [p, keyLabel(keys)];
+      if (has('incr')) row.push(fmtRatio(c.rps / m('incr', p, keys).rps), fmtRatio(c.cpu / m('incr', p, keys).cpu));
+      if (has('lua')) row.push(fmtRatio(c.rps / m('lua', p, keys).rps));
+      if (base) row.push(fmtRatio(c.rps / m('base', p, keys).rps), fmtRatio(c.cpu / m('base', p, keys).cpu));
+      ratioRows.push(row);
     }
   }
-  const resultTable = table(['target', 'pipeline', 'requests/s (median)', 'p50 ms', 'p99 ms', 'server CPU µs/op', '-n'], resultRows);
-  const ratioRows = PIPELINES.map((p) => {
-    const c = med.get(`cellgate/${p}`);
-    return [p, fmtRatio(c.rps / med.get(`incr/${p}`).rps), fmtRatio(c.rps / med.get(`lua/${p}`).rps), fmtRatio(c.cpu / med.get(`incr/${p}`).cpu)];
-  });
-  const ratioTable = table(['pipeline', 'cellgate / INCR', 'cellgate / Lua', 'CPU per op: cellgate / INCR'], ratioRows);
+  const ratioHeaders = ['pipeline', 'keys', ...(has('incr') ? ['rps: cellgate / INCR', 'CPU/op: cellgate / INCR'] : []), ...(has('lua') ? ['rps: cellgate / Lua'] : []), ...(base ? ['rps: this / base', 'CPU/op: this / base'] : [])];
+  const ratioTable = table(ratioHeaders, ratioRows);
 
-  const p16 = PIPELINES.includes(16) ? 16 : PIPELINES[PIPELINES.length - 1];
-  const vsIncr = med.get(`cellgate/${p16}`).rps / med.get(`incr/${p16}`).rps;
-  const vsLua = med.get(`cellgate/${p16}`).rps / med.get(`lua/${p16}`).rps;
-  const p99VsIncr = med.get(`cellgate/${p16}`).p99 / med.get(`incr/${p16}`).p99;
-  const checks = [
-    [`pipeline ${p16}: cellgate / INCR requests/s`, vsIncr, `≥ ${TARGET_VS_INCR}`, vsIncr >= TARGET_VS_INCR],
-    [`pipeline ${p16}: cellgate / Lua requests/s`, vsLua, `≥ ${TARGET_VS_LUA}`, vsLua >= TARGET_VS_LUA],
-    [`pipeline ${p16}: cellgate p99 / INCR p99`, p99VsIncr, `≤ ${TARGET_P99_VS_INCR}`, p99VsIncr <= TARGET_P99_VS_INCR],
-  ];
-  if (PIPELINES.includes(1)) {
-    const p1VsIncr = med.get('cellgate/1').rps / med.get('incr/1').rps;
-    checks.push(['pipeline 1: cellgate / INCR requests/s', p1VsIncr, `≥ ${TARGET_P1_VS_INCR}`, p1VsIncr >= TARGET_P1_VS_INCR]);
+  const checks = [];
+  if (has('incr')) {
+    for (const keys of SMALL_KEY_COUNTS.filter((k) => KEY_COUNTS.includes(k))) {
+      if (PIPELINES.includes(16)) {
+        const rps = m('cellgate', 16, keys).rps / m('incr', 16, keys).rps;
+        const cpu = m('cellgate', 16, keys).cpu / m('incr', 16, keys).cpu;
+        checks.push([`pipeline 16, ${keyLabel(keys)} keys: requests/s cellgate / INCR`, rps, `≥ ${TARGET_P16_RPS_VS_INCR}`, rps >= TARGET_P16_RPS_VS_INCR]);
+        checks.push([`pipeline 16, ${keyLabel(keys)} keys: CPU per op cellgate / INCR`, cpu, `≤ ${TARGET_P16_CPU_VS_INCR}`, cpu <= TARGET_P16_CPU_VS_INCR]);
+      }
+    }
+    if (PIPELINES.includes(1)) {
+      for (const keys of KEY_COUNTS) {
+        const cpu = m('cellgate', 1, keys).cpu / m('incr', 1, keys).cpu;
+        checks.push([`pipeline 1, ${keyLabel(keys)} keys: CPU per op cellgate / INCR`, cpu, `≤ ${TARGET_P1_CPU_VS_INCR}`, cpu <= TARGET_P1_CPU_VS_INCR]);
+      }
+    }
+  }
+  if (base) {
+    for (const keys of KEY_COUNTS.filter((k) => k >= 100_000)) {
+      for (const p of PIPELINES) {
+        const cpu = m('cellgate', p, keys).cpu / m('base', p, keys).cpu;
+        checks.push([`pipeline ${p}, ${keyLabel(keys)} keys: CPU per op this / base (no regression)`, cpu, '≤ 1.03', cpu <= 1.03]);
+      }
+    }
+  }
+  for (const c of cold.filter((x) => !x.label.startsWith('redis'))) {
+    checks.push([`cold start, ${c.label}: max latency in the first ${COLD_SECONDS} s (ms)`, c.max, `≤ ${TARGET_COLD_MAX_MS}`, c.max <= TARGET_COLD_MAX_MS]);
   }
   const allMet = checks.every((c) => c[3]);
-  const missed = checks.filter((c) => !c[3]).length;
   const verdict = checks.map(([what, value, target, met]) => `- ${what} = ${value.toFixed(2)} (target ${target}): ${met ? 'met' : '**missed**'}`).join('\n');
+  const coldTable = cold.length === 0 ? '' : table(['fresh process', 'max ms (all runs)', 'max ms (first run)', 'p99 ms (median)', 'requests/s (median)', 'runs', 'ready after spawn ms'],
+    cold.map((c) => [c.label, fmtMs(c.max), fmtMs(c.firstMax), fmtMs(c.p99), fmtInt(c.rps), c.runs, c.readyMs ? c.readyMs.toFixed(0) : '']));
 
   say();
-  say(resultTable);
-  say();
+  for (const t of resultTables) say(t + '\n');
   say(ratioTable);
   say();
+  if (coldTable) say(coldTable + '\n');
   say(verdict);
-
-  await stop(cellgate.child);
-  await stop(redis.child);
 
   let profile = null;
   if (PROFILE === '1' || (PROFILE === 'auto' && !allMet)) {
+    const keys = KEY_COUNTS[0];
     say();
-    say(`# profiling cellgate (node --cpu-prof) under pipeline ${p16} load...`);
-    const cmd = targets[0].cmd;
-    profile = await profileCellgate(cmd, requests.get(`cellgate/${p16}`));
-    profile.command = shellQuote(['redis-benchmark', ...benchmarkArgs('<port>', p16, requests.get(`cellgate/${p16}`), cmd)]);
-    const rows = profile.functions.map((f, i) => [i + 1, f.name, f.location, f.ms.toFixed(0), `${f.pct.toFixed(1)}%`]);
-    profile.table = table(['#', 'function', 'where', 'self ms', 'self %'], rows);
+    say(`# profiling cellgate (node --cpu-prof) under pipeline 16 load over ${keyLabel(keys)} keys...`);
+    const n = requests.get('cellgate/16') ?? 1_000_000;
+    profile = await profileCellgate(MAIN, cellgateCmd, n, { clients: CLIENTS, keys });
+    profile.command = shellQuote(['redis-benchmark', ...benchmarkArgs('<port>', 16, n, cellgateCmd, { clients: CLIENTS, keys })]);
+    profile.table = table(['#', 'function', 'where', 'self ms', 'self %'], profile.functions.map((f, i) => [i + 1, f.name, f.location, f.ms.toFixed(0), `${f.pct.toFixed(1)}%`]));
     profile.fileTable = table(['script', 'self ms', 'self %'], profile.files.map((f) => [f.file, f.ms.toFixed(0), `${f.pct.toFixed(1)}%`]));
     say(`# under the profiler: ${fmtInt(profile.result.rps)} rps`);
     say(profile.table);
@@ -598,32 +283,45 @@ async function main() {
   const endLoad = os.loadavg().map((x) => x.toFixed(2)).join(' ');
   const rawRows = [];
   for (const [key, rs] of runs) {
-    for (const [i, r] of rs.entries()) rawRows.push([key.replace('/', ' P'), i + 1, fmtInt(r.rps), fmtMs(r.p50), fmtMs(r.p99), fmtMs(r.max), r.cpuUsPerOp.toFixed(3), r.seconds.toFixed(1)]);
+    const [id, p, keys] = key.split('/');
+    for (const [i, r] of rs.entries()) rawRows.push([id, `P${p}`, keyLabel(Number(keys)), i + 1, fmtInt(r.rps), fmtMs(r.p50), fmtMs(r.p99), fmtMs(r.max), r.cpuUsPerOp.toFixed(3), r.seconds.toFixed(1)]);
   }
   const commands = PIPELINES.flatMap((p) =>
-    targets.map((t) => shellQuote([...(PIN ? ['taskset', '-c', '1'] : []), 'redis-benchmark', ...benchmarkArgs(`<${t.id === 'cellgate' ? 'cellgate' : 'redis'}-port>`, p, requests.get(`${t.id}/${p}`), t.cmd)])),
+    targets.filter((t) => t.id !== 'base').map((t) => shellQuote([...(PIN ? ['taskset', '-c', '1'] : []), 'redis-benchmark', ...benchmarkArgs(`<${t.server === redis ? 'redis' : 'cellgate'}-port>`, p, requests.get(`${t.id}/${p}`), t.cmd, { clients: CLIENTS, keys: 0 }).map((w) => (w === '0' ? '<keys>' : w))])),
   );
+  const series = [];
+  for (const t of targets) {
+    for (const p of PIPELINES) {
+      series.push({ label: `${t.label}, P${p}`, color: t.color, dashed: p === 1, points: KEY_COUNTS.map((keys) => ({ x: keys, rps: m(t.id, p, keys).rps, cpu: m(t.id, p, keys).cpu })) });
+    }
+  }
 
   if (WRITE) {
+    const svg = svgChart({ title: `CL.THROTTLE vs Redis INCR and a Lua token bucket (${facts.cores}-CPU VM, ${CLIENTS} clients, medians of ${ROUNDS} rounds, ${started.toISOString().slice(0, 10)})`, series });
+    writeFileSync(CHART, svg);
     const md = `# CL.THROTTLE benchmark
 
 Produced by \`npm run bench\` (\`${invocation}\`) on ${started.toISOString()} (${((Date.now() - started.getTime()) / 1000).toFixed(0)} s).
+
+![requests/s and server CPU per operation against key count](chart.svg)
 
 ## Machine
 
 - CPU: ${facts.cpu}, ${facts.cores} CPUs available; RAM ${facts.ramGiB} GiB
 - Kernel: ${facts.kernel}; ${facts.distro}
 - node ${facts.node}; redis-server ${facts.redis}; ${facts.redisBenchmark}
-- cellgate: commit ${facts.revision}
-- Load average at start: ${facts.loadavg}
+- cellgate: ${facts.revision}${COMPARE ? `; base build (A/B, same rounds): ${COMPARE}` : ''}
+- Load average at start: ${facts.loadavg}; at the end: ${endLoad}
 - Pinning: ${PIN ? 'both servers on CPU 0, redis-benchmark on CPU 1 (`taskset`), so client and server do not fight for a core' : 'none'}
 
 ## What runs
 
 Both servers on 127.0.0.1, started by the script: cellgate \`${Object.entries(NODE_ENV).map(([k, v]) => `${k}=${v}`).join(' ')} node ${NODE_FLAGS.join(' ')} dist/main.js --port 0 --bind 127.0.0.1 --dir <tmp> --save ''\`,
-redis-server \`--save '' --appendonly no --dir <tmp>\`. ${CLIENTS} clients, ${KEYS.toLocaleString('en-US')} random keys,
-one calibration/warm-up run per target and pipeline sizing \`-n\` for ≈ ${SECONDS} s, then ${ROUNDS} measured rounds
-interleaved (cellgate, Lua, INCR, then reversed). Medians reported. redis-server is FLUSHALLed before each run.
+redis-server \`--save '' --appendonly no --dir <tmp>\`. ${CLIENTS} clients; ${KEY_COUNTS.map(keyLabel).join(', ')} random keys; one
+calibration run per target and pipeline sizing \`-n\` for ≈ ${SECONDS} s, then ${ROUNDS} measured rounds, each over every key
+count and pipeline with the targets interleaved (in order, then reversed). Both servers are FLUSHALLed before each run.
+Server CPU per op: CPU time (user + system) of all the server process's threads over the run (/proc/<pid>/task/<tid>/schedstat, ns; utime + stime in clock ticks is too coarse for 1.5 s runs) ÷ requests. Medians reported
+(max: the largest of the rounds).
 
 \`\`\`
 ${commands.join('\n')}
@@ -638,32 +336,37 @@ ${LUA_TOKEN_BUCKET}
 
 ## Results (medians of ${ROUNDS} rounds)
 
-${resultTable}
+${resultTables.join('\n\n')}
 
 ${ratioTable}
+${coldTable ? `
+## Cold start
 
-Targets:
+A fresh process of each server, then ${COLD_SECONDS} s of the pipeline-16 load over ${keyLabel(KEY_COUNTS[0])} keys from the moment it answers
+PING, in back-to-back ~0.5 s redis-benchmark runs (each with 50 new connections):
+
+${coldTable}
+` : ''}
+## Targets
 
 ${verdict}
 
-${allMet ? `cellgate meets every target on this machine.` : `**cellgate misses ${missed} of the ${checks.length} targets on this machine**: at pipeline ${p16} it serves
-${fmtInt(med.get(`cellgate/${p16}`).rps)} CL.THROTTLE/s against ${fmtInt(med.get(`incr/${p16}`).rps)} INCR/s and ${fmtInt(med.get(`lua/${p16}`).rps)} Lua token-bucket calls/s.
-${profile ? 'The CPU profile below shows where its time goes.' : 'Run with BENCH_PROFILE=1 for a CPU profile.'}`}
+${allMet ? 'cellgate meets every target on this machine.' : `**cellgate misses ${checks.filter((c) => !c[3]).length} of the ${checks.length} targets on this machine.** ${profile ? 'The CPU profile below shows where its time goes; "Performance notes" below says what was tried.' : 'Run with BENCH_PROFILE=1 for a CPU profile.'}`}
 
 How to read these numbers:
 - ${facts.cores} CPUs for everything: ${PIN ? 'the servers on CPU 0, redis-benchmark on CPU 1' : 'servers and redis-benchmark unpinned'}. redis-benchmark is one
-  thread; at pipeline ${p16} against INCR it may be the bottleneck itself, so the INCR figure is a lower bound on
-  Redis's ceiling and cellgate / INCR an upper bound.
-- cellgate is one Node.js thread (plus V8's GC helper threads${PIN ? ', here confined to the same CPU' : ''}); redis-server is one thread.
-- The machine may be shared: load average ${facts.loadavg} at the start, ${endLoad} at the end. The interleaved
-  rounds and medians are meant to spread such noise over all targets; "Every run" below shows the spread.
-
-${profile ? `## CPU profile of cellgate under the pipeline-${p16} load
+  thread; at pipeline 16 against INCR it may be the bottleneck itself, so the INCR figure is a lower bound on
+  Redis's ceiling.
+- cellgate is one Node.js thread (plus V8's compiler and GC helper threads${PIN ? ', here confined to the same CPU' : ''}); redis-server is one thread.
+- The machine may be shared (load average ${facts.loadavg} at the start, ${endLoad} at the end): the interleaved
+  rounds and medians spread such noise over all targets; "Every run" below shows the spread.
+${profile ? `
+## CPU profile of cellgate under the pipeline-16 load over ${keyLabel(KEY_COUNTS[0])} keys
 
 \`node --cpu-prof dist/main.js ...\` while \`${profile.command}\` ran (after a warm-up run);
-${fmtInt(profile.result.rps)} rps under the profiler. Top 10 functions by self time
-(share of the busy, non-idle samples over the server's whole life, warm-up included; busy
-${profile.busyMs.toFixed(0)} ms, idle ${profile.idleMs.toFixed(0)} ms):
+${fmtInt(profile.result.rps)} rps under the profiler. Top functions by self time (share of the busy, non-idle samples
+over the server's whole life, warm-up included; busy ${profile.busyMs.toFixed(0)} ms, idle ${profile.idleMs.toFixed(0)} ms;
+\`node bench/cpuprofile-top.mjs FILE.cpuprofile\` prints the same for any profile):
 
 ${profile.table}
 
@@ -673,15 +376,15 @@ ${profile.fileTable}
 ` : ''}
 ## Every run
 
-${table(['target', 'round', 'requests/s', 'p50 ms', 'p99 ms', 'max ms', 'server CPU µs/op', 'seconds'], rawRows)}
+${table(['target', 'pipeline', 'keys', 'round', 'requests/s', 'p50 ms', 'p99 ms', 'max ms', 'server CPU µs/op', 'seconds'], rawRows)}
 `;
     // This script owns the first section (up to the next top-level heading); other benchmarks
-    // (ratelimit.mjs, snapshot.mjs) keep theirs after it.
+    // (ratelimit.mjs, snapshot.mjs, variants.mjs) keep theirs after it.
     const previous = existsSync(RESULTS) ? readFileSync(RESULTS, 'utf8') : '';
     const others = previous.search(/^# (?!CL\.THROTTLE benchmark)/m);
     writeFileSync(RESULTS, md.trimEnd() + '\n' + (others === -1 ? '' : '\n' + previous.slice(others)));
     say();
-    say(`# wrote ${relative(process.cwd(), RESULTS) || RESULTS}`);
+    say(`# wrote ${relative(process.cwd(), RESULTS) || RESULTS} and ${relative(process.cwd(), CHART) || CHART}`);
   }
 }
 

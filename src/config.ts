@@ -92,6 +92,7 @@ const DEFS: ConfigDef[] = [
   { name: 'log-format', kind: { type: 'enum', values: ['human', 'json'] }, default: 'human', mutable: true, help: 'log lines as text or JSON objects' },
   { name: 'logfile', kind: { type: 'string' }, default: '', mutable: false, help: 'log file (empty = stdout)' },
   { name: 'enable-debug-command', kind: { type: 'enum', values: ['no', 'yes', 'local'] }, default: 'no', mutable: false, help: 'allow DEBUG (CLOCK, SLEEP)' },
+  { name: 'warmup', kind: { type: 'bool' }, default: 'yes', mutable: false, help: 'run limiter calls on a scratch keyspace before the port opens, so the first clients meet compiled code' },
   { name: 'metrics-port', kind: { type: 'int', min: 0, max: 65535 }, default: '0', mutable: false, help: 'Prometheus metrics port (0 = off)' },
   { name: 'metrics-bind', kind: { type: 'string' }, default: '127.0.0.1', mutable: false, help: 'addresses the metrics port listens on (loopback by default)' },
 ];

@@ -32,6 +32,8 @@ import { Logger } from './log.js';
 import { checkWritable, DirError, DirLock, makeDirs } from './persistence/dir.js';
 import { SnapshotError, SnapshotLoad } from './persistence/reader.js';
 import { Server, VERSION } from './server/server.js';
+import { warmUp, WARMUP_ROUNDS } from './server/warmup.js';
+import { performance } from 'node:perf_hooks';
 
 const USAGE = `Usage: cellgate-server [/path/to/cellgate.conf] [--option value ...]
        cellgate-server check FILE
@@ -124,6 +126,17 @@ async function main(argv: string[]): Promise<void> {
   process.on('uncaughtException', (e) => server.tasks.failed('uncaught exception', e));
   process.on('unhandledRejection', (e) => server.tasks.failed('unhandled rejection', e));
   prepareDir(server);
+  // Before the port opens: the first clients then meet optimized code (src/server/warmup.ts).
+  if (config.bool('warmup')) {
+    const started = performance.now();
+    try {
+      await warmUp(server, WARMUP_ROUNDS);
+      log.verbose(`warm-up done in ${(performance.now() - started).toFixed(0)} ms`);
+    } catch (e) {
+      // Only an optimization: a failure is logged and the start goes on.
+      log.warning(`warm-up failed, starting without it: ${(e as Error).message}`);
+    }
+  }
   try {
     await server.start();
   } catch (e) {

@@ -38,6 +38,8 @@ export class User {
   allowed: Uint8Array;
   /** Every command allowed and every key: execute() skips all checks. */
   unrestricted = false;
+  /** `keys` as aclCheck reads them (built by recompute()). */
+  private keyMatchers: KeyMatcher[] = [];
 
   constructor(
     readonly name: string,
@@ -171,12 +173,33 @@ export class User {
     for (const rule of this.rules) this.acl.applyRuleTo(allowed, rule[0] === '+' ? 1 : 0, rule.slice(1));
     this.acl.allowNoAuth(allowed);
     this.unrestricted = this.allKeys && allowed.every((b) => b === 1);
+    this.keyMatchers = [...this.keys].map(([pattern, access]) => keyMatcher(pattern, access));
   }
 
-  /** Whether `key` (latin1) may be accessed with `need` (KEY_READ|KEY_WRITE bits). */
-  keyAllowed(key: string, need: number): boolean {
-    for (const [pattern, access] of this.keys) {
-      if ((access & need) === need && globMatch(pattern, key)) return true;
+  /**
+   * Whether the key bytes buf[start, end) may be accessed with `need` (KEY_READ|KEY_WRITE bits): one
+   * of the patterns matches with that access. A literal pattern, or a literal prefix and `*` (`app:*`,
+   * the usual shape), is compared with the bytes, so no string is made for the key unless a pattern
+   * needs the glob matcher (globMatch on the key as latin1, the same answer).
+   */
+  keyAllowedAt(buf: Buffer, start: number, end: number, need: number): boolean {
+    const matchers = this.keyMatchers;
+    const len = end - start;
+    let text: string | null = null;
+    for (let m = 0; m < matchers.length; m++) {
+      const k = matchers[m];
+      if ((k.access & need) !== need) continue;
+      if (k.glob === null) {
+        const lit = k.literal;
+        const n = lit.length;
+        if (k.exact ? len !== n : len < n) continue;
+        let i = 0;
+        while (i < n && buf[start + i] === lit[i]) i++;
+        if (i === n) return true;
+      } else {
+        if (text === null) text = buf.toString('latin1', start, end);
+        if (globMatch(k.glob, text)) return true;
+      }
     }
     return false;
   }
@@ -490,7 +513,26 @@ export function aclCheck(user: User, spec: CommandSpec, argv: CommandArgs, base:
  */
 function keyArgAllowed(user: User, argv: CommandArgs, i: number, need: number): boolean {
   if (argv.byteLength(i) > constants.MAX_STRING_LENGTH) return false;
-  return user.keyAllowed(argv.buffer(i).toString('latin1'), need);
+  return user.keyAllowedAt(argv.source(i), argv.start(i), argv.end(i), need);
+}
+
+/**
+ * A key pattern prepared for keyAllowedAt: `literal` alone (exact) or followed by `*`s (prefix) when
+ * the rest has no glob character, else `glob` (the pattern, for globMatch).
+ */
+interface KeyMatcher {
+  readonly access: number;
+  readonly literal: Buffer;
+  readonly exact: boolean;
+  readonly glob: string | null;
+}
+
+function keyMatcher(pattern: string, access: number): KeyMatcher {
+  let end = pattern.length;
+  while (end > 0 && pattern[end - 1] === '*') end--;
+  const head = pattern.slice(0, end);
+  if (/[*?[\\]/.test(head)) return { access, literal: Buffer.alloc(0), exact: false, glob: pattern };
+  return { access, literal: Buffer.from(head, 'latin1'), exact: end === pattern.length, glob: null };
 }
 
 /** Redis 7.2's NOPERM texts (getAclErrorMessage, not verbose). */

@@ -51,7 +51,6 @@ const ALGORITHMS: Algorithm[] = [
   { name: 'SLIDINGWINDOW', type: KeyType.SlidingWindow, acceptsBurst: false },
   { name: 'GCRA', type: KeyType.Gcra, acceptsBurst: true },
 ];
-const BY_NAME = new Map(ALGORITHMS.map((a) => [a.name.toLowerCase(), a]));
 
 /** One limit of a call, parsed. Reused between calls. */
 interface Limit {
@@ -74,24 +73,54 @@ function newLimit(): Limit {
 /** Limits of the current call: index 0 serves the single-algorithm commands. */
 const limits: Limit[] = [newLimit()];
 
-/** Where an argument error happened: '' for single commands, ` in limit 2` for RL.ALL. */
-function invalid(ctx: CommandContext, name: string, text: string, where: string, rule: string): void {
-  ctx.reply.error(`ERR invalid ${name} '${text}'${where}: ${rule}`);
+/**
+ * Where an argument error happened, from the limit's number: '' for single commands (0), ` in limit 2`
+ * for RL.ALL. Made only for an error: a string per limit per call would be garbage on every call.
+ */
+function where(limitNo: number): string {
+  return limitNo === 0 ? '' : ` in limit ${limitNo}`;
+}
+
+function invalid(ctx: CommandContext, name: string, text: string, limitNo: number, rule: string): void {
+  ctx.reply.error(`ERR invalid ${name} '${text}'${where(limitNo)}: ${rule}`);
+}
+
+const KEYWORD_BURST = Buffer.from('burst');
+const KEYWORD_COST = Buffer.from('cost');
+/** Each algorithm's name, lowercase, for algoAt. */
+const ALGO_NAMES = ALGORITHMS.map((a) => Buffer.from(a.name.toLowerCase()));
+
+/**
+ * Whether argument `i` is `word` (lowercase ASCII letters) in any case: lower(i) === word, compared on
+ * the received bytes, so no string is made per option of every call.
+ */
+function isKeyword(argv: CommandArgs, i: number, word: Uint8Array): boolean {
+  const start = argv.start(i);
+  if (argv.end(i) - start !== word.length) return false;
+  const buf = argv.source(i);
+  for (let k = 0; k < word.length; k++) if ((buf[start + k] | 0x20) !== word[k]) return false;
+  return true;
+}
+
+/** The algorithm named by argument `i` (any case), found on the bytes: no string per limit of every call. */
+function algoAt(argv: CommandArgs, i: number): Algorithm | undefined {
+  for (let a = 0; a < ALGO_NAMES.length; a++) if (isKeyword(argv, i, ALGO_NAMES[a])) return ALGORITHMS[a];
+  return undefined;
 }
 
 /** An integer argument in [min, max], or null after an error reply naming it. */
-function integerArg(ctx: CommandContext, argv: CommandArgs, i: number, name: string, where: string, min: number, max: number): number | null {
+function integerArg(ctx: CommandContext, argv: CommandArgs, i: number, name: string, limitNo: number, min: number, max: number): number | null {
   const n = argv.redisInteger(i);
   if (n === null) {
-    invalid(ctx, name, argv.text(i), where, 'not an integer');
+    invalid(ctx, name, argv.text(i), limitNo, 'not an integer');
     return null;
   }
   if (n < min) {
-    invalid(ctx, name, argv.text(i), where, `must be >= ${min}`);
+    invalid(ctx, name, argv.text(i), limitNo, `must be >= ${min}`);
     return null;
   }
   if (n > max) {
-    invalid(ctx, name, argv.text(i), where, `must be <= ${max}`);
+    invalid(ctx, name, argv.text(i), limitNo, `must be <= ${max}`);
     return null;
   }
   return n;
@@ -105,34 +134,33 @@ let parsedCost = 1;
  * or −1 after an error reply. For RL.ALL (`costAllowed` false) it stops at the first argument that
  * is not `BURST`: the next limit's key, or the trailing COST.
  */
-function parseLimit(ctx: CommandContext, argv: CommandArgs, i: number, l: Limit, where: string, costAllowed: boolean): number {
+function parseLimit(ctx: CommandContext, argv: CommandArgs, i: number, l: Limit, limitNo: number, costAllowed: boolean): number {
   const algo = l.algo;
   const limitIndex = i;
-  const limit = integerArg(ctx, argv, i, 'limit', where, 1, algo.type === KeyType.SlidingLog ? MAX_SLIDING_LOG_LIMIT : MAX_SCALED);
+  const limit = integerArg(ctx, argv, i, 'limit', limitNo, 1, algo.type === KeyType.SlidingLog ? MAX_SLIDING_LOG_LIMIT : MAX_SCALED);
   if (limit === null) return -1;
-  const periodMs = integerArg(ctx, argv, i + 1, 'period_ms', where, 1, MAX_PERIOD_MS);
+  const periodMs = integerArg(ctx, argv, i + 1, 'period_ms', limitNo, 1, MAX_PERIOD_MS);
   if (periodMs === null) return -1;
   let burst = limit;
   let burstIndex = -1;
   i += 2;
   while (i < argv.length) {
-    const option = argv.lower(i);
-    if (option === 'burst') {
+    if (isKeyword(argv, i, KEYWORD_BURST)) {
       if (!algo.acceptsBurst || i + 1 >= argv.length) {
         ctx.reply.error('ERR syntax error');
         return -1;
       }
-      const b = integerArg(ctx, argv, i + 1, 'BURST', where, 1, MAX_SCALED);
+      const b = integerArg(ctx, argv, i + 1, 'BURST', limitNo, 1, MAX_SCALED);
       if (b === null) return -1;
       burst = b;
       burstIndex = i + 1;
       i += 2;
-    } else if (option === 'cost' && costAllowed) {
+    } else if (costAllowed && isKeyword(argv, i, KEYWORD_COST)) {
       if (i + 1 >= argv.length) {
         ctx.reply.error('ERR syntax error');
         return -1;
       }
-      const c = integerArg(ctx, argv, i + 1, 'COST', where, 0, Number.MAX_SAFE_INTEGER);
+      const c = integerArg(ctx, argv, i + 1, 'COST', limitNo, 0, Number.MAX_SAFE_INTEGER);
       if (c === null) return -1;
       parsedCost = c;
       i += 2;
@@ -146,21 +174,21 @@ function parseLimit(ctx: CommandContext, argv: CommandArgs, i: number, l: Limit,
   // Products the integer arithmetic needs below 2^52 (see src/limiters/rate-decision.ts).
   if (algo.type === KeyType.TokenBucket || algo.type === KeyType.LeakyBucket) {
     if (burst * periodMs > MAX_SCALED) {
-      invalid(ctx, burstIndex === -1 ? 'limit' : 'BURST', argv.text(burstIndex === -1 ? limitIndex : burstIndex), where, `BURST x period_ms must be <= ${MAX_SCALED} (BURST defaults to limit)`);
+      invalid(ctx, burstIndex === -1 ? 'limit' : 'BURST', argv.text(burstIndex === -1 ? limitIndex : burstIndex), limitNo, `BURST x period_ms must be <= ${MAX_SCALED} (BURST defaults to limit)`);
       return -1;
     }
   } else if (algo.type === KeyType.Gcra) {
     const error = gcraMsParams(limit, periodMs, burst, l.gcra);
     if (error === 'zero-interval') {
-      ctx.reply.error(`ERR invalid limit${where}: more than 10^9 per second (the emission interval would be 0 ns)`);
+      ctx.reply.error(`ERR invalid limit${where(limitNo)}: more than 10^9 per second (the emission interval would be 0 ns)`);
       return -1;
     }
     if (error !== null) {
-      ctx.reply.error(`ERR invalid BURST/period_ms${where}: the burst tolerance (period_ms / limit * BURST) exceeds 100 years`);
+      ctx.reply.error(`ERR invalid BURST/period_ms${where(limitNo)}: the burst tolerance (period_ms / limit * BURST) exceeds 100 years`);
       return -1;
     }
   } else if (limit * periodMs > MAX_SCALED) {
-    ctx.reply.error(`ERR invalid limit/period_ms${where}: limit x period_ms must be <= ${MAX_SCALED}`);
+    ctx.reply.error(`ERR invalid limit/period_ms${where(limitNo)}: limit x period_ms must be <= ${MAX_SCALED}`);
     return -1;
   }
   l.limit = limit;
@@ -263,7 +291,7 @@ function single(algo: Algorithm): (ctx: CommandContext, argv: CommandArgs) => vo
     const l = limits[0];
     l.algo = algo;
     parsedCost = 1;
-    if (parseLimit(ctx, argv, 2, l, '', true) === -1) return;
+    if (parseLimit(ctx, argv, 2, l, 0, true) === -1) return;
     const cost = parsedCost;
     l.keyArg = 1;
     if (ctx.backend !== null) {
@@ -325,38 +353,37 @@ function insertKey(argv: CommandArgs, n: number): boolean {
 }
 
 function rlAll(ctx: CommandContext, argv: CommandArgs): void {
-  const count = integerArg(ctx, argv, 1, 'numlimits', '', 1, MAX_LIMITS);
+  const count = integerArg(ctx, argv, 1, 'numlimits', 0, 1, MAX_LIMITS);
   if (count === null) return;
   while (limits.length < count) limits.push(newLimit());
   let i = 2;
   for (let n = 0; n < count; n++) {
-    const where = ` in limit ${n + 1}`;
     if (i + 4 > argv.length) {
       ctx.reply.error(`ERR wrong number of arguments for 'rl.all' command: limit ${n + 1} of ${count} needs key ALGO limit period_ms`);
       return;
     }
     const l = limits[n];
-    const algo = BY_NAME.get(argv.lower(i + 1));
+    const algo = algoAt(argv, i + 1);
     if (algo === undefined) {
-      invalid(ctx, 'ALGO', argv.text(i + 1), where, `expected ${ALGO_LIST}`);
+      invalid(ctx, 'ALGO', argv.text(i + 1), n + 1, `expected ${ALGO_LIST}`);
       return;
     }
     l.algo = algo;
     l.keyArg = i;
     if (!insertKey(argv, n)) {
-      ctx.reply.error(`ERR duplicate key '${argv.text(i)}'${where}: each limit needs its own key`);
+      ctx.reply.error(`ERR duplicate key '${argv.text(i)}'${where(n + 1)}: each limit needs its own key`);
       return;
     }
-    i = parseLimit(ctx, argv, i + 2, l, where, false);
+    i = parseLimit(ctx, argv, i + 2, l, n + 1, false);
     if (i === -1) return;
   }
   let cost = 1;
   if (i < argv.length) {
-    if (argv.lower(i) !== 'cost' || i + 2 !== argv.length) {
+    if (!isKeyword(argv, i, KEYWORD_COST) || i + 2 !== argv.length) {
       ctx.reply.error('ERR syntax error');
       return;
     }
-    const c = integerArg(ctx, argv, i + 1, 'COST', '', 0, Number.MAX_SAFE_INTEGER);
+    const c = integerArg(ctx, argv, i + 1, 'COST', 0, 0, Number.MAX_SAFE_INTEGER);
     if (c === null) return;
     cost = c;
   }

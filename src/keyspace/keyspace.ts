@@ -146,8 +146,14 @@ export class Keyspace {
   expiredCount = 0;
   /** Keys removed by maxmemory eviction (INFO evicted_keys). */
   evictedCount = 0;
-  /** Estimated average TTL of live keys in ms (INFO keyspace avg_ttl), from the expiry sweep's samples. */
-  avgTtlMs = 0;
+  /**
+   * Estimated average TTL of live keys in ms (INFO keyspace avg_ttl), from the expiry sweep's samples.
+   * Starts as −0 (equal to 0 in every comparison and printed as 0) so V8 holds the field as a double
+   * from the start: a field that starts as a small integer and gets its first fraction from the first
+   * expiry step changes every Keyspace's hidden class then, and the optimized lookups (warmed up
+   * before the port opened, src/server/warmup.ts) are thrown away under the first load.
+   */
+  avgTtlMs = -0;
   /** Keys examined by the last expireStep. */
   lastStepKeys = 0;
 

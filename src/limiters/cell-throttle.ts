@@ -135,6 +135,10 @@ export function cellThrottle(
     tatUs = nowUs;
     tatNs = 0;
   }
+  if (p.intervalNs === 0 && tatNs === 0) {
+    cellThrottleWholeUs(p, quantity, tatUs, nowUs, out);
+    return;
+  }
   out.limit = p.limit;
   out.retryAfterSec = -1;
   out.write = false;
@@ -213,6 +217,55 @@ export function cellThrottle(
     out.remaining = 0;
   }
   out.resetAfterSec = cellSeconds(ttlUs, ttlNs);
+}
+
+/**
+ * cellThrottle when every duration is a whole number of µs: T has no ns part (then neither has
+ * τ = T·limit, nor T·quantity) and neither has the stored TAT. Which is the usual case (1000 per 60 s:
+ * T = 60 ms) and then the (µs, ns) pairs above all carry ns = 0: the same steps on plain numbers, the
+ * same results (test/limiters checks both paths against the reference).
+ */
+function cellThrottleWholeUs(p: CellParams, quantity: number, tatUs: number, nowUs: number, out: CellDecision): void {
+  out.limit = p.limit;
+  out.retryAfterSec = -1;
+  out.write = false;
+  const intervalUs = p.intervalUs;
+  const toleranceUs = p.toleranceUs;
+  let ttlUs: number;
+  if (quantity > p.limit) {
+    out.limited = true;
+    ttlUs = tatUs - nowUs;
+  } else {
+    const incUs = intervalUs * quantity;
+    const newUs = (tatUs > nowUs ? tatUs : nowUs) + incUs;
+    const diffUs = nowUs - (newUs - toleranceUs);
+    if (diffUs < 0) {
+      out.limited = true;
+      if (incUs <= toleranceUs) out.retryAfterSec = wholeSeconds(-diffUs);
+      ttlUs = tatUs - nowUs;
+    } else {
+      out.limited = false;
+      ttlUs = newUs - nowUs;
+      out.write = true;
+      out.tatUs = newUs;
+      out.tatNs = 0;
+      out.expireAtMs = Math.floor(nowUs / 1000) + Math.trunc(ttlUs / 1000);
+    }
+  }
+  const nextUs = toleranceUs - ttlUs;
+  if (nextUs + intervalUs > 0) {
+    out.remaining = intervalUs === 0 ? (nextUs > 0 ? Number.MAX_VALUE : 0) : Math.trunc(nextUs / intervalUs);
+    if (out.remaining < 0) out.remaining = 0;
+  } else {
+    out.remaining = 0;
+  }
+  out.resetAfterSec = wholeSeconds(ttlUs);
+}
+
+/** cellSeconds(us, 0). */
+function wholeSeconds(us: number): number {
+  const secs = Math.trunc(us / 1e6);
+  return Math.trunc(us / 1000) % 1000 > 0 ? secs + 1 : secs;
 }
 
 /**

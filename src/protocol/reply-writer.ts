@@ -128,6 +128,16 @@ export class ReplyWriter {
     this.raw('+OK\r\n');
   }
 
+  /** A whole reply made once (`+QUEUED\r\n`): copied byte by byte, cheaper than encoding a short string. */
+  constant(bytes: Uint8Array): void {
+    const n = bytes.length;
+    this.ensure(n);
+    const buf = this.buf;
+    let p = this.len;
+    for (let i = 0; i < n; i++) buf[p++] = bytes[i];
+    this.len = p;
+  }
+
   /**
    * `-CODE message`: `text` carries its code (`ERR ...`, `WRONGTYPE ...`). Like Redis's
    * addReplyError, CR and LF become spaces, so a message quoting user input never breaks framing.

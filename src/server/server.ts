@@ -32,6 +32,8 @@ import { RedisBackend, type UnavailablePolicy } from '../backend/redis-backend.j
 import { LIMITER_SCRIPT, TYPE_SCRIPT } from '../backend/limiter-script.js';
 
 export const VERSION = '0.2.0';
+/** The reply to a command queued in MULTI. */
+const QUEUED_REPLY = Buffer.from('+QUEUED\r\n');
 /** How much of a refused key ACL LOG keeps as its object (the whole key, up to this). */
 const ACL_LOG_KEY_BYTES = 64 * 1024;
 /** The Redis version whose protocol and replies cellgate matches (INFO redis_version, HELLO). */
@@ -97,6 +99,8 @@ export class Server {
   rebinding = false;
   /** `maxmemory`, kept as a number: execute() reads it for every command. */
   private maxmemoryBytes = 0;
+  /** `client-query-buffer-limit`, kept as a number: every command queued in MULTI is checked against it. */
+  private queryBufferLimit = 1024 * 1024 * 1024;
   /** `client-output-buffer-limit normal`, parsed once per change: clients read it for every batch. */
   outputLimit: OutputLimit = { hardBytes: 0, softBytes: 0, softSeconds: 0 };
   private nextClientId = 1;
@@ -387,6 +391,7 @@ export class Server {
     this.log.format = this.config.get('log-format') as 'human' | 'json';
     this.snapshots.refreshDenyWrites();
     this.maxmemoryBytes = this.config.int('maxmemory');
+    this.queryBufferLimit = this.config.int('client-query-buffer-limit');
     this.outputLimit = this.config.outputLimit('normal');
     this.slowlogThresholdUs = this.config.int('slowlog-log-slower-than');
     this.slowlogMaxLen = this.config.int('slowlog-max-len');
@@ -789,11 +794,11 @@ export class Server {
     }
     m.push(spec, argv);
     const held = m.bytes + client.parser.pendingBytes;
-    if (held > this.config.int('client-query-buffer-limit')) {
+    if (held > this.queryBufferLimit) {
       client.closeForQueryBuffer(held);
       return true;
     }
-    this.writer.status('QUEUED');
+    this.writer.constant(QUEUED_REPLY);
     return true;
   }
 
@@ -812,13 +817,17 @@ export class Server {
     ctx.nowUs = nowUs;
     ctx.nowMs = Math.floor(nowUs / 1000);
     const mark = reply.length;
-    const started = performance.now();
+    // As in execute(): each queued command's duration runs from the end of the previous one (or
+    // EXEC's start), one clock read per command.
+    const started = this.perfMark;
     try {
       spec.run!(ctx, argv);
     } catch (e) {
       this.commandFailed(fullName, e, mark);
     }
-    this.commandDone(client, spec, fullName, stat, argv, (performance.now() - started) * 1000, nowUs, mark);
+    const ended = performance.now();
+    this.perfMark = ended;
+    this.commandDone(client, spec, fullName, stat, argv, (ended - started) * 1000, nowUs, mark);
   }
 
   /**

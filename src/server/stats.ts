@@ -59,6 +59,9 @@ export class LimiterCounter {
   }
 }
 
+/** The next Stats generation (see Stats.generation). */
+let nextGeneration = 1;
+
 export class Stats {
   totalConnections = 0;
   rejectedConnections = 0;
@@ -82,8 +85,12 @@ export class Stats {
   readonly commands = new Map<string, CommandStat>();
   readonly limiters = new Map<string, LimiterStat>();
   readonly errors = new Map<string, number>();
-  /** Bumped by reset(): counters held outside the maps (LimiterCounter, the server's) are stale. */
-  generation = 0;
+  /**
+   * Changed by reset(): counters held outside the maps (LimiterCounter, the server's) are stale.
+   * Unique across instances too, so a counter that last counted into another Stats (the warm-up's
+   * scratch server, src/server/warmup.ts) never takes this one's generation for its own.
+   */
+  generation = nextGeneration++;
 
   private opsSamples = new Float64Array(OPS_SAMPLES);
   private opsIndex = 0;
@@ -151,6 +158,6 @@ export class Stats {
     this.limiters.clear();
     this.errors.clear();
     this.lastSampleCommands = 0;
-    this.generation++;
+    this.generation = nextGeneration++;
   }
 }

@@ -44,6 +44,8 @@ export async function startServer(opts: StartOptions = {}): Promise<RunningServe
     ...(opts.configFile ? [opts.configFile] : []),
     '--port', '0', '--bind', '127.0.0.1', '--log-format', 'json', '--dir', dir,
     ...(opts.debug === false ? [] : ['--enable-debug-command', 'yes']),
+    // The start-up warm-up costs ~0.5 s per server on a busy machine; test/hardening/warmup.test.ts turns it on.
+    '--warmup', 'no',
     ...(opts.args ?? []),
   ];
   const command = opts.wrap === undefined ? process.execPath : opts.wrap[0];
