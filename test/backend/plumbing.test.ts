@@ -201,7 +201,8 @@ describe('keyspace commands see only the prefixed keys', () => {
         seen.push(...keys);
         cursor = next;
       } while (cursor !== '0');
-      expect(seen.sort()).toEqual(['ks:gcra', 'ks:sw']);
+      // SCAN may return a key more than once (Redis's guarantee, while its table rehashes): as a set.
+      expect([...new Set(seen)].sort()).toEqual(['ks:gcra', 'ks:sw']);
       expect(await client.call('SCAN', '0', 'TYPE', 'slidingwindow', 'COUNT', '100')).toEqual(['0', ['ks:sw']]);
       expect(await client.type('ks:gcra')).toBe('gcra');
       expect(await client.type('ks:none')).toBe('none');
