@@ -319,15 +319,19 @@ describe('limiter script, call by call', () => {
     }
   });
 
-  it('parseLimiterReply: decodes rows of 5 and 6 and rejects other shapes', () => {
+  it('parseLimiterReply: decodes the flat reply (5 or 6 values and refusedForUs per limit) and rejects other shapes', () => {
     const limits = [cl(1, 1, 1, 1), rl(KeyType.TokenBucket, 1, 1, 1)];
-    expect(parseLimiterReply([1, [1, 2, 0, 1, 1, 999], [0, 1, 0, -1, 1, 0, -1]], limits)).toEqual({
+    expect(parseLimiterReply([1, 1, 2, 0, 1, 1, 999, 0, 1, 0, -1, 1, 0, -1], limits)).toEqual({
       limited: true,
       limits: [{ values: [1, 2, 0, 1, 1], refusedForUs: 999 }, { values: [0, 1, 0, -1, 1, 0], refusedForUs: -1 }],
     });
-    expect(parseLimiterReply([0, [0, 6, '9223372036854775807', -1, 0, -1]], [limits[0]]).limits[0].values[2]).toBe(Number.MAX_VALUE);
+    expect(parseLimiterReply([0, 0, 6, '9223372036854775807', -1, 0, -1], [limits[0]]).limits[0].values[2]).toBe(Number.MAX_VALUE);
     expect(() => parseLimiterReply([0], limits)).toThrow(TypeError);
-    expect(() => parseLimiterReply([0, [1, 2, 3], [1]], limits)).toThrow(TypeError);
+    expect(() => parseLimiterReply([0, 1, 2, 3, 1], limits)).toThrow(TypeError);
+    // One element too many or too few for the limits' widths.
+    expect(() => parseLimiterReply([1, 1, 2, 0, 1, 1, 999, 0, 1, 0, -1, 1, 0, -1, 0], limits)).toThrow(TypeError);
+    expect(() => parseLimiterReply([1, 1, 2, 0, 1, 1, 999, 0, 1, 0, -1, 1, 0], limits)).toThrow(TypeError);
+    expect(() => parseLimiterReply([0, [0, 6, 0, -1, 0, -1]], [limits[0]])).toThrow(TypeError);
     expect(() => parseLimiterReply('OK', limits)).toThrow(TypeError);
   });
 });
