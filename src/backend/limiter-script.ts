@@ -48,9 +48,10 @@ export const BACKEND_WIDE_ERROR = 'ERR GCRA values beyond 2^53 are not supported
  * The value layout (docs/backend.md): byte 1 the format tag, byte 2 the KeyType, then little-endian
  * doubles: absolute expiry (ms), A, B, C; a sliding log appends its entries as (ms, running total).
  *
- * ARGV (limiterScriptArgv): ARGV[1] is '1' for all-or-nothing else '0', followed by the debug clock
- * in µs (nothing: the script reads TIME); ARGV[1 + i] is limit i packed as "op x1 x2 x3 x4 x5 x6".
- * One element per limit, as each element costs the sidecar's client CPU to send.
+ * ARGV (limiterScriptArgv) is one binary string: a flags byte (1: all-or-nothing, 2: the debug clock
+ * is given), the debug clock in µs as a little-endian double, then per limit 49 bytes: the op code
+ * and six little-endian doubles. One element, as each costs the sidecar's client CPU to send, and
+ * binary, as one struct.unpack is cheaper in Redis than parsing and tonumber of decimal strings.
  *
  * The reply is flat: the call's limited flag, then per limit its reply integers (6 or 7 for rl) and
  * refusedForUs.
@@ -67,12 +68,10 @@ local HEADER = 34
 local SAFE = 9007199254740992
 local fmod, floor, ceil = math.fmod, math.floor, math.ceil
 
-local head = ARGV[1]
-local all = string.byte(head, 1) == 49
-local nowUs
-if #head > 1 then
-  nowUs = tonumber(string.sub(head, 2))
-else
+local args = ARGV[1]
+local flags, nowUs = struct.unpack('<Bd', args)
+local all = flags % 2 == 1
+if flags < 2 then
   local t = redis.call('TIME')
   nowUs = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
@@ -124,18 +123,8 @@ end
 -- the call needs redis-gcra.ts's BigInt path.
 local function decide(op, x1, x2, x3, x4, x5, x6, key, has, sa, sb, sc, sv, slen)
   if op == 'c' or op == 'r' then
-    -- cellThrottle: (µs, ns) pairs, as cell-throttle.ts. limit x1, interval x2/x3, tolerance x4/x5.
-    local function mul(us, ns, n)
-      local thousands = floor(n / 1000)
-      local units = n - thousands * 1000
-      local unitsNs = ns * units
-      return us * n + ns * thousands + floor(unitsNs / 1000), fmod(unitsNs, 1000)
-    end
-    local function sub(aUs, aNs, bUs, bNs)
-      local ns = aNs - bNs
-      if ns < 0 then return aUs - bUs - 1, ns + 1000 end
-      return aUs - bUs, ns
-    end
+    -- cellThrottle: (µs, ns) pairs, as cell-throttle.ts, the pair operations inline (ns in [0, 1000)
+    -- after each: a borrow or a carry of one). limit x1, interval x2/x3, tolerance x4/x5.
     local limit, iUs, iNs, tUs, tNs, q = x1, x2, x3, x4, x5, x6
     local tatUs, tatNs = nowUs, 0
     if has then tatUs = sa; tatNs = sb end
@@ -144,20 +133,28 @@ local function decide(op, x1, x2, x3, x4, x5, x6, key, has, sa, sb, sc, sv, slen
     local ttlUs, ttlNs
     if q > limit then
       limited = true
-      ttlUs, ttlNs = sub(tatUs, tatNs, nowUs, 0)
+      ttlUs, ttlNs = tatUs - nowUs, tatNs
+      if ttlNs < 0 then ttlUs = ttlUs - 1; ttlNs = ttlNs + 1000 end
     else
-      local incUs, incNs = mul(iUs, iNs, q)
+      -- mul(interval, q)
+      local thousands = floor(q / 1000)
+      local unitsNs = iNs * (q - thousands * 1000)
+      local incUs, incNs = iUs * q + iNs * thousands + floor(unitsNs / 1000), fmod(unitsNs, 1000)
       if tatUs > nowUs or (tatUs == nowUs and tatNs > 0) then newUs = tatUs + incUs; newNs = tatNs + incNs
       else newUs = nowUs + incUs; newNs = incNs end
       if newNs >= 1000 then newUs = newUs + 1; newNs = newNs - 1000 end
-      local allowUs, allowNs = sub(newUs, newNs, tUs, tNs)
-      local diffUs, diffNs = sub(nowUs, 0, allowUs, allowNs)
+      -- allow = new - tolerance; diff = now - allow
+      local allowUs, allowNs = newUs - tUs, newNs - tNs
+      if allowNs < 0 then allowUs = allowUs - 1; allowNs = allowNs + 1000 end
+      local diffUs, diffNs = nowUs - allowUs, -allowNs
+      if diffNs < 0 then diffUs = diffUs - 1; diffNs = diffNs + 1000 end
       if diffUs < 0 then
         limited = true
         if incUs < tUs or (incUs == tUs and incNs <= tNs) then
           if op == 'c' then
-            local waitUs, waitNs = sub(0, 0, diffUs, diffNs)
-            -- cell_seconds
+            -- cell_seconds(0 - diff)
+            local waitUs, waitNs = -diffUs, -diffNs
+            if waitNs < 0 then waitUs = waitUs - 1; waitNs = waitNs + 1000 end
             if waitUs < 0 and waitNs > 0 then waitUs = waitUs + 1 end
             local w = waitUs / 1e6
             if w < 0 then retry = ceil(w) else retry = floor(w) end
@@ -169,11 +166,12 @@ local function decide(op, x1, x2, x3, x4, x5, x6, key, has, sa, sb, sc, sv, slen
           first = allowUs
           if allowNs > 0 then first = allowUs + 1 end
         end
-        ttlUs, ttlNs = sub(tatUs, tatNs, nowUs, 0)
+        ttlUs, ttlNs = tatUs - nowUs, tatNs
       else
         write = true
-        ttlUs, ttlNs = sub(newUs, newNs, nowUs, 0)
+        ttlUs, ttlNs = newUs - nowUs, newNs
       end
+      if ttlNs < 0 then ttlUs = ttlUs - 1; ttlNs = ttlNs + 1000 end
     end
     if op == 'c' then
       local whole = ttlUs
@@ -185,7 +183,8 @@ local function decide(op, x1, x2, x3, x4, x5, x6, key, has, sa, sb, sc, sv, slen
         exp = nowMs + m
       end
       local remaining = 0
-      local nextUs, nextNs = sub(tUs, tNs, ttlUs, ttlNs)
+      local nextUs, nextNs = tUs - ttlUs, tNs - ttlNs
+      if nextNs < 0 then nextUs = nextUs - 1; nextNs = nextNs + 1000 end
       local probeUs, probeNs = nextUs + iUs, nextNs + iNs
       if probeNs >= 1000 then probeUs = probeUs + 1; probeNs = probeNs - 1000 end
       if probeUs > 0 or (probeUs == 0 and probeNs > 0) then
@@ -208,6 +207,11 @@ local function decide(op, x1, x2, x3, x4, x5, x6, key, has, sa, sb, sc, sv, slen
       return limited, limit, remaining, retry, reset, nil, write, newUs, newNs, 0, exp, first, nil
     end
     -- gcraMsDecide: millisecond fields over the same decision; COST 0 never writes.
+    local function mul(us, ns, n)
+      local thousands = floor(n / 1000)
+      local unitsNs = ns * (n - thousands * 1000)
+      return us * n + ns * thousands + floor(unitsNs / 1000), fmod(unitsNs, 1000)
+    end
     local function ceil_div(a, b)
       local q = ceil(a / b)
       if q * b < a then q = q + 1 elseif q > 0 and (q - 1) * b >= a then q = q - 1 end
@@ -527,8 +531,7 @@ end
 local n = #KEYS
 if n == 1 then
   -- The single-limit call: no table but the reply.
-  local op, x1, x2, x3, x4, x5, x6 = string.match(ARGV[2], '^(%a) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+)$')
-  x1, x2, x3, x4, x5, x6 = tonumber(x1), tonumber(x2), tonumber(x3), tonumber(x4), tonumber(x5), tonumber(x6)
+  local op, x1, x2, x3, x4, x5, x6 = struct.unpack('<c1dddddd', args, 10)
   local key = KEYS[1]
   local t = type_of(op)
   local st, sexp, sa, sb, sc, sv, slen = load(key, op == 's', t)
@@ -559,9 +562,9 @@ end
 -- Several limits (RL.ALL): every key is looked up, then every limit decided, then written.
 local ops, xs, st = {}, {}, {}
 for i = 1, n do
-  local op, x1, x2, x3, x4, x5, x6 = string.match(ARGV[i + 1], '^(%a) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+)$')
+  local op, x1, x2, x3, x4, x5, x6 = struct.unpack('<c1dddddd', args, 10 + 49 * (i - 1))
   ops[i] = op
-  xs[i] = { tonumber(x1), tonumber(x2), tonumber(x3), tonumber(x4), tonumber(x5), tonumber(x6) }
+  xs[i] = { x1, x2, x3, x4, x5, x6 }
   local s = { load(KEYS[i], op == 's', type_of(op)) }
   if s[1] < 0 then return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value') end
   st[i] = s
@@ -617,37 +620,48 @@ const RL_OPS: Record<number, string> = {
   [KeyType.Gcra]: 'r',
 };
 
-/** A number as Lua's tonumber reads it back to the same double (String() never loses digits). */
-function num(n: number): string {
-  return String(n);
-}
+/** Bytes per limit in the script's ARGV: the op code and six doubles. */
+const LIMIT_BYTES = 49;
 
-function cellFields(op: string, p: CellParams, n: number): string {
-  return `${op} ${num(p.limit)} ${num(p.intervalUs)} ${num(p.intervalNs)} ${num(p.toleranceUs)} ${num(p.toleranceNs)} ${num(n)}`;
+function put(out: Buffer, at: number, op: string, x1: number, x2: number, x3: number, x4: number, x5: number, x6: number): void {
+  out[at] = op.charCodeAt(0);
+  out.writeDoubleLE(x1, at + 1);
+  out.writeDoubleLE(x2, at + 9);
+  out.writeDoubleLE(x3, at + 17);
+  out.writeDoubleLE(x4, at + 25);
+  out.writeDoubleLE(x5, at + 33);
+  out.writeDoubleLE(x6, at + 41);
 }
 
 /**
- * ARGV for LIMITER_SCRIPT; KEYS are the limits' backend keys (prefix + key bytes), in the same order.
+ * ARGV for LIMITER_SCRIPT (one binary element, laid out as the script's header says); KEYS are the
+ * limits' backend keys (prefix + key bytes), in the same order.
  * nowUs: the frozen debug clock in µs when DEBUG CLOCK is in effect, else null (the script reads TIME).
  * allOrNothing: RL.ALL (nothing is written unless every limit allows).
  * Returns { error } (the reply text without '-') when the call cannot be computed exactly by the script.
  */
-export function limiterScriptArgv(limits: readonly ScriptLimit[], allOrNothing: boolean, nowUs: number | null): string[] | { error: string } {
-  const argv: string[] = [(allOrNothing ? '1' : '0') + (nowUs === null ? '' : num(nowUs))];
+export function limiterScriptArgv(limits: readonly ScriptLimit[], allOrNothing: boolean, nowUs: number | null): Buffer[] | { error: string } {
+  const out = Buffer.allocUnsafe(9 + LIMIT_BYTES * limits.length);
+  out[0] = (allOrNothing ? 1 : 0) | (nowUs === null ? 0 : 2);
+  out.writeDoubleLE(nowUs ?? 0, 1);
+  let at = 9;
   for (const l of limits) {
     if (l.kind === 'cl.throttle') {
-      argv.push(cellFields('c', l.params, l.quantity));
+      const p = l.params;
+      put(out, at, 'c', p.limit, p.intervalUs, p.intervalNs, p.toleranceUs, p.toleranceNs, l.quantity);
     } else if (l.kind === 'gcra') {
       const p = l.params;
       if (p.wide !== null || !(p.limit <= Number.MAX_SAFE_INTEGER)) return { error: BACKEND_WIDE_ERROR };
-      argv.push(`g ${num(p.limit)} ${num(p.emissionUs)} ${num(p.varianceUs)} ${num(p.incrementUs)} 0 0`);
+      put(out, at, 'g', p.limit, p.emissionUs, p.varianceUs, p.incrementUs, 0, 0);
     } else if (l.type === KeyType.Gcra) {
-      argv.push(cellFields('r', l.gcra, l.cost));
+      const p = l.gcra;
+      put(out, at, 'r', p.limit, p.intervalUs, p.intervalNs, p.toleranceUs, p.toleranceNs, l.cost);
     } else {
-      argv.push(`${RL_OPS[l.type]} ${num(l.limit)} ${num(l.periodMs)} ${num(l.burst)} ${num(l.cost)} 0 0`);
+      put(out, at, RL_OPS[l.type], l.limit, l.periodMs, l.burst, l.cost, 0, 0);
     }
+    at += LIMIT_BYTES;
   }
-  return argv;
+  return [out];
 }
 
 function toInteger(x: unknown): number {

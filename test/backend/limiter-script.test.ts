@@ -246,7 +246,7 @@ describe('limiter script, call by call', () => {
       const reply = ref.call(cost, nowMs);
       expect(reply).toEqual(r);
       expected.push({ reply: Object.values(reply), exp: ref.lookup(nowMs) ? ref.expireAtMs : -2, nowMs });
-      const argv = limiterScriptArgv([rl(KeyType.SlidingLog, limit, periodMs, cost)], false, t) as string[];
+      const argv = limiterScriptArgv([rl(KeyType.SlidingLog, limit, periodMs, cost)], false, t) as Buffer[];
       pipe.evalsha(sha, 1, 'long:log', ...argv);
       pipe.call('PEXPIRETIME', 'long:log');
       pipe.strlen('long:log');
