@@ -2,19 +2,23 @@
 /**
  * Redis CPU per call of the backend limiter script (dist/backend/limiter-script.js) against the
  * classic Lua token bucket of bench/RESULTS.md, on one redis-server started here (random loopback
- * port, temp dir, no persistence). Each op is run by redis-benchmark (-c 50 -P 16 -r 100000) as
- * EVALSHA with the ARGV limiterScriptArgv builds (no debug clock: the script reads TIME); the figure
- * is INFO commandstats' usec_per_call for evalsha, reset before each run. Rounds alternate the
- * variants (classic, ours[, old]) so a busy machine slows all alike; medians are printed.
+ * port, temp dir, no persistence). Each op is run as EVALSHA with the ARGV limiterScriptArgv builds
+ * (no debug clock: the script reads TIME) by the load generator below, which does what
+ * `redis-benchmark -c 50 -P 16 -r 100000` does (50 connections, 16 commands in flight on each, keys
+ * key:<random below 100000>) but can send the script's binary ARGV, which a command line cannot
+ * carry. The figure is INFO commandstats' usec_per_call for evalsha, reset before each run. Rounds
+ * alternate the variants (classic, ours[, old]) so a busy machine slows all alike; medians are printed.
  *
  *   node bench/backend-script.mjs [--old <dist dir of another build>] [--n 100000] [--rounds 3] [--ops c,t,...]
+ *     [--lua a.lua,b.lua: edited copies of the script, run with this build's ARGV, as more variants]
  *
  * Ops: c CL.THROTTLE 100 1000 60 1; g GCRA 100 1000 60 1; t l f w s r RL.TOKENBUCKET / LEAKYBUCKET /
  * FIXEDWINDOW / SLIDINGWINDOW / SLIDINGLOG / GCRA with limit 1000 per 60 s, cost 1; all RL.ALL of two
  * token buckets (two keys); empty: a `return {0}` script (the EVALSHA floor).
  */
-import { spawn, execFileSync } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { spawn } from 'node:child_process';
+import { connect } from 'node:net';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
@@ -29,6 +33,7 @@ const N = Number(opt('n', '100000'));
 const ROUNDS = Number(opt('rounds', '3'));
 const OPS = opt('ops', 'c,g,t,l,f,w,s,r,all').split(',');
 const OLD = opt('old', null);
+const EXTRA = opt('lua', '').split(',').filter((f) => f !== '');
 
 const CLASSIC = `local capacity = tonumber(ARGV[1])
 local rate = tonumber(ARGV[2])
@@ -107,6 +112,71 @@ async function startRedis() {
   throw new Error('redis-server did not start');
 }
 
+
+/** RESP of one command; the string '__rand_int__' in an argument becomes a random number below 100000. */
+function encode(cmd) {
+  const parts = [Buffer.from(`*${cmd.length}\r\n`)];
+  for (const arg of cmd) {
+    const b = Buffer.isBuffer(arg) ? arg : Buffer.from(arg.replace('__rand_int__', String(Math.floor(Math.random() * 100000)).padStart(12, '0')));
+    parts.push(Buffer.from(`$${b.length}\r\n`), b, Buffer.from('\r\n'));
+  }
+  return Buffer.concat(parts);
+}
+
+/** Skips one RESP2 reply in buf from at: the index after it, or -1 when it is incomplete. */
+function skip(buf, at) {
+  const eol = buf.indexOf('\r\n', at);
+  if (eol < 0) return -1;
+  const type = buf[at];
+  if (type === 0x2a) { // '*'
+    let next = eol + 2;
+    for (let n = Number(buf.toString('latin1', at + 1, eol)); n > 0 && next >= 0; n--) next = skip(buf, next);
+    return next;
+  }
+  if (type === 0x24) { // '$'
+    const len = Number(buf.toString('latin1', at + 1, eol));
+    if (len < 0) return eol + 2;
+    return buf.length >= eol + 4 + len ? eol + 4 + len : -1;
+  }
+  if (type === 0x2d) throw new Error(`error reply: ${buf.toString('latin1', at, eol)}`); // '-'
+  return eol + 2;
+}
+
+/** N commands over 50 connections, 16 in flight on each (as redis-benchmark -c 50 -P 16). */
+function load(port, cmd) {
+  const CONNS = 50;
+  const DEPTH = 16;
+  let left = N;
+  return Promise.all(Array.from({ length: CONNS }, () => new Promise((resolve, reject) => {
+    const sock = connect(port, '127.0.0.1');
+    let pending = Buffer.alloc(0);
+    let inFlight = 0;
+    const send = () => {
+      const batch = [];
+      for (; batch.length < DEPTH && left > 0; left--) batch.push(encode(cmd));
+      if (batch.length === 0) { sock.end(); resolve(); return; }
+      inFlight = batch.length;
+      sock.write(Buffer.concat(batch));
+    };
+    sock.on('connect', send);
+    sock.on('error', reject);
+    sock.on('data', (chunk) => {
+      pending = pending.length === 0 ? chunk : Buffer.concat([pending, chunk]);
+      let at = 0;
+      try {
+        for (;;) {
+          const next = skip(pending, at);
+          if (next < 0) break;
+          at = next;
+          if (--inFlight === 0) break;
+        }
+      } catch (e) { sock.destroy(); reject(e); return; }
+      pending = pending.subarray(at);
+      if (inFlight === 0) send();
+    });
+  })));
+}
+
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
 const ours = await build('dist');
@@ -126,11 +196,14 @@ try {
     ours: await c.script('LOAD', ours.script),
   };
   if (old) shas.old = await c.script('LOAD', old.script);
+  for (const f of EXTRA) shas[f] = await c.script('LOAD', readFileSync(f, 'utf8'));
 
+  // Each run starts on an empty keyspace (the same mix of fresh and warm keys for every variant, and
+  // no growing dict rehashing the later runs).
   const run = async (cmd) => {
+    await c.flushall('SYNC');
     await c.config('RESETSTAT');
-    execFileSync('redis-benchmark', ['-h', '127.0.0.1', '-p', String(redis.port), '-c', '50', '-n', String(N), '-r', '100000',
-      '-P', '16', '-q', ...cmd], { stdio: ['ignore', 'ignore', 'inherit'] });
+    await load(redis.port, cmd);
     const m = /cmdstat_evalsha:calls=(\d+),usec=\d+,usec_per_call=([\d.]+),rejected_calls=\d+,failed_calls=(\d+)/.exec(await c.info('commandstats'));
     if (!m) throw new Error('no evalsha in INFO commandstats');
     if (Number(m[3]) > 0) throw new Error(`${m[3]} failed calls: ${cmd.join(' ')}`);
@@ -144,7 +217,7 @@ try {
   };
 
   const results = {};
-  const variants = old ? ['classic', 'ours', 'old'] : ['classic', 'ours'];
+  const variants = [...(old ? ['classic', 'ours', 'old'] : ['classic', 'ours']), ...EXTRA];
   const floor = [];
   for (let round = 0; round < ROUNDS; round++) {
     floor.push(await run(['EVALSHA', shas.empty, '1', 'e:__rand_int__']));
@@ -152,12 +225,12 @@ try {
       for (const v of variants) {
         const cmd = v === 'classic'
           ? ['EVALSHA', shas.classic, '1', `classic:__rand_int__`, '101', '16.666666666666668', '1']
-          : cmdFor(v, v === 'ours' ? ours : old, op, `${v}:`);
+          : cmdFor(v, v === 'old' ? old : ours, op, `${v}:`);
         ((results[op] ??= {})[v] ??= []).push(await run(cmd));
       }
     }
   }
-  console.log(`usec_per_call (INFO commandstats, median of ${ROUNDS} alternating rounds, -n ${N} -c 50 -P 16 -r 100000)`);
+  console.log(`usec_per_call (INFO commandstats, median of ${ROUNDS} alternating rounds of ${N} calls, 50 connections × 16 in flight, keys below 100000)`);
   console.log(`empty 'return {0}' script: ${median(floor).toFixed(2)}`);
   console.log(['op', ...variants, 'ours/classic', ...(old ? ['old/classic'] : [])].join('\t'));
   for (const op of OPS) {

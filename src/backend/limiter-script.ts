@@ -78,7 +78,7 @@ end
 local nowMs = floor(nowUs / 1000)
 
 -- The key's state: 0 when absent or expired at nowMs, -1 when it is not a cellgate value (or not of
--- type want), else 1 and exp, A, B, C, the value (nil for a long sliding log: only its header is
+-- type want), else 1 and exp, A, B, C, the value (nil for a long sliding log: only its start is
 -- read) and the value's length. A sliding log of more than 8 entries is read by its header, then
 -- entry by entry as the binary searches need them: a call reads O(log n) of it, never the whole log.
 local function load(key, log, want)
@@ -90,13 +90,20 @@ local function load(key, log, want)
     len = #v
     hdr = v
   else
-    len = redis.pcall('STRLEN', key)
-    if type(len) == 'table' then return -1 end
-    if len == 0 then
+    -- At most the header and 8 entries: the whole of a short log in one call; STRLEN only when
+    -- there may be more.
+    v = redis.pcall('GETRANGE', key, 0, HEADER + 127)
+    if type(v) == 'table' then return -1 end
+    if v == '' then
       if redis.call('EXISTS', key) == 1 then return -1 end
       return 0
     end
-    if len <= HEADER + 128 then v = redis.call('GET', key); hdr = v else hdr = redis.call('GETRANGE', key, 0, HEADER - 1) end
+    len = #v
+    hdr = v
+    if len == HEADER + 128 then
+      len = redis.call('STRLEN', key)
+      if len > HEADER + 128 then v = nil end
+    end
   end
   if len < HEADER then return -1 end
   local magic, t, exp, a, b, c = struct.unpack('<BBdddd', hdr)
@@ -398,20 +405,22 @@ local function decide(op, x1, x2, x3, x4, x5, x6, key, has, sa, sb, sc, sv, slen
   -- first A of them slid out (dropped lazily, see commit), the B after them are the log. Entry k
   -- below is the k-th of those B; the units in entries 0..k are total(k) - offset, with
   -- offset = total(B-1) - C.
-  local cache = {}
+  local cache
   local function entry_pos(k) return HEADER + 1 + 16 * (sa + k) end
-  local function log_entry(k)
-    if sv then return struct.unpack('<dd', sv, entry_pos(k)) end
+  -- Entry k as (ms, running total); a long log's entries are read once each, as needed.
+  local function entry(k)
+    if sv then return struct.unpack('<dd', sv, HEADER + 1 + 16 * (sa + k)) end
+    if not cache then cache = {} end
     local e = cache[k]
     if not e then
-      local p = entry_pos(k) - 1
+      local p = HEADER + 16 * (sa + k)
       e = redis.call('GETRANGE', key, p, p + 15)
       cache[k] = e
     end
     return struct.unpack('<dd', e)
   end
-  local function log_ms(k) local ms = log_entry(k); return ms end
-  local function log_total(k) local _, total = log_entry(k); return total end
+  local function log_ms(k) local ms = entry(k); return ms end
+  local function log_total(k) local _, total = entry(k); return total end
   local n, offset = 0, 0
   if has then n = sb; offset = log_total(sb - 1) - sc end
   local expiredEntries, expiredUnits = 0, 0
@@ -559,49 +568,52 @@ if n == 1 then
   return { 1, 1, limit, remaining, retry, reset, refused }
 end
 
--- Several limits (RL.ALL): every key is looked up, then every limit decided, then written.
-local ops, xs, st = {}, {}, {}
+-- Several limits (RL.ALL): every key is looked up, then every limit decided, then written. The
+-- states (7 values each) and decisions (13 each) are kept in two flat arrays.
+local st, ds = {}, {}
 for i = 1, n do
-  local op, x1, x2, x3, x4, x5, x6 = struct.unpack('<c1dddddd', args, 10 + 49 * (i - 1))
-  ops[i] = op
-  xs[i] = { x1, x2, x3, x4, x5, x6 }
-  local s = { load(KEYS[i], op == 's', type_of(op)) }
-  if s[1] < 0 then return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value') end
-  st[i] = s
+  local op = string.sub(args, 10 + 49 * (i - 1), 10 + 49 * (i - 1))
+  local at = 7 * (i - 1)
+  st[at + 1], st[at + 2], st[at + 3], st[at + 4], st[at + 5], st[at + 6], st[at + 7] = load(KEYS[i], op == 's', type_of(op))
+  if st[at + 1] < 0 then return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value') end
 end
-local ds = {}
 local limited = false
 for i = 1, n do
-  local x, s = xs[i], st[i]
-  local d = { decide(ops[i], x[1], x[2], x[3], x[4], x[5], x[6], KEYS[i], s[1] == 1, s[3], s[4], s[5], s[6], s[7]) }
-  if d[1] == nil then return redis.error_reply('${BACKEND_WIDE_ERROR}') end
-  if d[1] then limited = true end
-  ds[i] = d
+  local op, x1, x2, x3, x4, x5, x6 = struct.unpack('<c1dddddd', args, 10 + 49 * (i - 1))
+  local at, d = 7 * (i - 1), 13 * (i - 1)
+  ds[d + 1], ds[d + 2], ds[d + 3], ds[d + 4], ds[d + 5], ds[d + 6], ds[d + 7], ds[d + 8], ds[d + 9], ds[d + 10], ds[d + 11], ds[d + 12], ds[d + 13] =
+    decide(op, x1, x2, x3, x4, x5, x6, KEYS[i], st[at + 1] == 1, st[at + 3], st[at + 4], st[at + 5], st[at + 6], st[at + 7])
+  if ds[d + 1] == nil then return redis.error_reply('${BACKEND_WIDE_ERROR}') end
+  if ds[d + 1] then limited = true end
 end
 local out = { 0 }
 if limited then out[1] = 1 end
 for i = 1, n do
-  local d, s = ds[i], st[i]
-  if d[7] and not (all and limited) then
-    if d[13] then d[13]()
-    else redis.call('SET', KEYS[i], struct.pack('<BBdddd', MAGIC, type_of(ops[i]), d[11], d[8], d[9], d[10]), 'PXAT', string.format('%.0f', d[11])) end
+  local at, d = 7 * (i - 1), 13 * (i - 1)
+  if ds[d + 7] and not (all and limited) then
+    if ds[d + 13] then ds[d + 13]()
+    else
+      local op = string.sub(args, 10 + 49 * (i - 1), 10 + 49 * (i - 1))
+      redis.call('SET', KEYS[i], struct.pack('<BBdddd', MAGIC, type_of(op), ds[d + 11], ds[d + 8], ds[d + 9], ds[d + 10]),
+        'PXAT', string.format('%.0f', ds[d + 11]))
+    end
   end
-  local remaining = d[3]
+  local remaining, retry = ds[d + 3], ds[d + 4]
   if remaining == 'max' then remaining = '9223372036854775807' end
   local refused = -1
-  if d[1] and d[4] ~= -1 then
-    local first = d[12]
-    if first == nil then first = (nowMs + d[4]) * 1000 end
-    if s[1] == 1 and (s[2] + 1) * 1000 < first then first = (s[2] + 1) * 1000 end
+  if ds[d + 1] and retry ~= -1 then
+    local first = ds[d + 12]
+    if first == nil then first = (nowMs + retry) * 1000 end
+    if st[at + 1] == 1 and (st[at + 2] + 1) * 1000 < first then first = (st[at + 2] + 1) * 1000 end
     if first < SAFE then refused = first - nowUs - 1 end
   end
   local k = #out
-  if d[1] then out[k + 1] = 1 else out[k + 1] = 0 end
-  out[k + 2] = d[2]
+  if ds[d + 1] then out[k + 1] = 1 else out[k + 1] = 0 end
+  out[k + 2] = ds[d + 2]
   out[k + 3] = remaining
-  out[k + 4] = d[4]
-  out[k + 5] = d[5]
-  if d[6] then out[k + 6] = d[6]; k = k + 1 end
+  out[k + 4] = retry
+  out[k + 5] = ds[d + 5]
+  if ds[d + 6] then out[k + 6] = ds[d + 6]; k = k + 1 end
   out[k + 6] = refused
 end
 return out
