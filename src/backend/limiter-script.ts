@@ -568,53 +568,54 @@ if n == 1 then
   return { 1, 1, limit, remaining, retry, reset, refused }
 end
 
--- Several limits (RL.ALL): every key is looked up, then every limit decided, then written. The
--- states (7 values each) and decisions (13 each) are kept in two flat arrays.
+-- Several limits (RL.ALL): every key is looked up, then every limit decided, then written. A
+-- state and a decision are each one table made by a constructor around the call (sized once,
+-- where assigning the values one by one would grow and rehash it several times).
 local st, ds = {}, {}
 for i = 1, n do
   local op = string.sub(args, 10 + 49 * (i - 1), 10 + 49 * (i - 1))
-  local at = 7 * (i - 1)
-  st[at + 1], st[at + 2], st[at + 3], st[at + 4], st[at + 5], st[at + 6], st[at + 7] = load(KEYS[i], op == 's', type_of(op))
-  if st[at + 1] < 0 then return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value') end
+  local s = { load(KEYS[i], op == 's', type_of(op)) }
+  if s[1] < 0 then return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value') end
+  st[i] = s
 end
 local limited = false
 for i = 1, n do
+  local s = st[i]
   local op, x1, x2, x3, x4, x5, x6 = struct.unpack('<c1dddddd', args, 10 + 49 * (i - 1))
-  local at, d = 7 * (i - 1), 13 * (i - 1)
-  ds[d + 1], ds[d + 2], ds[d + 3], ds[d + 4], ds[d + 5], ds[d + 6], ds[d + 7], ds[d + 8], ds[d + 9], ds[d + 10], ds[d + 11], ds[d + 12], ds[d + 13] =
-    decide(op, x1, x2, x3, x4, x5, x6, KEYS[i], st[at + 1] == 1, st[at + 3], st[at + 4], st[at + 5], st[at + 6], st[at + 7])
-  if ds[d + 1] == nil then return redis.error_reply('${BACKEND_WIDE_ERROR}') end
-  if ds[d + 1] then limited = true end
+  local d = { decide(op, x1, x2, x3, x4, x5, x6, KEYS[i], s[1] == 1, s[3], s[4], s[5], s[6], s[7]) }
+  if d[1] == nil then return redis.error_reply('${BACKEND_WIDE_ERROR}') end
+  if d[1] then limited = true end
+  ds[i] = d
 end
 local out = { 0 }
 if limited then out[1] = 1 end
+local k = 1
 for i = 1, n do
-  local at, d = 7 * (i - 1), 13 * (i - 1)
-  if ds[d + 7] and not (all and limited) then
-    if ds[d + 13] then ds[d + 13]()
+  local s, d = st[i], ds[i]
+  if d[7] and not (all and limited) then
+    if d[13] then d[13]()
     else
       local op = string.sub(args, 10 + 49 * (i - 1), 10 + 49 * (i - 1))
-      redis.call('SET', KEYS[i], struct.pack('<BBdddd', MAGIC, type_of(op), ds[d + 11], ds[d + 8], ds[d + 9], ds[d + 10]),
-        'PXAT', string.format('%.0f', ds[d + 11]))
+      redis.call('SET', KEYS[i], struct.pack('<BBdddd', MAGIC, type_of(op), d[11], d[8], d[9], d[10]), 'PXAT', string.format('%.0f', d[11]))
     end
   end
-  local remaining, retry = ds[d + 3], ds[d + 4]
+  local remaining, retry = d[3], d[4]
   if remaining == 'max' then remaining = '9223372036854775807' end
   local refused = -1
-  if ds[d + 1] and retry ~= -1 then
-    local first = ds[d + 12]
+  if d[1] and retry ~= -1 then
+    local first = d[12]
     if first == nil then first = (nowMs + retry) * 1000 end
-    if st[at + 1] == 1 and (st[at + 2] + 1) * 1000 < first then first = (st[at + 2] + 1) * 1000 end
+    if s[1] == 1 and (s[2] + 1) * 1000 < first then first = (s[2] + 1) * 1000 end
     if first < SAFE then refused = first - nowUs - 1 end
   end
-  local k = #out
-  if ds[d + 1] then out[k + 1] = 1 else out[k + 1] = 0 end
-  out[k + 2] = ds[d + 2]
+  if d[1] then out[k + 1] = 1 else out[k + 1] = 0 end
+  out[k + 2] = d[2]
   out[k + 3] = remaining
   out[k + 4] = retry
-  out[k + 5] = ds[d + 5]
-  if ds[d + 6] then out[k + 6] = ds[d + 6]; k = k + 1 end
+  out[k + 5] = d[5]
+  if d[6] then out[k + 6] = d[6]; k = k + 1 end
   out[k + 6] = refused
+  k = k + 6
 end
 return out
 `;
