@@ -3,12 +3,12 @@
  * stored"): each limiter call of the backend mode is one EVALSHA of LIMITER_SCRIPT, atomic on the
  * Redis side, with the keys of the call in KEYS.
  *
- * The script is a line-by-line transcription of src/limiters/ (CL.THROTTLE, Redis's GCRA and the
- * six RL.* algorithms) and of the lookup / WRONGTYPE / decide / commit steps of
+ * The script is an operation-by-operation transcription of src/limiters/ (CL.THROTTLE, Redis's GCRA
+ * and the six RL.* algorithms; helpers inlined where a call per use cost Redis CPU) and of the lookup / WRONGTYPE / decide / commit steps of
  * src/commands/throttle.ts and src/commands/ratelimit.ts. Redis's Lua 5.1 computes with doubles, as
  * the TypeScript does, so the same operations give the same numbers; where the two languages differ
- * the script says so (`%` is floored in Lua: math.fmod is used, as JS's `%` truncates; numbers go out
- * with '%.0f', never tostring's 14 digits). The differential property test
+ * the script says so (`%` is floored in Lua: math.fmod is used, as JS's `%` truncates; numbers come
+ * in as doubles and go out to Redis with '%.0f', never tostring's 14 digits). The differential property test
  * (test/backend/limiter-script.property.test.ts) replays random timelines on both and compares.
  *
  * Not transcribed: redis-gcra.ts's BigInt path (intervals beyond 2^51 µs, limits or TATs beyond 2^53).
