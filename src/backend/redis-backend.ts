@@ -160,7 +160,7 @@ export class RedisBackend {
   }
 
   /** Runs the limiter script with these keys (already prefixed) and ARGV; `done` is called exactly once. */
-  limit(keys: Buffer[], argv: string[], done: CallDone): void {
+  limit(keys: Buffer[], argv: readonly (Buffer | string)[], done: CallDone): void {
     this.calls++;
     if (!this.corked) this.cork();
     this.track((this.client as unknown as LimiterClient).cellgateLimit(keys.length, ...keys, ...argv), done);

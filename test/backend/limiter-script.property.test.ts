@@ -349,8 +349,8 @@ async function replaySegment(calls: Call[], times: number[], history: string[], 
   const pp = backend.pipeline();
   for (const p of probes) {
     const l = [p.call.limits[p.limit]];
-    pp.evalsha(sha, 1, p.key, ...(limiterScriptArgv(l, false, p.at) as string[]));
-    pp.evalsha(sha, 1, p.key, ...(limiterScriptArgv(l, false, p.at + 1) as string[]));
+    pp.evalsha(sha, 1, p.key, ...(limiterScriptArgv(l, false, p.at) as Buffer[]));
+    pp.evalsha(sha, 1, p.key, ...(limiterScriptArgv(l, false, p.at + 1) as Buffer[]));
   }
   const pr = (await pp.exec()) as Result[];
   probes.forEach((p, n) => {

@@ -252,7 +252,7 @@ describe('limiter script, call by call', () => {
       const reply = ref.call(cost, nowMs);
       expect(reply).toEqual(r);
       expected.push({ reply: Object.values(reply), exp: ref.lookup(nowMs) ? ref.expireAtMs : -2, nowMs });
-      const argv = limiterScriptArgv([rl(KeyType.SlidingLog, limit, periodMs, cost)], false, t) as string[];
+      const argv = limiterScriptArgv([rl(KeyType.SlidingLog, limit, periodMs, cost)], false, t) as Buffer[];
       pipe.evalsha(sha, 1, 'long:log', ...argv);
       pipe.call('PEXPIRETIME', 'long:log');
       pipe.strlen('long:log');
@@ -325,15 +325,48 @@ describe('limiter script, call by call', () => {
     }
   });
 
-  it('parseLimiterReply: decodes rows of 5 and 6 and rejects other shapes', () => {
+  it('the commands a call costs Redis: TIME, one read and one SET per key; one ARGV element per call', async () => {
+    // Counted through INFO commandstats (calls, never timings); the debug time is not given, so
+    // each call reads TIME as the backend mode does.
+    const commands = async (): Promise<Record<string, number>> => {
+      const info = (await env.redis.info('commandstats')) as string;
+      const out: Record<string, number> = {};
+      for (const m of info.matchAll(/cmdstat_([a-z]+):calls=(\d+)/g)) out[m[1]] = Number(m[2]);
+      return out;
+    };
+    const cases: [string, ScriptLimit[], string[]][] = [
+      ['cost:cl', [cl(10, 10, 60, 1)], ['get', 'set']],
+      ['cost:tb', [rl(KeyType.TokenBucket, 10, 60_000, 1)], ['get', 'set']],
+      // A short sliding log is read whole in one command (no STRLEN, no GET after it).
+      ['cost:log', [rl(KeyType.SlidingLog, 10, 60_000, 1)], ['getrange', 'set']],
+    ];
+    for (const [key, limits, reads] of cases) {
+      await env.redis.del(key);
+      const argv = limiterScriptArgv(limits, false, null) as Buffer[];
+      expect(argv).toHaveLength(1);
+      await env.redis.evalsha(sha, 1, key, ...argv); // creates the key
+      await env.redis.config('RESETSTAT');
+      for (let i = 0; i < 3; i++) await env.redis.evalsha(sha, 1, key, ...argv);
+      const got = await commands();
+      delete got.evalsha;
+      delete got.info;
+      expect(got, key).toEqual(Object.fromEntries([['time', 3], ...reads.map((r) => [r, 3])].sort()));
+    }
+  });
+
+  it('parseLimiterReply: decodes the flat reply (5 or 6 values and refusedForUs per limit) and rejects other shapes', () => {
     const limits = [cl(1, 1, 1, 1), rl(KeyType.TokenBucket, 1, 1, 1)];
-    expect(parseLimiterReply([1, [1, 2, 0, 1, 1, 999], [0, 1, 0, -1, 1, 0, -1]], limits)).toEqual({
+    expect(parseLimiterReply([1, 1, 2, 0, 1, 1, 999, 0, 1, 0, -1, 1, 0, -1], limits)).toEqual({
       limited: true,
       limits: [{ values: [1, 2, 0, 1, 1], refusedForUs: 999 }, { values: [0, 1, 0, -1, 1, 0], refusedForUs: -1 }],
     });
-    expect(parseLimiterReply([0, [0, 6, '9223372036854775807', -1, 0, -1]], [limits[0]]).limits[0].values[2]).toBe(Number.MAX_VALUE);
+    expect(parseLimiterReply([0, 0, 6, '9223372036854775807', -1, 0, -1], [limits[0]]).limits[0].values[2]).toBe(Number.MAX_VALUE);
     expect(() => parseLimiterReply([0], limits)).toThrow(TypeError);
-    expect(() => parseLimiterReply([0, [1, 2, 3], [1]], limits)).toThrow(TypeError);
+    expect(() => parseLimiterReply([0, 1, 2, 3, 1], limits)).toThrow(TypeError);
+    // One element too many or too few for the limits' widths.
+    expect(() => parseLimiterReply([1, 1, 2, 0, 1, 1, 999, 0, 1, 0, -1, 1, 0, -1, 0], limits)).toThrow(TypeError);
+    expect(() => parseLimiterReply([1, 1, 2, 0, 1, 1, 999, 0, 1, 0, -1, 1, 0], limits)).toThrow(TypeError);
+    expect(() => parseLimiterReply([0, [0, 6, 0, -1, 0, -1]], [limits[0]])).toThrow(TypeError);
     expect(() => parseLimiterReply('OK', limits)).toThrow(TypeError);
   });
 });
