@@ -17,7 +17,8 @@
 import { CommandArgs } from '../protocol/command-args.js';
 import type { ReplyWriter } from '../protocol/reply-writer.js';
 import { KeyType, TYPE_NAMES } from '../keyspace/keyspace.js';
-import { WRONGTYPE } from './throttle.js';
+import { replyFive, WRONGTYPE } from './throttle.js';
+import { writeSix } from './ratelimit.js';
 import { keySlot } from '../backend/key-slot.js';
 import { limiterScriptArgv, parseLimiterReply, type ScriptLimit, type ScriptOutcome } from '../backend/limiter-script.js';
 import { isDecision, TIMED_OUT, type RedisBackend } from '../backend/redis-backend.js';
@@ -215,25 +216,10 @@ function writeOutcome(w: ReplyWriter, call: BackendLimiterCall, outcome: ScriptO
   for (let n = 0; n < call.limits.length; n++) writeValues(w, call.limits[n], outcome.limits[n].values);
 }
 
-const RL_FIELDS = ['limited', 'limit', 'remaining', 'retry_after_ms', 'reset_after_ms', 'delay_ms'];
-
 /** One limit's reply, as the local command writes it. */
-function writeValues(w: ReplyWriter, l: ScriptLimit, values: readonly number[]): void {
-  if (isSeconds(l)) {
-    w.arrayHeader(5);
-    for (let i = 0; i < 5; i++) w.integer(values[i]);
-    return;
-  }
-  if (w.proto === 3) {
-    w.mapHeader(6);
-    for (let i = 0; i < 6; i++) {
-      w.bulk(RL_FIELDS[i]);
-      w.integer(values[i]);
-    }
-    return;
-  }
-  w.arrayHeader(6);
-  for (let i = 0; i < 6; i++) w.integer(values[i]);
+function writeValues(w: ReplyWriter, l: ScriptLimit, v: readonly number[]): void {
+  if (isSeconds(l)) replyFive(w, v[0] === 1, v[1], v[2], v[3], v[4]);
+  else writeSix(w, v[0], v[1], v[2], v[3], v[4], v[5]);
 }
 
 /**

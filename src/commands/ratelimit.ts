@@ -16,6 +16,7 @@
  * in each limiter module.
  */
 import type { CommandArgs } from '../protocol/command-args.js';
+import type { ReplyWriter } from '../protocol/reply-writer.js';
 import { createKeyArg, lookupKeyArg } from './args.js';
 import { KeyType, type Keyspace } from '../keyspace/keyspace.js';
 import type { CellParams } from '../limiters/cell-throttle.js';
@@ -256,29 +257,33 @@ function commit(ks: Keyspace, argv: CommandArgs, l: Limit, cost: number, nowMs: 
 }
 
 function replySix(ctx: CommandContext, d: RateDecision): void {
-  const r = ctx.reply;
+  writeSix(ctx.reply, d.limited ? 1 : 0, d.limit, d.remaining, d.retryAfterMs, d.resetAfterMs, d.delayMs);
+}
+
+/** An RL.* reply: six integers in RESP2, a map with their names in RESP3 (also the backend's replies). */
+export function writeSix(r: ReplyWriter, limited: number, limit: number, remaining: number, retryAfterMs: number, resetAfterMs: number, delayMs: number): void {
   if (r.proto === 3) {
     r.mapHeader(6);
     r.bulk('limited');
-    r.integer(d.limited ? 1 : 0);
+    r.integer(limited);
     r.bulk('limit');
-    r.integer(d.limit);
+    r.integer(limit);
     r.bulk('remaining');
-    r.integer(d.remaining);
+    r.integer(remaining);
     r.bulk('retry_after_ms');
-    r.integer(d.retryAfterMs);
+    r.integer(retryAfterMs);
     r.bulk('reset_after_ms');
-    r.integer(d.resetAfterMs);
+    r.integer(resetAfterMs);
     r.bulk('delay_ms');
-    r.integer(d.delayMs);
+    r.integer(delayMs);
   } else {
     r.arrayHeader(6);
-    r.integer(d.limited ? 1 : 0);
-    r.integer(d.limit);
-    r.integer(d.remaining);
-    r.integer(d.retryAfterMs);
-    r.integer(d.resetAfterMs);
-    r.integer(d.delayMs);
+    r.integer(limited);
+    r.integer(limit);
+    r.integer(remaining);
+    r.integer(retryAfterMs);
+    r.integer(resetAfterMs);
+    r.integer(delayMs);
   }
 }
 

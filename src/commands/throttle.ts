@@ -4,6 +4,7 @@
  * C = GCRA's exact remainder beyond A when its TAT passes 2^53 µs (src/limiters/redis-gcra.ts), else 0.
  */
 import type { CommandArgs } from '../protocol/command-args.js';
+import type { ReplyWriter } from '../protocol/reply-writer.js';
 import { createKeyArg, lookupKeyArg } from './args.js';
 import { KeyType } from '../keyspace/keyspace.js';
 import { cellParams, cellThrottle, newCellDecision, MAX_BURST, MAX_PERIOD_SEC, MAX_TOLERANCE_US, type CellParams } from '../limiters/cell-throttle.js';
@@ -77,8 +78,8 @@ function storeTat(ctx: CommandContext, argv: CommandArgs, slot: number, tatUs: n
   ks.setExpireAtMs(slot, expireAtMs);
 }
 
-function replyFive(ctx: CommandContext, limited: boolean, limit: number, remaining: number, retry: number, reset: number): void {
-  const r = ctx.reply;
+/** A CL.THROTTLE / GCRA reply: five integers (also the backend's replies). */
+export function replyFive(r: ReplyWriter, limited: boolean, limit: number, remaining: number, retry: number, reset: number): void {
   r.arrayHeader(5);
   r.integer(limited ? 1 : 0);
   r.integer(limit);
@@ -128,7 +129,7 @@ function clThrottle(ctx: CommandContext, argv: CommandArgs): void {
   cellThrottle(params, quantity, slot !== -1, slot !== -1 ? ks.getA(slot) : 0, slot !== -1 ? ks.getB(slot) : 0, ctx.nowUs, d);
   if (d.write) storeTat(ctx, argv, slot, d.tatUs, d.tatNs, d.expireAtMs);
   clThrottleCounter.count(ctx.server.stats, d.limited);
-  replyFive(ctx, d.limited, d.limit, d.remaining, d.retryAfterSec, d.resetAfterSec);
+  replyFive(ctx.reply, d.limited, d.limit, d.remaining, d.retryAfterSec, d.resetAfterSec);
 }
 
 /** Parses CL.THROTTLE's numbers into lastParams/lastQuantity; false after an error reply (they stay). */
@@ -265,7 +266,7 @@ function gcra(ctx: CommandContext, argv: CommandArgs): void {
   if (d.write) storeTat(ctx, argv, slot, d.tatUs, 0, d.expireAtMs, d.tatRestUs);
   gcraCounter.count(ctx.server.stats, d.limited);
   if (!d.wide) {
-    replyFive(ctx, d.limited, d.limit, d.remaining, d.retryAfterSec, d.resetAfterSec);
+    replyFive(ctx.reply, d.limited, d.limit, d.remaining, d.retryAfterSec, d.resetAfterSec);
     return;
   }
   // limit or remaining beyond 2^53: written from the exact bigints.
