@@ -350,20 +350,17 @@ export class RedisBackend {
 
   /** One backend command as a promise (keyspace commands that take several steps); rejects on timeout too. */
   ask(name: string, args: (Buffer | string | number)[], node?: Redis): Promise<unknown> {
-    return new Promise((resolve, reject) => {
-      const done: CallDone = (error, reply) => {
-        if (error === null) resolve(reply);
-        else reject(error === TIMED_OUT ? new Error(`no reply within backend-timeout ${this.timeoutMs} ms`) : error);
-      };
-      if (node === undefined) this.command(name, args, done);
-      else this.onNode(node, name, args, done);
-    });
+    return this.promised((done) => (node === undefined ? this.command(name, args, done) : this.onNode(node, name, args, done)));
   }
 
   /** TYPE through the type script, as a promise. */
   askType(key: Buffer, argv: string[]): Promise<unknown> {
+    return this.promised((done) => this.type(key, argv, done));
+  }
+
+  private promised(start: (done: CallDone) => void): Promise<unknown> {
     return new Promise((resolve, reject) => {
-      this.type(key, argv, (error, reply) => {
+      start((error, reply) => {
         if (error === null) resolve(reply);
         else reject(error === TIMED_OUT ? new Error(`no reply within backend-timeout ${this.timeoutMs} ms`) : error);
       });
