@@ -107,7 +107,7 @@ describe('Redis Cluster fixture', () => {
       expect(topo.filter((n) => n.role === 'replica')).toHaveLength(3);
 
       // keySlot agrees with the server's CLUSTER KEYSLOT, hash tags included.
-      const some = ['a', 'cellgate:user:1', 'cellgate:{user:42}:s', '{user:42}:h', 'x{}y', '{a}{b}', '{', 'é'];
+      const some = ['a', 'cellgate:user:1', 'cellgate:{user:42}:s', '{user:42}:h', 'x{}y', '{a}{b}', '{', 'é', 'foo', 'user:42', '{}x', '{x', 'a{b}c{d}', '', '123456789'];
       for (const k of some) expect(keySlot(k)).toBe(await cluster.nodes[0].call('CLUSTER', 'KEYSLOT', k));
 
       const groups = await cluster.keysPerMaster('k', 3);

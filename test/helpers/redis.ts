@@ -18,6 +18,7 @@ import { join } from 'node:path';
 import { setTimeout as delay } from 'node:timers/promises';
 import { afterAll, beforeAll } from 'vitest';
 import { Redis } from 'ioredis';
+import { keySlot as backendKeySlot } from '../../src/backend/key-slot.js';
 
 export const REDIS_SERVER = '/usr/bin/redis-server';
 export const REDIS_CLI = '/usr/bin/redis-cli';
@@ -294,31 +295,12 @@ export function useRedis(opts: RedisNodeOptions = {}): { node: RedisNode } {
 // Cluster key slots
 // ---------------------------------------------------------------------------------------------
 
-const CRC16_TABLE = (() => {
-  const table = new Uint16Array(256);
-  for (let i = 0; i < 256; i++) {
-    let crc = i << 8;
-    for (let j = 0; j < 8; j++) crc = crc & 0x8000 ? ((crc << 1) ^ 0x1021) & 0xffff : (crc << 1) & 0xffff;
-    table[i] = crc;
-  }
-  return table;
-})();
-
-function crc16(bytes: Buffer): number {
-  let crc = 0;
-  for (const b of bytes) crc = ((crc << 8) & 0xffff) ^ CRC16_TABLE[((crc >> 8) ^ b) & 0xff];
-  return crc;
-}
-
-/** The Cluster slot of a key, as CLUSTER KEYSLOT computes it (CRC16/XMODEM mod 16384, hash tags). */
+/**
+ * The Cluster slot of a key, as CLUSTER KEYSLOT computes it: cellgate's own (src/backend/key-slot.ts),
+ * which the fixture self-test checks against a real Cluster's CLUSTER KEYSLOT.
+ */
 export function keySlot(key: string | Buffer): number {
-  const bytes = typeof key === 'string' ? Buffer.from(key, 'utf8') : key;
-  const open = bytes.indexOf(0x7b); // '{'
-  if (open !== -1) {
-    const close = bytes.indexOf(0x7d, open + 1); // '}'
-    if (close > open + 1) return crc16(bytes.subarray(open + 1, close)) % 16384;
-  }
-  return crc16(bytes) % 16384;
+  return backendKeySlot(typeof key === 'string' ? Buffer.from(key, 'utf8') : key);
 }
 
 // ---------------------------------------------------------------------------------------------
