@@ -23,6 +23,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { Redis } from 'ioredis';
+import { LUA_TOKEN_BUCKET } from './lua-token-bucket.mjs';
 
 const args = process.argv.slice(2);
 const opt = (name, dflt) => {
@@ -35,30 +36,7 @@ const OPS = opt('ops', 'c,g,t,l,f,w,s,r,all').split(',');
 const OLD = opt('old', null);
 const EXTRA = opt('lua', '').split(',').filter((f) => f !== '');
 
-const CLASSIC = `local capacity = tonumber(ARGV[1])
-local rate = tonumber(ARGV[2])
-local requested = tonumber(ARGV[3])
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local state = redis.call('HMGET', KEYS[1], 'tokens', 'ts')
-local tokens = tonumber(state[1])
-local ts = tonumber(state[2])
-if tokens == nil or ts == nil then
-  tokens = capacity
-  ts = now
-end
-local elapsed = now - ts
-if elapsed < 0 then elapsed = 0 end
-tokens = math.min(capacity, tokens + elapsed * rate / 1000)
-local allowed = 0
-if tokens >= requested then
-  tokens = tokens - requested
-  allowed = 1
-end
-redis.call('HSET', KEYS[1], 'tokens', tokens, 'ts', now)
-redis.call('PEXPIRE', KEYS[1], math.max(1, math.ceil((capacity - tokens) / rate * 1000)))
-return {allowed, math.floor(tokens)}
-`;
+const CLASSIC = LUA_TOKEN_BUCKET;
 
 async function build(dir) {
   const base = pathToFileURL(resolve(dir)).href;

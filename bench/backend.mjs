@@ -45,20 +45,18 @@
  *   BENCH_MAIN [dist/main.js]
  */
 import { spawn, spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
-import { dirname, join, relative } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join, relative } from 'node:path';
 import { Redis } from 'ioredis';
 import { LUA_TOKEN_BUCKET } from './lua-token-bucket.mjs';
 import { NODE_ENV, NODE_FLAGS } from './node-flags.mjs';
+import { CPUS, PIN, ROOT, cpuSeconds, env, machine, pinned, run, shellQuote, stop, table, tempDir, track, watchdog } from './harness.mjs';
 
-const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 const MAIN = process.env.BENCH_MAIN ?? join(ROOT, 'dist', 'main.js');
 const RESULTS = join(ROOT, 'bench', 'RESULTS.md');
 
-const env = process.env;
 const SECONDS = Number(env.BENCH_SECONDS ?? 12);
 const WARM_S = Math.min(3, SECONDS / 4);
 const CONNECTIONS = Number(env.BENCH_CONNECTIONS ?? 12);
@@ -68,9 +66,6 @@ const HOT_KEYS = Number(env.BENCH_HOT_KEYS ?? 4);
 const BACKEND_TIMEOUT = String(env.BENCH_BACKEND_TIMEOUT ?? 1000);
 const WRITE = env.BENCH_WRITE !== '0';
 const TIMEOUT_S = Number(env.BENCH_TIMEOUT ?? 400);
-const CPUS = os.availableParallelism?.() ?? os.cpus().length;
-const HAVE_TASKSET = spawnSync('taskset', ['-V']).status === 0;
-const PIN = (env.BENCH_PIN ?? 'auto') !== '0' && CPUS >= 2 && HAVE_TASKSET;
 const SIDECARS = 3;
 /** The shares the targets ask for: sidecars' requests per Redis CPU-second ≥ the direct Lua's; flood ≥ 5× fewer backend calls. */
 const TARGET_PER_REDIS_CORE_VS_LUA = 1;
@@ -89,77 +84,14 @@ const EXACT_CALLS = 300;
 const EXACT_LIMIT = 100;
 
 // ---------------------------------------------------------------------------------------------------
-// Process bookkeeping: every child is killed on the way out, whatever the way out is.
+// Processes and their CPU (bench/harness.mjs kills every child on the way out).
 
-const children = new Set();
-const tempDirs = [];
-
-function killAll() {
-  for (const child of children) {
-    try {
-      child.kill('SIGKILL');
-    } catch {
-      /* already gone */
-    }
-  }
-  children.clear();
-  for (const d of tempDirs.splice(0)) rmSync(d, { recursive: true, force: true });
-}
-process.on('exit', killAll);
-for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP']) {
-  process.on(sig, () => {
-    process.stderr.write(`bench: ${sig}, stopping servers\n`);
-    killAll();
-    process.exit(130);
-  });
-}
-const watchdog = setTimeout(() => {
-  process.stderr.write(`bench: timeout after ${TIMEOUT_S}s, stopping servers\n`);
-  killAll();
-  process.exit(124);
-}, TIMEOUT_S * 1000);
-watchdog.unref();
-
-function track(child) {
-  children.add(child);
-  child.on('exit', () => children.delete(child));
-  return child;
-}
-
-function tempDir(prefix) {
-  const d = mkdtempSync(join(os.tmpdir(), prefix));
-  tempDirs.push(d);
-  return d;
-}
-
-const CLK_TCK = Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout) || 100;
-
-/** CPU seconds (user + system) the process has used so far, from /proc/<pid>/stat. */
-function cpuSeconds(pid) {
-  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-  return (Number(fields[11]) + Number(fields[12])) / CLK_TCK;
-}
+watchdog(TIMEOUT_S);
 const sumCpu = (pids) => pids.reduce((s, pid) => s + cpuSeconds(pid), 0);
 
 /** Redis on CPU 0 (its own core, as it would have its own host); the application side (load generator, sidecars) on CPU 1. */
 const REDIS_CPU = 0;
 const APP_CPU = 1;
-function pinned(cpu, cmd, args) {
-  return PIN ? ['taskset', ['-c', String(cpu), cmd, ...args]] : [cmd, args];
-}
-
-function stop(child) {
-  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve(child.exitCode);
-  return new Promise((resolve) => {
-    const t = setTimeout(() => child.kill('SIGKILL'), 5000);
-    child.once('exit', (code) => {
-      clearTimeout(t);
-      resolve(code);
-    });
-    child.kill('SIGTERM');
-  });
-}
 
 function canListen(port) {
   return new Promise((resolve) => {
@@ -470,60 +402,14 @@ async function exactness(conns, args) {
 // ---------------------------------------------------------------------------------------------------
 // Machine facts and formatting.
 
-function sh(cmd, args) {
-  const r = spawnSync(cmd, args, { encoding: 'utf8' });
-  return r.status === 0 ? r.stdout.trim() : '?';
-}
-
-function revision() {
-  if (process.env.BENCH_MAIN) return `the build at ${process.env.BENCH_MAIN}`;
-  const head = spawnSync('git', ['-C', ROOT, 'rev-parse', '--short', 'HEAD'], { encoding: 'utf8' });
-  if (head.status !== 0) return 'unknown (not a git checkout)';
-  const dirty = spawnSync('git', ['-C', ROOT, 'status', '--porcelain', '--', 'src'], { encoding: 'utf8' }).stdout.trim();
-  return `${head.stdout.trim()}${dirty ? ` with uncommitted changes in src/ (${dirty.split('\n').length} files)` : ''}`;
-}
-
-function machine() {
-  let cpu = os.cpus()[0]?.model ?? '?';
-  try {
-    const m = /model name\s*:\s*(.+)/.exec(readFileSync('/proc/cpuinfo', 'utf8'));
-    if (m) cpu = m[1].trim();
-  } catch {
-    /* not Linux */
-  }
-  let distro = '?';
-  try {
-    distro = /PRETTY_NAME="?([^"\n]+)/.exec(readFileSync('/etc/os-release', 'utf8'))?.[1] ?? '?';
-  } catch {
-    /* no os-release */
-  }
-  return {
-    cpu,
-    cores: CPUS,
-    ramGiB: (os.totalmem() / 2 ** 30).toFixed(1),
-    node: process.version,
-    redis: /v=(\S+)/.exec(sh('redis-server', ['--version']))?.[1] ?? '?',
-    ioredis: JSON.parse(readFileSync(join(ROOT, 'node_modules', 'ioredis', 'package.json'), 'utf8')).version,
-    kernel: `${os.type()} ${os.release()} ${os.arch()}`,
-    distro,
-    loadavg: os.loadavg().map((x) => x.toFixed(2)).join(' '),
-    revision: revision(),
-  };
+/** The harness's machine facts, and the ioredis version the load generator and the sidecars use. */
+function machineFacts() {
+  return { ...machine(process.env.BENCH_MAIN), ioredis: JSON.parse(readFileSync(join(ROOT, 'node_modules', 'ioredis', 'package.json'), 'utf8')).version };
 }
 
 const fmtInt = (x) => (Number.isFinite(x) ? Math.round(x).toLocaleString('en-US') : '—');
 const fmtMs = (x) => (Number.isFinite(x) ? x.toFixed(3) : '—');
 const fmtUs = (x) => (Number.isFinite(x) ? x.toFixed(2) : '—');
-
-function table(headers, rows) {
-  const widths = headers.map((h, i) => Math.max(h.length, ...rows.map((r) => String(r[i]).length)));
-  const line = (cells) => `| ${cells.map((c, i) => String(c).padEnd(widths[i])).join(' | ')} |`;
-  return [line(headers), `| ${widths.map((w) => '-'.repeat(w)).join(' | ')} |`, ...rows.map(line)].join('\n');
-}
-
-function shellQuote(words) {
-  return words.map((w) => (/^[\w@%+=:,./-]+$/.test(w) ? w : `'${w.replace(/'/g, `'\\''`)}'`)).join(' ');
-}
 
 // ---------------------------------------------------------------------------------------------------
 
@@ -533,7 +419,7 @@ async function main() {
   // The load generator (this process, every thread) shares CPU 1 with the sidecars; Redis has CPU 0.
   if (PIN) spawnSync('taskset', ['-a', '-p', '-c', String(APP_CPU), String(process.pid)], { stdio: 'ignore' });
   const started = new Date();
-  const facts = machine();
+  const facts = machineFacts();
   const invocation = `${Object.entries(env).filter(([k]) => k.startsWith('BENCH_')).map(([k, v]) => `${k}=${shellQuote([v])} `).join('')}node bench/backend.mjs`;
   const say = (s = '') => process.stdout.write(s + '\n');
   say(`# ${invocation}   (npm run bench:backend)`);
@@ -790,13 +676,4 @@ How to read these numbers:
   }
 }
 
-main()
-  .then(() => {
-    killAll();
-    process.exit(0);
-  })
-  .catch((e) => {
-    process.stderr.write(`bench: ${e.stack ?? e}\n`);
-    killAll();
-    process.exit(1);
-  });
+run(main);

@@ -54,6 +54,27 @@ export function watchdog(seconds) {
   t.unref();
 }
 
+/** A temp dir removed with everything else on the way out. */
+export function tempDir(prefix) {
+  const d = mkdtempSync(join(os.tmpdir(), prefix));
+  tempDirs.push(d);
+  return d;
+}
+
+/** Runs a benchmark's main(): exit 0 when it resolves, 1 with its stack when it throws; children killed either way. */
+export function run(main) {
+  main()
+    .then(() => {
+      killAll();
+      process.exit(0);
+    })
+    .catch((e) => {
+      process.stderr.write(`bench: ${e.stack ?? e}\n`);
+      killAll();
+      process.exit(1);
+    });
+}
+
 export function track(child) {
   children.add(child);
   child.on('exit', () => children.delete(child));

@@ -38,7 +38,7 @@ import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import { join, relative } from 'node:path';
 import {
-  CPUS, NODE_ENV, NODE_FLAGS, PIN, ROOT, benchmarkArgs, command, env, fmtInt, fmtMs, fmtRatio, killAll, machine, median,
+  CPUS, NODE_ENV, NODE_FLAGS, PIN, ROOT, benchmarkArgs, command, env, fmtInt, fmtMs, fmtRatio, machine, median, run,
   profileCellgate, runBenchmark, shellQuote, startCellgate, startRedis, stop, table, watchdog,
 } from './harness.mjs';
 import { svgChart } from './chart.mjs';
@@ -388,13 +388,4 @@ ${table(['target', 'pipeline', 'keys', 'round', 'requests/s', 'p50 ms', 'p99 ms'
   }
 }
 
-main()
-  .then(() => {
-    killAll();
-    process.exit(0);
-  })
-  .catch((e) => {
-    process.stderr.write(`bench: ${e.stack ?? e}\n`);
-    killAll();
-    process.exit(1);
-  });
+run(main);

@@ -17,7 +17,7 @@
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import { join } from 'node:path';
-import { command, cpuSeconds, env, fmtInt, fmtRatio, killAll, machine, median, ROOT, runBenchmark, startCellgate, stop, table, watchdog } from './harness.mjs';
+import { command, cpuSeconds, env, fmtInt, fmtRatio, machine, median, ROOT, run, runBenchmark, startCellgate, stop, table, watchdog } from './harness.mjs';
 
 const MAIN = env.BENCH_MAIN ?? join(ROOT, 'dist', 'main.js');
 const RESULTS = join(ROOT, 'bench', 'RESULTS.md');
@@ -174,13 +174,4 @@ ${verdict}
   }
 }
 
-main()
-  .then(() => {
-    killAll();
-    process.exit(0);
-  })
-  .catch((e) => {
-    process.stderr.write(`bench: ${e.stack ?? e}\n`);
-    killAll();
-    process.exit(1);
-  });
+run(main);
