@@ -1,0 +1,24 @@
+import { defineConfig } from 'vitest/config';
+
+/**
+ * The fast tier (`npm run test:unit`): pure tests of the rooms that never touch a socket — limiters
+ * with a fake clock, the keyspace, the request parser and reply writer, argument parsing, the
+ * snapshot format — no server process, no Redis. Run it while working; `npm test` runs everything.
+ */
+export default defineConfig({
+  test: {
+    include: [
+      'test/limiters/**/*.test.ts',
+      'test/keyspace/**/*.test.ts',
+      'test/protocol/**/*.test.ts',
+      'test/commands/**/*.test.ts',
+      'test/persistence/format.test.ts',
+      'test/persistence/dirty.test.ts',
+      'test/persistence/bgsave-point-in-time.property.test.ts',
+      'test/transactions/keyspace-watch.test.ts',
+      'test/server/tasks.test.ts',
+    ],
+    testTimeout: 60_000,
+    reporters: ['default', './test/helpers/summary-reporter.ts'],
+  },
+});
