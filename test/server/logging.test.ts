@@ -12,13 +12,11 @@ import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { freePort, MAIN, startServer } from '../helpers/server.js';
 import { runToExit } from '../helpers/replies.js';
+import { waitFor } from '../helpers/wait.js';
 
 type Line = { level: string; msg: string; [k: string]: unknown };
 
-async function until(check: () => boolean, what: string): Promise<void> {
-  for (let i = 0; i < 200 && !check(); i++) await new Promise((r) => setTimeout(r, 25));
-  if (!check()) throw new Error(`timed out waiting for ${what}`);
-}
+const until = (check: () => boolean, what: string): Promise<void> => waitFor(check, what);
 
 describe('logging', () => {
   it('logs client connections and disconnections at verbose', async () => {
