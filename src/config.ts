@@ -5,8 +5,9 @@
  * "Configuration"). The same table serves CONFIG GET/SET/REWRITE and `--help`, so a name means one
  * thing everywhere.
  */
-import { closeSync, fsyncSync, openSync, readFileSync, renameSync, statSync, writeSync } from 'node:fs';
+import { readFileSync, statSync } from 'node:fs';
 import { dirname, isAbsolute, join } from 'node:path';
+import { replaceFileSync } from './persistence/exclusive-file.js';
 import { splitInlineArgs } from './protocol/inline.js';
 
 type Kind =
@@ -22,6 +23,8 @@ type Kind =
   | { type: 'save' }
   /** A file mode in octal (unixsocketperm 700). */
   | { type: 'octal' }
+  /** Listen addresses, space-separated; a leading '-' marks one that may be unavailable (Redis's syntax). */
+  | { type: 'addresses' }
   | { type: 'output-limits' };
 
 interface ConfigDef {
@@ -50,7 +53,7 @@ const DEFS: ConfigDef[] = [
   { name: 'pidfile', kind: { type: 'string' }, default: '', mutable: false, help: 'write the process id to this file at start, removed at exit (empty = none)' },
   { name: 'supervised', kind: { type: 'enum', values: ['no', 'auto'] }, default: 'no', mutable: false, help: 'no or auto: cellgate always runs in the foreground (systemd: Type=simple)' },
   { name: 'daemonize', kind: { type: 'enum', values: ['no'] }, default: 'no', mutable: false, help: 'always no: run it under a supervisor or a container runtime' },
-  { name: 'bind', kind: { type: 'string' }, default: '127.0.0.1 ::1', mutable: true, help: 'addresses to listen on' },
+  { name: 'bind', kind: { type: 'addresses' }, default: '127.0.0.1 ::1', mutable: true, help: 'addresses to listen on' },
   { name: 'protected-mode', kind: { type: 'bool' }, default: 'yes', mutable: true, help: 'refuse non-loopback clients when no password is set' },
   { name: 'requirepass', kind: { type: 'bytes' }, default: '', mutable: true, help: 'password for the default user' },
   { name: 'aclfile', kind: { type: 'string' }, default: '', mutable: false, help: 'ACL users file (ACL LOAD/SAVE), loaded at start' },
@@ -171,6 +174,8 @@ function canonical(def: ConfigDef, value: string): string {
       return value;
     case 'filename':
       return canonicalFilename(value);
+    case 'addresses':
+      return canonicalAddresses(value);
   }
 }
 
@@ -190,6 +195,18 @@ function canonicalFilename(value: string): string {
   // eslint-disable-next-line no-control-regex
   if (/[\x00-\x1f\x7f]/.test(value)) throw new ConfigError('dbfilename must not contain control characters (CR, LF, NUL...)');
   if (value.startsWith(RESERVED_FILE_PREFIX)) throw new ConfigError(`dbfilename can't start with '${RESERVED_FILE_PREFIX}' (reserved for cellgate's temp and lock files)`);
+  return value;
+}
+
+/**
+ * `bind`: a leading '-' marks an optional address (Redis's `bind -::1`), so a word that is '-' and
+ * nothing else names no address at all; it was listened on as the empty host, which Node takes for
+ * every interface, the opposite of what was asked.
+ */
+function canonicalAddresses(value: string): string {
+  for (const word of value.split(/\s+/)) {
+    if (word === '-') throw new ConfigError("'-' alone is not an address: a leading '-' marks an optional address, e.g. '-::1'");
+  }
   return value;
 }
 
@@ -291,25 +308,38 @@ function parseLine(line: Buffer): [string, Buffer] | undefined | null {
   return [args[0].toString('utf8').toLowerCase(), Buffer.concat(rest)];
 }
 
-/** A value as a config file writes it: bare when it is one plain word, else quoted with escapes (Redis's sdscatrepr). */
-function quoteValue(value: string): string {
-  if (value !== '' && /^[\x21-\x7e]+$/.test(value) && !/["'\\]/.test(value)) return value;
+/** Printable ASCII, as C's isprint in the C locale (what Redis's sdscatrepr tests). */
+function isPrint(byte: number): boolean {
+  return byte >= 0x20 && byte <= 0x7e;
+}
+
+/**
+ * A value as a config file writes it: bare when it is one plain word, else quoted as Redis's
+ * sdscatrepr (sds.c) quotes it, byte by byte: printable ASCII as is except `"` and `\`, which get a
+ * backslash; \n \r \t \a \b; any other byte as \xHH. The bytes are the value's UTF-8 encoding (a
+ * `bytes` option: its own bytes), so `limits-€.snap` is written `"limits-\xe2\x82\xac.snap"` and
+ * the reader (sdssplitargs rules, protocol/inline.ts) gives back the same bytes.
+ */
+export function quoteValue(bytes: Buffer): string {
+  let plain = bytes.length > 0;
+  for (let i = 0; plain && i < bytes.length; i++) {
+    const c = bytes[i];
+    plain = c > 0x20 && c <= 0x7e && c !== 0x22 && c !== 0x27 && c !== 0x5c;
+  }
+  if (plain) return bytes.toString('latin1');
   let out = '"';
-  for (let i = 0; i < value.length; i++) {
-    const c = value.charCodeAt(i);
-    if (c === 0x22 || c === 0x5c) out += '\\' + value[i];
+  for (let i = 0; i < bytes.length; i++) {
+    const c = bytes[i];
+    if (c === 0x22 || c === 0x5c) out += '\\' + String.fromCharCode(c);
     else if (c === 0x0a) out += '\\n';
     else if (c === 0x0d) out += '\\r';
     else if (c === 0x09) out += '\\t';
-    else if (c >= 0x20 && c < 0x7f) out += value[i];
+    else if (c === 0x07) out += '\\a';
+    else if (c === 0x08) out += '\\b';
+    else if (isPrint(c)) out += String.fromCharCode(c);
     else out += '\\x' + c.toString(16).padStart(2, '0');
   }
   return out + '"';
-}
-
-function basenameOf(path: string): string {
-  const i = path.lastIndexOf('/');
-  return i === -1 ? path : path.slice(i + 1);
 }
 
 /** A default in the form CONFIG GET shows it (memory values in bytes, octal without leading zeros). */
@@ -555,16 +585,10 @@ export class Config {
     if (added.length > 0 && !marker) out.push(REWRITE_MARKER);
     for (const d of added) out.push(this.configLine(d));
     const text = Buffer.from(out.join('\n') + '\n', 'latin1');
-    const tmp = join(dirname(path), `.${basenameOf(path)}.rewrite-${process.pid}`);
     try {
-      const fd = openSync(tmp, 'w', statSync(path).mode & 0o7777);
-      try {
-        writeSync(fd, text);
-        fsyncSync(fd);
-      } finally {
-        closeSync(fd);
-      }
-      renameSync(tmp, path);
+      // A new temp file under a random name, renamed over the file (exclusive-file.ts): a symlink
+      // planted next to the config file is never written through.
+      replaceFileSync(path, text, statSync(path).mode & 0o7777, 'rewrite');
     } catch (e) {
       throw new ConfigError(`Rewriting config file: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);
     }
@@ -572,7 +596,8 @@ export class Config {
 
   /** `name value` as a config file line, the value quoted when it needs it. */
   private configLine(def: ConfigDef): string {
-    return `${def.name} ${quoteValue(this.get(def.name))}`;
+    const value = def.kind.type === 'bytes' ? this.bytes(def.name) : Buffer.from(this.get(def.name), 'utf8');
+    return `${def.name} ${quoteValue(value)}`;
   }
 
   /** Name/value pairs matching a glob, for CONFIG GET. */

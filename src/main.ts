@@ -25,11 +25,12 @@
  * `check FILE` validates a snapshot with the loader's own rules and prints its key count per type
  * (exit 0 valid, 1 invalid).
  */
-import { readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { readFileSync, renameSync, rmSync } from 'node:fs';
 import { Config, ConfigError, optionsHelp } from './config.js';
 import { Keyspace, TYPE_NAMES } from './keyspace/keyspace.js';
 import { Logger } from './log.js';
 import { checkWritable, DirError, DirLock, makeDirs } from './persistence/dir.js';
+import { replaceFileSync } from './persistence/exclusive-file.js';
 import { SnapshotError, SnapshotLoad } from './persistence/reader.js';
 import { Server, VERSION } from './server/server.js';
 import { warmUp, WARMUP_ROUNDS } from './server/warmup.js';
@@ -160,13 +161,15 @@ main(process.argv.slice(2)).catch((e) => {
 
 /**
  * `pidfile`: the process id, written once the ports are bound (as Redis), removed at exit. A pidfile
- * that cannot be written is a warning, as in Redis: the server itself is fine.
+ * that cannot be written is a warning, as in Redis: the server itself is fine. Written to a new temp
+ * file renamed over the path (exclusive-file.ts): a symlink planted at the pidfile's path (a shared
+ * /run or /tmp) is replaced, never written through.
  */
 function writePidfile(server: Server): void {
   const file = server.config.get('pidfile');
   if (file === '') return;
   try {
-    writeFileSync(file, `${process.pid}\n`);
+    replaceFileSync(file, Buffer.from(`${process.pid}\n`), 0o644, 'tmp');
   } catch (e) {
     server.log.warning(`Failed to write PID file ${file}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`, { file });
     return;
@@ -176,19 +179,28 @@ function writePidfile(server: Server): void {
 
 /**
  * Creates `dir` if missing, checks that it is writable and takes its lock (held until exit), then
- * removes the temp files of saves that never finished. Any problem ends the start with its cause.
+ * removes the temp files of saves that never finished. A directory that cannot be written (EACCES,
+ * EROFS...) ends the start with its cause; a full disk (ENOSPC, EDQUOT) does not, since the snapshot
+ * still loads: it is logged as a warning and reported as a failing save until one succeeds.
  */
 function prepareDir(server: Server): void {
   const dir = server.config.get('dir');
   const lock = new DirLock(dir);
+  let fullDisk: string | null;
   try {
     makeDirs(dir);
-    checkWritable(dir);
+    fullDisk = checkWritable(dir);
     const stalePid = lock.acquire();
     if (stalePid !== null) server.log.warning(`took over the lock file ${lock.file} left by pid ${stalePid || '?'}, which is not running`, { file: lock.file });
   } catch (e) {
     if (e instanceof DirError) fail(e.message);
     throw e;
+  }
+  fullDisk ??= lock.withoutPid;
+  if (fullDisk !== null) {
+    server.log.warning(`DISK FULL: the snapshot directory '${dir}' cannot be written (${fullDisk}); starting anyway, but saves will fail until space is freed ` +
+      `(INFO persistence rdb_last_bgsave_status:err, /readyz not ready)${lock.withoutPid !== null ? `; the lock file ${lock.file} holds no pid` : ''}`, { dir, code: fullDisk });
+    server.snapshots.startedOnFullDisk(fullDisk);
   }
   process.on('exit', () => lock.release());
   try {

@@ -8,10 +8,11 @@
  */
 import { constants } from 'node:buffer';
 import { createHash, timingSafeEqual } from 'node:crypto';
-import { readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import type { CommandSpec } from '../commands/types.js';
 import type { CommandArgs } from '../protocol/command-args.js';
 import { globMatch } from '../glob.js';
+import { replaceFileSync } from '../persistence/exclusive-file.js';
 import { isCategory } from './categories.js';
 
 /** Key access a pattern grants: bit 1 read, bit 2 write. */
@@ -403,9 +404,8 @@ export class Acl {
   }
 
   save(path: string): void {
-    const tmp = `${path}.tmp-${process.pid}`;
-    writeFileSync(tmp, Buffer.from(this.fileText(), 'latin1'));
-    renameSync(tmp, path);
+    // A new temp file under a random name, renamed over the file: never written through a symlink.
+    replaceFileSync(path, Buffer.from(this.fileText(), 'latin1'), 0o644, 'tmp');
   }
 
   /**

@@ -2,10 +2,12 @@
  * The snapshot directory at start: created if missing, proved writable, and locked for the life of
  * the process, so that every problem with it (read-only, permission denied, a file in the way,
  * another server using it) stops the start at once with its real cause instead of surfacing as a
- * failed save hours later. Throws DirError with a one-line reason.
+ * failed save hours later. Throws DirError with a one-line reason. A full disk is the exception: it
+ * is reported to the caller, which warns and serves (the snapshot still loads).
  */
-import { closeSync, mkdirSync, openSync, readFileSync, rmSync, statSync, writeSync } from 'node:fs';
+import { closeSync, constants, fsyncSync, mkdirSync, openSync, readFileSync, rmSync, statSync, writeSync } from 'node:fs';
 import { join, parse, resolve, sep } from 'node:path';
+import { createExclusiveSync, EXCLUSIVE_CREATE_FLAGS, randomSuffix } from './exclusive-file.js';
 import { LOCK_FILE_NAME } from './format.js';
 
 export class DirError extends Error {}
@@ -51,20 +53,46 @@ export function makeDirs(dir: string): void {
   }
 }
 
-/** Creates and removes a probe file in `dir`: a read-only or foreign directory fails here, not at the first save. */
-export function checkWritable(dir: string): void {
-  const probe = join(dir, `.cellgate-probe-${process.pid}`);
+/** Errors of a write that say the disk is full, not that the directory is refused: a start goes on. */
+const FULL_DISK_CODES = new Set(['ENOSPC', 'EDQUOT']);
+
+/**
+ * Creates, writes and removes a probe file in `dir`, so that a directory that cannot be written
+ * (EACCES, EROFS, a foreign owner) stops the start at once with its cause (DirError) rather than
+ * surfacing as a failed save hours later. A full disk (ENOSPC, EDQUOT) is different: the snapshot
+ * still loads and the limits can be served, and space may come back, so it is returned (the code)
+ * for the caller to warn about and report as a failing save, as Redis starts and reports its failing
+ * saves; null when the probe succeeded. The probe is created exclusively under a random name
+ * (exclusive-file.ts), never through a symlink.
+ */
+export function checkWritable(dir: string): string | null {
+  const probe = join(dir, `.cellgate-probe-${process.pid}-${randomSuffix()}`);
+  let created = false;
   try {
-    const fd = openSync(probe, 'w', 0o600);
+    const fd = createExclusiveSync(probe, 0o600);
+    created = true;
     try {
       writeSync(fd, 'x');
+      fsyncSync(fd);
     } finally {
       closeSync(fd);
     }
     rmSync(probe);
+    return null;
   } catch (e) {
-    rmSync(probe, { force: true, maxRetries: 0 });
+    if (created) rmSync(probe, { force: true, maxRetries: 0 });
+    if (FULL_DISK_CODES.has(code(e))) return code(e);
     throw new DirError(`the snapshot directory '${dir}' is not writable: ${code(e)}`);
+  }
+}
+
+/** A file's text, refusing a symlink (ELOOP) rather than reading its target. */
+function readNoFollow(file: string): string {
+  const fd = openSync(file, constants.O_RDONLY | constants.O_NOFOLLOW);
+  try {
+    return readFileSync(fd, 'utf8');
+  } finally {
+    closeSync(fd);
   }
 }
 
@@ -78,6 +106,8 @@ export function checkWritable(dir: string): void {
 export class DirLock {
   readonly file: string;
   private held = false;
+  /** Set (to the error code) when the lock was created on a full disk and could not get its pid. */
+  withoutPid: string | null = null;
 
   constructor(dir: string) {
     this.file = join(dir, LOCK_FILE_NAME);
@@ -88,23 +118,33 @@ export class DirLock {
     let stalePid: number | null = null;
     for (let attempt = 0; attempt < 3; attempt++) {
       try {
-        const fd = openSync(this.file, 'wx', 0o644);
+        const fd = openSync(this.file, EXCLUSIVE_CREATE_FLAGS, 0o644);
+        this.held = true;
         try {
           writeSync(fd, `${process.pid}\n`);
+        } catch (e) {
+          // A full disk: the file exists (a second server sees it) but holds no pid, and a server
+          // that finds an empty lock takes it over, as it does a stale one. Serving goes on.
+          if (!FULL_DISK_CODES.has(code(e))) {
+            this.held = false;
+            rmSync(this.file, { force: true });
+            throw e;
+          }
+          this.withoutPid = code(e);
         } finally {
           closeSync(fd);
         }
-        this.held = true;
         return stalePid;
       } catch (e) {
         if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw new DirError(`cannot create the lock file ${this.file}: ${code(e)}`);
       }
-      let text: string;
+      let text = '';
       try {
-        text = readFileSync(this.file, 'utf8').trim();
+        text = readNoFollow(this.file).trim();
       } catch (e) {
         if ((e as NodeJS.ErrnoException).code === 'ENOENT') continue; // released meanwhile
-        throw new DirError(`cannot read the lock file ${this.file}: ${code(e)}`);
+        // ELOOP: a symlink planted at the lock's name is no lock; it is removed below, its target never read.
+        if ((e as NodeJS.ErrnoException).code !== 'ELOOP') throw new DirError(`cannot read the lock file ${this.file}: ${code(e)}`);
       }
       const pid = /^\d+$/.test(text) ? Number(text) : 0;
       if (pid > 0 && pid !== process.pid && processAlive(pid)) {
@@ -121,7 +161,8 @@ export class DirLock {
     if (!this.held) return;
     this.held = false;
     try {
-      if (readFileSync(this.file, 'utf8').trim() === String(process.pid)) rmSync(this.file, { force: true });
+      const text = readNoFollow(this.file).trim();
+      if (text === String(process.pid) || (text === '' && this.withoutPid !== null)) rmSync(this.file, { force: true });
     } catch {
       /* already gone */
     }

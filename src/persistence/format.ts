@@ -33,10 +33,11 @@ export const FLAG_BLOB = 1;
 
 /**
  * Names cellgate keeps in `dir` besides the snapshot, all under the `.cellgate-` prefix a dbfilename
- * may not have (config.ts): the temp files of saves (writer.ts tempPath: group 1 is the saving pid) and
- * the lock file held by the running server.
+ * may not have (config.ts): the temp files of saves (writer.ts tempPath: group 1 is the saving pid,
+ * then a random hex part; earlier versions wrote a counter there, or nothing) and the lock file held
+ * by the running server.
  */
-export const TEMP_FILE_PATTERN = /^\.cellgate-temp-(\d+)(?:-\d+)?\.snap$/;
+export const TEMP_FILE_PATTERN = /^\.cellgate-temp-(\d+)(?:-[0-9a-f]+)?\.snap$/;
 export const LOCK_FILE_NAME = '.cellgate-lock';
 
 export function crc32(data: Uint8Array, previous = 0): number {

@@ -248,6 +248,18 @@ export class Snapshotter {
     return true;
   }
 
+  /**
+   * The start-up probe found the disk full (ENOSPC, EDQUOT): the server serves, and reports it as a
+   * failed save (INFO rdb_last_bgsave_status:err and rdb_last_error, /readyz, MISCONF under
+   * stop-writes-on-bgsave-error yes) until a save succeeds, as Redis reports its failing saves.
+   */
+  startedOnFullDisk(code: string): void {
+    this.lastBgsaveOk = false;
+    this.lastError = `${code}: the start-up probe of '${this.server.config.get('dir')}' could not write (disk full)`;
+    this.lastBgsaveTryMs = this.server.clock.nowMs();
+    this.refreshDenyWrites();
+  }
+
   /** BGSAVE SCHEDULE while a save runs: start another once it ends. */
   schedule(): void {
     this.backgroundScheduled = true;

@@ -17,6 +17,7 @@ import { join, resolve } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { setImmediate as nextTurn } from 'node:timers/promises';
 import type { Keyspace, SaveSink } from '../keyspace/keyspace.js';
+import { createExclusiveSync, EXCLUSIVE_CREATE_FLAGS, randomSuffix } from './exclusive-file.js';
 import { crc32, encodeHeader, EntryEncoder } from './format.js';
 
 /** CPU time one background slice may take before it yields to clients. */
@@ -38,29 +39,24 @@ export function snapshotPath(dir: string, dbfilename: string): string {
 }
 
 /**
- * The temp file of a save: `.cellgate-temp-<pid>.snap` for a synchronous save,
- * `.cellgate-temp-<pid>-<n>.snap` for the n-th background save of process `pid`. The `.cellgate-`
- * prefix is reserved (config.ts refuses a dbfilename that starts with it), so a temp file can never
- * be someone's snapshot, and the start-up cleanup (format.ts TEMP_FILE_PATTERN) removes only these.
- * Never the same path twice at once: an aborted background save still has file operations queued in
- * libuv's thread pool (open with O_TRUNC, writes, its cleanup's unlink), which run while the
- * synchronous save at SIGTERM writes its own file; when both used one path, that open truncated the
- * final snapshot under the synchronous writer.
+ * The temp file of a save: `.cellgate-temp-<pid>-<random>.snap`, a new name for every save, created
+ * exclusively (exclusive-file.ts): nobody who can write in `dir` can guess it, plant a symlink there,
+ * and have a save truncate another file. The `.cellgate-` prefix is reserved (config.ts refuses a
+ * dbfilename that starts with it), so a temp file can never be someone's snapshot, and the start-up
+ * cleanup (format.ts TEMP_FILE_PATTERN, which reads the pid) removes only these. Never the same path
+ * twice: an aborted background save still has file operations queued in libuv's thread pool (writes,
+ * its cleanup's unlink), which run while the synchronous save at SIGTERM writes its own file.
  */
-export function tempPath(dir: string, backgroundSave = 0, pid = process.pid): string {
-  return join(dir, backgroundSave === 0 ? `.cellgate-temp-${pid}.snap` : `.cellgate-temp-${pid}-${backgroundSave}.snap`);
+export function tempPath(dir: string, pid = process.pid): string {
+  return join(dir, `.cellgate-temp-${pid}-${randomSuffix()}.snap`);
 }
-
-let backgroundSaves = 0;
 
 /** Serializes every live key at `nowMs` and installs the file, blocking. Throws on failure (the old snapshot stays). */
 export function writeSnapshotSync(keyspace: Keyspace, nowMs: number, dir: string, dbfilename: string): SaveResult {
   const started = performance.now();
   const temp = tempPath(dir);
   const file = snapshotPath(dir, dbfilename);
-  // A fresh inode: an aborted background save may still hold the old temp file open.
-  fs.rmSync(temp, { force: true });
-  const fd = fs.openSync(temp, 'w', 0o644);
+  const fd = createExclusiveSync(temp, 0o644);
   let bytes = 0;
   try {
     const header = encodeHeader(nowMs);
@@ -141,7 +137,7 @@ export class BackgroundSave {
     private readonly beforeSlice: () => void = () => {},
     private readonly options: BackgroundSaveOptions = {},
   ) {
-    this.tempFile = tempPath(dir, ++backgroundSaves);
+    this.tempFile = tempPath(dir);
   }
 
   /** Stops the save at its next step; it then removes its temp file. Writes stop copying for it at once. */
@@ -169,8 +165,7 @@ export class BackgroundSave {
     let fh: fsp.FileHandle | null = null;
     let closed = false;
     try {
-      await fsp.rm(temp, { force: true });
-      fh = await fsp.open(temp, 'w', 0o644);
+      fh = await fsp.open(temp, EXCLUSIVE_CREATE_FLAGS, 0o644);
       const out = fh;
       let bytes = header.length;
       // At most one write is in flight while the next chunk fills. Its failure (disk full) is kept
@@ -234,7 +229,8 @@ export class BackgroundSave {
     } catch (e) {
       ks.endSave(sink);
       if (fh !== null && !closed) await fh.close().catch(() => {});
-      await fsp.rm(temp, { force: true }).catch(() => {});
+      // Only a file this save created: a failed exclusive open created nothing.
+      if (fh !== null) await fsp.rm(temp, { force: true }).catch(() => {});
       throw e;
     }
   }

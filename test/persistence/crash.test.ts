@@ -25,15 +25,22 @@ describe('crash during BGSAVE', () => {
 
     await fillKeys(s.port, 1_000_000);
     expect(await r.dbsize()).toBe(1_001_000);
-    // The first background save of the process writes .cellgate-temp-<pid>-1.snap.
-    const temp = join(dir, `.cellgate-temp-${s.proc.pid}-1.snap`);
+    // A background save writes .cellgate-temp-<pid>-<random>.snap.
+    const tempOf = (): string | undefined => readdirSync(dir).find((n) => n.startsWith(`.cellgate-temp-${s.proc.pid}-`));
     expect(await r.bgsave()).toBe('Background saving started');
     // Wait until the save has written part of the file, then kill the process outright.
     const until = Date.now() + 10_000;
-    while (!(existsSync(temp) && statSync(temp).size > 1_000_000)) {
+    let temp = '';
+    for (;;) {
+      const name = tempOf();
+      if (name !== undefined && statSync(join(dir, name), { throwIfNoEntry: false })?.isFile() && statSync(join(dir, name)).size > 1_000_000) {
+        temp = join(dir, name);
+        break;
+      }
       if (Date.now() > until) throw new Error('the background save never got going');
       await new Promise((res) => setTimeout(res, 2));
     }
+    expect(temp).toMatch(/\.cellgate-temp-\d+-[0-9a-f]{16}\.snap$/);
     expect((await info(r)).rdb_bgsave_in_progress).toBe('1');
     r.disconnect();
     expect(await s.stop('SIGKILL')).toBe(null);

@@ -2,7 +2,7 @@
  * Helpers for the persistence tests: a server started on a directory the test keeps (the snapshot
  * must outlive the process), a fast raw-socket filler, INFO parsing and `check`/startup runs to exit.
  */
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { afterAll } from 'vitest';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -80,4 +80,22 @@ export async function waitForBgsave(redis: Redis): Promise<Record<string, string
  */
 export function fillKeys(port: number, n: number, prefix = 'k:'): Promise<void> {
   return fillThrottleKeys(port, n, { prefix });
+}
+
+/**
+ * Makes every save into `dir` fail (ENOTDIR), even as root, without knowing a temp file's name
+ * (random: writer.ts tempPath): the directory is moved to `<dir>.away` and a plain file takes its
+ * place. `restore()` puts the directory back. The server keeps its lock file in the moved directory.
+ */
+export function blockDir(dir: string): { away: string; restore(): void } {
+  const away = `${dir}.away`;
+  renameSync(dir, away);
+  writeFileSync(dir, 'not a directory');
+  return {
+    away,
+    restore() {
+      rmSync(dir, { force: true });
+      renameSync(away, dir);
+    },
+  };
 }

@@ -4,10 +4,10 @@
  * unless FORCE.
  */
 import { describe, expect, it } from 'vitest';
-import { existsSync, mkdirSync, readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
-import { info, runToExit, startOn, T0_AHEAD_MS, tempDirsForFile } from './helpers.js';
+import { blockDir, info, runToExit, startOn, T0_AHEAD_MS, tempDirsForFile } from './helpers.js';
 
 const newDir = tempDirsForFile();
 const T0 = T0_AHEAD_MS;
@@ -76,13 +76,14 @@ describe('snapshot at shutdown', () => {
   it('SHUTDOWN whose save fails is refused (server keeps serving); FORCE exits anyway', async () => {
     const dir = newDir();
     const { s, r } = await withKeys(dir);
-    // A directory where the temp file must go makes every save fail (EISDIR), even as root.
-    mkdirSync(join(dir, `.cellgate-temp-${s.proc.pid}.snap`));
+    // A plain file where the directory was makes every save fail (ENOTDIR), even as root.
+    const blocker = blockDir(dir);
     await expect(r.call('SHUTDOWN')).rejects.toThrow('ERR Errors trying to SHUTDOWN. Check logs.');
     expect(await r.ping()).toBe('PONG');
-    expect((await info(r)).rdb_last_error).toMatch(/EISDIR|ERR_FS_EISDIR/);
+    expect((await info(r)).rdb_last_error).toMatch(/^ENOTDIR/);
     await expect(r.call('SAVE')).rejects.toThrow(/^ERR$/);
     expect(await shutdownAndExit(s, r, 'FORCE')).toBe(1);
+    blocker.restore();
     expect(existsSync(join(dir, 'cellgate.snap'))).toBe(false);
   });
 
@@ -92,9 +93,10 @@ describe('snapshot at shutdown', () => {
     await r.save();
     const before = readFileSync(join(dir, 'cellgate.snap'));
     await r.call('CL.THROTTLE', 'more', 5, 10, 60);
-    mkdirSync(join(dir, `.cellgate-temp-${s.proc.pid}.snap`));
+    const blocker = blockDir(dir);
     r.disconnect();
     expect(await s.stop('SIGTERM')).toBe(1);
+    blocker.restore();
     expect(s.logs.some((l) => l.includes('The final snapshot failed: exiting anyway'))).toBe(true);
     expect(readFileSync(join(dir, 'cellgate.snap')).equals(before)).toBe(true);
   });
