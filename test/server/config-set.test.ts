@@ -12,7 +12,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { freePort, startServer } from '../helpers/server.js';
-import { errorOf } from '../helpers/replies.js';
+import { errorOf, runToExit } from '../helpers/replies.js';
 import { RawConnection } from '../helpers/raw.js';
 
 function canConnect(port: number, host = '127.0.0.1'): Promise<boolean> {
@@ -80,6 +80,32 @@ describe('CONFIG SET port / bind', () => {
     } finally {
       c.disconnect();
       await s.stop();
+    }
+  });
+
+  it('bind: a lone "-" is no address (the prefix of an optional one), refused by CONFIG SET and at start', async () => {
+    const s = await startServer();
+    const c = new Redis({ port: s.port, host: '127.0.0.1', protocol: 2 });
+    const why = "'-' alone is not an address: a leading '-' marks an optional address, e.g. '-::1'";
+    try {
+      for (const value of ['-', '127.0.0.1 -']) {
+        expect(await errorOf(c.call('CONFIG', 'SET', 'bind', value))).toBe(`ERR CONFIG SET failed (possibly related to argument 'bind') - ${why}`);
+      }
+      expect(await c.call('CONFIG', 'GET', 'bind')).toEqual(['bind', '127.0.0.1']);
+      // It was taken as the empty host, which listens on every interface: 127.0.0.2 answered.
+      expect(await canConnect(s.port, '127.0.0.2')).toBe(false);
+      // An optional address keeps working.
+      expect(await c.call('CONFIG', 'SET', 'bind', '127.0.0.1 -::1')).toBe('OK');
+      expect(await canConnect(s.port, '127.0.0.1')).toBe(true);
+      expect(await canConnect(s.port, '127.0.0.2')).toBe(false);
+    } finally {
+      c.disconnect();
+      await s.stop();
+    }
+    for (const args of [['--bind', '-'], ['--bind', '127.0.0.1', '-']]) {
+      const r = runToExit(['--port', '0', '--dir', mkdtempSync(join(tmpdir(), 'cellgate-bind-')), ...args]);
+      expect(r.status).toBe(1);
+      expect(r.stderr).toBe(`cellgate: --bind: ${why}\n`);
     }
   });
 
