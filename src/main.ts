@@ -138,6 +138,11 @@ async function main(argv: string[]): Promise<void> {
       log.warning(`warm-up failed, starting without it: ${(e as Error).message}`);
     }
   }
+  // The baseline maxmemory counts from: the empty server after a full GC (src/server/memory.ts).
+  const startupBytes = await server.memory.measureStartup();
+  const tooSmall = server.memory.refusal(config.int('maxmemory'));
+  if (tooSmall !== null) fail(tooSmall);
+  log.verbose(`used_memory_startup ${startupBytes} bytes (after a full GC)`);
   try {
     await server.start();
   } catch (e) {

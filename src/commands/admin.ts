@@ -3,11 +3,10 @@
  * `enable-debug-command`.
  */
 import type { CommandArgs } from '../protocol/command-args.js';
-import { setFlagsFromString } from 'node:v8';
-import { runInNewContext } from 'node:vm';
 import tls from 'node:tls';
 import { Config, ConfigError } from '../config.js';
 import { createTlsServer } from '../server/tls.js';
+import { fullGc } from '../server/memory.js';
 import { parseMillisToMicros } from '../clock.js';
 import { globMatch } from '../glob.js';
 import type { SaveMode } from '../persistence/snapshotter.js';
@@ -205,12 +204,6 @@ function shutdown(ctx: CommandContext, argv: CommandArgs): void {
   if (!ctx.server.shutdown('SHUTDOWN command', { save, refuseIfSaveFails: !force })) {
     ctx.reply.error('ERR Errors trying to SHUTDOWN. Check logs.');
   }
-}
-
-/** V8's full GC, reachable without starting node with --expose-gc. */
-function fullGc(): void {
-  setFlagsFromString('--expose-gc');
-  (runInNewContext('gc') as () => void)();
 }
 
 const DEBUG_DISABLED =

@@ -62,10 +62,11 @@ const SECTIONS: Record<string, Section> = {
   ],
   memory: (s) => {
     const m = processMemory();
-    const used = m.heapUsed + m.arrayBuffers;
-    // maxmemory limits the keys (src/server/memory.ts): startup + dataset, counted; the rest of the
-    // process (client buffers, garbage not yet collected) is Redis's mem_not_counted_for_evict.
-    const counted = s.memory.countedBytes;
+    const heap = m.heapUsed + m.arrayBuffers;
+    // used_memory is the one figure maxmemory is compared with (src/server/memory.ts): startup +
+    // dataset, counted. The heap as measured now holds more (client buffers, garbage not yet
+    // collected): that part is mem_not_counted_for_evict.
+    const used = s.memory.countedBytes;
     let clientBytes = 0;
     for (const c of s.clients.values()) clientBytes += c.parser.pendingBytes + c.outputBytes;
     return [
@@ -73,11 +74,12 @@ const SECTIONS: Record<string, Section> = {
       ['used_memory_human', human(used)],
       ['used_memory_rss', m.rss],
       ['used_memory_rss_human', human(m.rss)],
+      ['used_memory_heap', heap],
       ['used_memory_heap_total', m.heapTotal],
       ['used_memory_startup', s.memory.startupBytes],
       ['used_memory_dataset', s.keyspace.datasetBytes],
-      ['used_memory_counted_for_evict', counted],
-      ['mem_not_counted_for_evict', Math.max(0, used - counted)],
+      ['used_memory_counted_for_evict', used],
+      ['mem_not_counted_for_evict', Math.max(0, heap - used)],
       ['mem_clients_normal', clientBytes],
       ['eviction_step_max_keys', s.memory.largestStep],
       ['maxmemory', s.config.int('maxmemory')],

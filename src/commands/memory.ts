@@ -59,7 +59,8 @@ function memoryStats(ctx: CommandContext): void {
   const s = ctx.server;
   const r = ctx.reply;
   const m = processMemory();
-  const used = m.heapUsed + m.arrayBuffers;
+  // INFO used_memory: the figure maxmemory is compared with (src/server/memory.ts).
+  const used = s.memory.countedBytes;
   const startup = s.memory.startupBytes;
   const dataset = s.keyspace.datasetBytes;
   const keys = s.keyspace.size;

@@ -1,14 +1,20 @@
 /**
  * `maxmemory`: what counts against the limit, and eviction when it is over (README "Security model").
  *
- * What is counted: the keys, not the process. maxmemory is compared with
+ * What is counted: the keys, not the process. maxmemory is compared with one figure, the one INFO
+ * shows as used_memory (also used_memory_counted_for_evict, the same number):
  *
- *   counted = used_memory_startup + used_memory_dataset
+ *   used_memory = used_memory_startup + used_memory_dataset
  *
- * where used_memory_startup is INFO's used_memory (`heapUsed + arrayBuffers`) measured once, when the
- * server is built (before the snapshot loads: the code and the empty server), and used_memory_dataset
- * is Keyspace.datasetBytes: the bytes of the records in use, the index table, the arena chunks of
- * long keys and the sliding-log blobs, counted exactly as keys come and go (src/keyspace/key-table.ts).
+ * where used_memory_startup is the V8 heap in use plus array buffers (`heapUsed + arrayBuffers`)
+ * measured once after a full GC, at the end of start-up (after the warm-up, before the snapshot
+ * loads: the code and the empty server, without the garbage start-up leaves, which made it read
+ * ~17 MB for a process that holds 10-11 MB), and used_memory_dataset is Keyspace.datasetBytes: the
+ * bytes of the records in use, the index table, the arena chunks of long keys and the sliding-log
+ * blobs, counted exactly as keys come and go (src/keyspace/key-table.ts). The heap as measured now
+ * (keys, client buffers, garbage not yet collected) is INFO used_memory_heap; what it holds beyond
+ * used_memory is mem_not_counted_for_evict. A maxmemory below used_memory_startup could never be met
+ * by evicting and is refused (at start and by CONFIG SET).
  *
  * Why not a measurement of the process: it drifted and never came back down. The previous version
  * compared an estimate rebased on `process.memoryUsage()` after each major GC; but V8 keeps freed
@@ -34,6 +40,8 @@
  * left to evict.
  */
 import { performance } from 'node:perf_hooks';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
 import type { EvictionPolicy, Keyspace } from '../keyspace/keyspace.js';
 import type { Config } from '../config.js';
 
@@ -42,6 +50,9 @@ const EVICT_PER_COMMAND = 64;
 /** At most this many keys, and this much time, per background step. */
 const EVICT_PER_STEP = 16_384;
 const EVICT_STEP_MS = 2;
+
+/** Full collections, each followed by an event-loop turn, before used_memory_startup is read. */
+const STARTUP_GC_ROUNDS = 3;
 
 export const OOM_MESSAGE = "OOM command not allowed when used memory > 'maxmemory'.";
 
@@ -61,15 +72,24 @@ export function processMemory(): NodeJS.MemoryUsage {
   return lastUsage;
 }
 
-/** `heapUsed + arrayBuffers`: INFO used_memory. */
-export function usedMemoryNow(): number {
+/** `heapUsed + arrayBuffers` now: INFO used_memory_heap. */
+export function heapBytesNow(): number {
   const m = processMemory();
   return m.heapUsed + m.arrayBuffers;
 }
 
+/** V8's full GC, reachable without starting node with --expose-gc (DEBUG GC, the start-up measure). */
+export function fullGc(): void {
+  setFlagsFromString('--expose-gc');
+  (runInNewContext('gc') as () => void)();
+}
+
 export class MemoryGuard {
-  /** INFO used_memory_startup: the process before any key (see the file comment). */
-  readonly startupBytes = usedMemoryNow();
+  /**
+   * INFO used_memory_startup: the process before any key (see the file comment). A first figure
+   * when the server is built; measureStartup() replaces it with the one after a full GC.
+   */
+  startupBytes = heapBytesNow();
   /** The most keys evicted by one step (one command's or one tick's share), INFO eviction_step_max_keys. */
   largestStep = 0;
   /** xorshift32 state for victim sampling (a fixed seed: evictions reproduce for a given history). */
@@ -91,9 +111,35 @@ export class MemoryGuard {
     private readonly keyspace: Keyspace,
   ) {}
 
-  /** What maxmemory is compared with: startup + dataset (O(1): counters, no measurement). */
+  /** INFO used_memory, what maxmemory is compared with: startup + dataset (O(1): counters, no measurement). */
   get countedBytes(): number {
     return this.startupBytes + this.keyspace.datasetBytes;
+  }
+
+  /**
+   * Measures used_memory_startup after a full GC, with no key yet (main.ts calls it once start-up
+   * work is done, before the port opens). Collections separated by event-loop turns: what start-up
+   * (the warm-up's scratch server and sockets) leaves is freed only once its pending closes and
+   * callbacks have run, and array buffers are given back after the collection that found them dead.
+   */
+  async measureStartup(): Promise<number> {
+    for (let i = 0; i < STARTUP_GC_ROUNDS; i++) {
+      fullGc();
+      await new Promise((resolve) => setTimeout(resolve, 1));
+    }
+    fullGc();
+    this.startupBytes = heapBytesNow();
+    return this.startupBytes;
+  }
+
+  /**
+   * Why a maxmemory cannot be used, or null: one below used_memory_startup could never be met by
+   * evicting (the empty server is over it), so every limiter call would get -OOM. 0 is no limit.
+   */
+  refusal(maxmemoryBytes: number): string | null {
+    if (maxmemoryBytes === 0 || maxmemoryBytes >= this.startupBytes) return null;
+    return `maxmemory ${maxmemoryBytes} is below the ${this.startupBytes} bytes the server holds with no key (INFO used_memory_startup): ` +
+      'every limiter call would be refused with OOM; set 0 (no limit) or more';
   }
 
   /**

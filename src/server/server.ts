@@ -345,6 +345,7 @@ export class Server {
    * refused with Redis's text (its updateMaxclients), and the old value stays.
    */
   configRefusal(name: string, value: string): string | null {
+    if (name === 'maxmemory') return this.memory.refusal(Number(value));
     if (name !== 'maxclients') return null;
     const requested = Number(value);
     const allowed = this.fdBudget.maxClients(requested);

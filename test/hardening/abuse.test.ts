@@ -2,7 +2,7 @@
  * Abuse over loopback (README "Security model"): slow-loris connections, a client pipelining 200,000 commands without
  * reading, 10,000 idle connections, a client announcing a 500 MiB argument and trickling it. For each:
  * the server stays up, a separate connection's PING round trip stays short (measured the whole time,
- * printed as `[abuse] ...` lines), keys written before are intact, and live memory (used_memory after
+ * printed as `[abuse] ...` lines), keys written before are intact, and live memory (used_memory_heap after
  * DEBUG GC) returns near its baseline afterwards.
  *
  * Bounded in count and time. CELLGATE_SOAK=1 runs larger variants (more connections, 2M commands).
@@ -133,13 +133,13 @@ describe('abuse', () => {
       for (let i = 0; i < 20; i++) {
         await delay(50);
         const mem = String(await c.call('INFO', 'memory'));
-        peakUsed = Math.max(peakUsed, Number(infoField(mem, 'used_memory')));
+        peakUsed = Math.max(peakUsed, Number(infoField(mem, 'used_memory_heap')));
         const list = String(await c.call('CLIENT', 'LIST'));
         for (const m of list.matchAll(/omem=(\d+)/g)) peakOmem = Math.max(peakOmem, Number(m[1]));
       }
       const pings = await probe.stop();
       report(`pipeline of ${n} commands, client not reading`, {
-        'PING p50': `${pings.p50Ms.toFixed(2)} ms`, 'PING p99': `${pings.p99Ms.toFixed(2)} ms`, 'PING max': `${pings.maxMs.toFixed(2)} ms`, 'peak used_memory': mb(peakUsed),
+        'PING p50': `${pings.p50Ms.toFixed(2)} ms`, 'PING p99': `${pings.p99Ms.toFixed(2)} ms`, 'PING max': `${pings.maxMs.toFixed(2)} ms`, 'peak used_memory_heap': mb(peakUsed),
         'peak omem of the client': mb(peakOmem), 'client bytes still unsent': mb(socket.writableLength),
       });
       expect(pings.count).toBeGreaterThan(0);
@@ -247,11 +247,11 @@ describe('abuse', () => {
         qbuf = await clientQbuf();
       }
       const mem = String(await c.call('INFO', 'memory'));
-      const used = Number(infoField(mem, 'used_memory'));
+      const used = Number(infoField(mem, 'used_memory_heap'));
       const rss = Number(infoField(mem, 'used_memory_rss'));
       const pings = await probe.stop();
       report('500 MiB announced, trickled', {
-        sent: mb(sent), 'qbuf of the client': mb(qbuf), 'used_memory growth': mb(used - before), 'rss growth': mb(rss - rssBefore),
+        sent: mb(sent), 'qbuf of the client': mb(qbuf), 'used_memory_heap growth': mb(used - before), 'rss growth': mb(rss - rssBefore),
         'PING max': `${pings.maxMs.toFixed(2)} ms`,
       });
       expect(qbuf).toBeGreaterThanOrEqual(sent);

@@ -77,6 +77,8 @@ async function saveUnderTraffic(extra: Extra): Promise<void> {
     const fillOnlyKey = `k:${fillOnly}`;
     expect(await ra.dbsize()).toBe(N);
 
+    // The least maxmemory accepted (the empty server): with these keys, every write evicts.
+    const leastMaxmemory = (await info(ra, 'memory')).used_memory_startup;
     expect(await ra.bgsave()).toBe('Background saving started');
     for (let j = 0; j < TOUCHED; j++) {
       const p = ra.pipeline().info('persistence');
@@ -86,7 +88,7 @@ async function saveUnderTraffic(extra: Extra): Promise<void> {
         for (let i = 0; i < 100; i++) p.call('CL.THROTTLE', `k:${i}`, ...LIMIT, '3');
       }
       // Every write evicts (random keys, most of them not reached by the save yet).
-      if (extra === 'evict' && j === 0) p.config('SET', 'maxmemory-policy', 'allkeys-random').config('SET', 'maxmemory', '1');
+      if (extra === 'evict' && j === 0) p.config('SET', 'maxmemory-policy', 'allkeys-random').config('SET', 'maxmemory', leastMaxmemory);
       // Two hours on: every key of the start has expired (they live about an hour).
       // A key only the fill wrote (it lives an hour) is then looked up: it has expired, whether or
       // not the active expiry cycle ran during the save (that depends on the machine's load).

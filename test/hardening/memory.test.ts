@@ -3,14 +3,20 @@
  * default), allkeys-lru and allkeys-random, INFO's memory fields and evicted_keys, eviction in
  * bounded steps, convergence at a lowered limit, and client buffers kept out of what is limited.
  *
- * maxmemory is compared with `used_memory_counted_for_evict` (startup + dataset, counted exactly:
- * src/server/memory.ts), and a key of at most 20 bytes costs exactly one 64-byte record in it, so
+ * maxmemory is compared with INFO's `used_memory` (= `used_memory_counted_for_evict`: startup +
+ * dataset, counted exactly: src/server/memory.ts), whose startup part is measured after a full GC; a
+ * maxmemory below it is refused at CONFIG SET and at start. A key of at most 20 bytes costs exactly
+ * one 64-byte record in it, and a key of at most 20 bytes costs exactly one 64-byte record in it, so
  * setting the limit to "counted − n × 64" evicts exactly n keys: the tests count keys, not bytes.
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { mkdtempSync } from 'node:fs';
 import net from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { setTimeout as delay } from 'node:timers/promises';
 import { startServer, type RunningServer } from '../helpers/server.js';
+import { runToExit } from '../helpers/replies.js';
 import { Checker, RawConnection, infoField, mbulk, parseReplies, startPingProbe } from '../helpers/raw.js';
 
 const OOM = "OOM command not allowed when used memory > 'maxmemory'.";
@@ -75,11 +81,13 @@ async function surviving(keys: string[]): Promise<number> {
 describe('maxmemory', () => {
   it('INFO has used_memory, used_memory_rss, the counted figures, maxmemory, maxmemory_policy, evicted_keys', async () => {
     let memory = String(await c.call('INFO', 'memory'));
-    for (const f of ['used_memory', 'used_memory_rss', 'maxmemory', 'used_memory_startup', 'used_memory_dataset', 'used_memory_counted_for_evict',
+    for (const f of ['used_memory', 'used_memory_rss', 'used_memory_heap', 'maxmemory', 'used_memory_startup', 'used_memory_dataset', 'used_memory_counted_for_evict',
       'mem_not_counted_for_evict', 'mem_clients_normal', 'eviction_step_max_keys']) expect(Number(infoField(memory, f))).toBeGreaterThanOrEqual(0);
     const counted = (m: string): number => Number(infoField(m, 'used_memory_counted_for_evict'));
     const dataset = (m: string): number => Number(infoField(m, 'used_memory_dataset'));
     expect(counted(memory)).toBe(Number(infoField(memory, 'used_memory_startup')) + dataset(memory));
+    // One figure: INFO used_memory is what maxmemory is compared with.
+    expect(Number(infoField(memory, 'used_memory'))).toBe(counted(memory));
     // Counted exactly: 1000 short keys add 1000 records (the index table does not grow below 716 keys).
     const before = dataset(memory);
     await fill(server.port, Array.from({ length: 1000 }, (_, i) => `d:${i}`), (k) => ['RL.TOKENBUCKET', k, '10', '3600000']);
@@ -93,7 +101,7 @@ describe('maxmemory', () => {
 
   it('noeviction: limiter commands get -OOM, others still run', async () => {
     await fill(server.port, ['a', 'b'], (k) => ['RL.TOKENBUCKET', k, '10', '60000']);
-    expect(await c.call('CONFIG', 'SET', 'maxmemory-policy', 'noeviction', 'maxmemory', '1')).toBe('OK');
+    expect(await c.call('CONFIG', 'SET', 'maxmemory-policy', 'noeviction', 'maxmemory', String(await stat('memory', 'used_memory_startup')))).toBe('OK');
     expect(await c.call('CL.THROTTLE', 'x', '5', '10', '60')).toEqual({ error: OOM });
     expect(await c.call('RL.TOKENBUCKET', 'a', '10', '60000')).toEqual({ error: OOM });
     expect(await c.call('GCRA', 'x', '5', '10', '60')).toEqual({ error: OOM });
@@ -159,7 +167,8 @@ describe('maxmemory', () => {
     const keys = Array.from({ length: 100_000 }, (_, i) => `k:${i}`);
     await fill(server.port, keys, (k) => ['RL.TOKENBUCKET', k, '10', '3600000']);
     const probe = await startPingProbe(server.port, 2);
-    expect(await c.call('CONFIG', 'SET', 'maxmemory', '1')).toBe('OK');
+    // The least maxmemory accepted: the empty server (a smaller one is refused, see below).
+    expect(await c.call('CONFIG', 'SET', 'maxmemory', String(await stat('memory', 'used_memory_startup')))).toBe('OK');
     // Countable, not timed: eviction runs in steps of at most 16,384 keys chained behind pending I/O,
     // so 100,000 keys take at least 7 steps with clients served between them. (How many INFO calls
     // land part way depends on the machine's load, so it is not asserted.)
@@ -171,6 +180,7 @@ describe('maxmemory', () => {
     expect(step).toBeGreaterThan(0);
     expect(step).toBeLessThanOrEqual(16_384); // EVICT_PER_STEP in src/server/memory.ts: at least 7 steps
     expect(pings.count).toBeGreaterThan(0);
+    // Nothing left to evict, and still over: the index table grown for 100,000 keys stays counted.
     expect(await c.call('RL.TOKENBUCKET', 'k', '10', '1000')).toEqual({ error: OOM });
   });
 
@@ -194,6 +204,48 @@ describe('maxmemory', () => {
     for (let i = 0; i < 200; i++) expect(((await c.call('GCRA', `more:${i}`, '10', '100', '60')) as number[])[0]).toBe(0);
     expect(await c.call('DBSIZE')).toBe(kept + 200);
     expect(await stat('stats', 'evicted_keys')).toBe(evicted);
+  });
+});
+
+describe('maxmemory and the empty server (used_memory_startup)', () => {
+  it('used_memory_startup is the empty server after a GC: maxmemory a little above it serves; below it is refused at CONFIG SET and at start', async () => {
+    const memory = String(await c.call('INFO', 'memory'));
+    const startup = Number(infoField(memory, 'used_memory_startup'));
+    await c.call('DEBUG', 'GC');
+    const heapAfterGc = Number(infoField(await c.call('INFO', 'memory'), 'used_memory_heap'));
+    console.log(`[memory] used_memory_startup ${startup}, used_memory_heap after DEBUG GC ${heapAfterGc} (empty server, warm-up off)`);
+    // Measured after a full GC: not the ~17 MB the process held before one (a sanity bound, generous).
+    expect(startup).toBeGreaterThan(1024 * 1024);
+    expect(startup).toBeLessThan(15 * 1024 * 1024);
+    // Too small to hold the empty server: refused with the reason, the old value kept.
+    expect(await c.call('CONFIG', 'SET', 'maxmemory', String(startup - 1))).toEqual({
+      error: `ERR CONFIG SET failed (possibly related to argument 'maxmemory') - maxmemory ${startup - 1} is below the ${startup} bytes the server holds with no key (INFO used_memory_startup): every limiter call would be refused with OOM; set 0 (no limit) or more`,
+    });
+    expect(await c.call('CONFIG', 'GET', 'maxmemory')).toEqual(['maxmemory', '0']);
+    // A little above the baseline (room for ~100 keys): limiter calls are answered, under every policy.
+    for (const policy of ['noeviction', 'volatile-ttl']) {
+      expect(await c.call('CONFIG', 'SET', 'maxmemory-policy', policy, 'maxmemory', String(startup + 100 * RECORD_BYTES + 16 * 1024))).toBe('OK');
+      for (let i = 0; i < 20; i++) expect(((await c.call('CL.THROTTLE', `${policy}:${i}`, '5', '10', '60')) as number[])[0]).toBe(0);
+    }
+    expect(await stat('stats', 'evicted_keys')).toBe(0);
+    // At start: a maxmemory below the baseline stops it with one clear line.
+    const refused = runToExit(['--port', '0', '--dir', mkdtempSync(join(tmpdir(), 'cellgate-mem-')), '--maxmemory', '1mb', '--warmup', 'no']);
+    expect(refused.status).toBe(1);
+    expect(refused.stderr).toMatch(/^cellgate: maxmemory 1048576 is below the \d+ bytes the server holds with no key \(INFO used_memory_startup\): every limiter call would be refused with OOM; set 0 \(no limit\) or more\n$/);
+  });
+
+  it('--maxmemory 15mb: an empty server (warm-up on, as shipped) answers limiter calls, no -OOM', async () => {
+    const s = await startServer({ args: ['--maxmemory', '15mb', '--warmup', 'yes', '--maxmemory-policy', 'noeviction'] });
+    const k = await Checker.open(s.port);
+    try {
+      for (let i = 0; i < 100; i++) expect(((await k.call('CL.THROTTLE', `k:${i}`, '5', '10', '60')) as number[])[0]).toBe(0);
+      const memory = String(await k.call('INFO', 'memory'));
+      console.log(`[memory] warm-up on: used_memory_startup ${infoField(memory, 'used_memory_startup')}, used_memory ${infoField(memory, 'used_memory')}, maxmemory ${infoField(memory, 'maxmemory')}`);
+      expect(Number(infoField(memory, 'used_memory'))).toBeLessThanOrEqual(15 * 1024 * 1024);
+    } finally {
+      k.close();
+      await s.stop();
+    }
   });
 });
 
@@ -244,10 +296,12 @@ describe('maxmemory and client buffers', () => {
         clientBytes = Math.max(clientBytes, Number(infoField(await admin.call('INFO', 'memory'), 'mem_clients_normal')));
       }
       const memory = String(await admin.call('INFO', 'memory'));
-      console.log(`[memory] 300 flooders: mem_clients_normal peak ${clientBytes}, used_memory ${infoField(memory, 'used_memory')}, ` +
+      console.log(`[memory] 300 flooders: mem_clients_normal peak ${clientBytes}, used_memory_heap ${infoField(memory, 'used_memory_heap')}, ` +
         `counted ${infoField(memory, 'used_memory_counted_for_evict')}, maxmemory ${infoField(memory, 'maxmemory')}, evicted_keys ${infoField(await admin.call('INFO', 'stats'), 'evicted_keys')}`);
       expect(clientBytes).toBeGreaterThan(30 * 1024 * 1024); // the flood really is held by the server
-      expect(Number(infoField(memory, 'used_memory'))).toBeGreaterThan(Number(infoField(memory, 'maxmemory')));
+      // The heap holds the flood beyond maxmemory; what is compared with it (used_memory) does not.
+      expect(Number(infoField(memory, 'used_memory_heap'))).toBeGreaterThan(Number(infoField(memory, 'maxmemory')));
+      expect(Number(infoField(memory, 'used_memory'))).toBeLessThanOrEqual(Number(infoField(memory, 'maxmemory')));
       expect(oom).toEqual([]);
       expect(infoField(await admin.call('INFO', 'stats'), 'evicted_keys')).toBe('0');
       expect(await admin.call('DBSIZE')).toBe(200_000 + 20 * 25);

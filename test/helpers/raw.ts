@@ -405,8 +405,8 @@ export async function startPingProbe(port: number, gapMs = 5): Promise<{ stop():
   };
 }
 
-/** `used_memory` after a full GC (DEBUG GC), the live heap: for before/after comparisons. */
+/** `used_memory_heap` after a full GC (DEBUG GC), the live heap: for before/after comparisons. */
 export async function liveMemory(checker: Checker): Promise<number> {
   await checker.call('DEBUG', 'GC');
-  return Number(infoField(await checker.call('INFO', 'memory'), 'used_memory'));
+  return Number(infoField(await checker.call('INFO', 'memory'), 'used_memory_heap'));
 }

@@ -234,8 +234,8 @@ describe('server commands', () => {
     expect(all).toContain('port');
     expect(all[all.indexOf('port') + 1]).toBe(String(server.port)); // the port actually bound, even when started with 0
     expect(await redis.call('CONFIG', 'GET', 'save', 'appendonly')).toEqual(['save', '3600 1 300 100 60 10000', 'appendonly', 'no']);
-    expect(await redis.call('CONFIG', 'SET', 'timeout', '30', 'maxmemory', '1mb')).toBe('OK');
-    expect(await redis.call('CONFIG', 'GET', 'maxmemory')).toEqual(['maxmemory', '1048576']);
+    expect(await redis.call('CONFIG', 'SET', 'timeout', '30', 'maxmemory', '1gb')).toBe('OK');
+    expect(await redis.call('CONFIG', 'GET', 'maxmemory')).toEqual(['maxmemory', '1073741824']);
     expect(await errorOf(redis.call('CONFIG', 'SET', 'tls-port', '1'))).toBe("ERR CONFIG SET failed (possibly related to argument 'tls-port') - can't set immutable config");
     expect(await errorOf(redis.call('CONFIG', 'SET', 'nope', '1'))).toBe("ERR Unknown option or number of arguments for CONFIG SET - 'nope'");
     // All or nothing: a bad second pair leaves the first unchanged.

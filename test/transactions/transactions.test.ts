@@ -14,6 +14,14 @@ import { freePort, startServer, type RunningServer } from '../helpers/server.js'
 import { RawConnection, infoField, mbulk } from '../helpers/raw.js';
 import { waitFor } from '../helpers/wait.js';
 
+/**
+ * The least maxmemory the server accepts: what it holds with no key (used_memory_startup). With a
+ * key present the server is over it, so it evicts (or, under noeviction, answers OOM).
+ */
+async function leastMaxmemory(c: Redis): Promise<string> {
+  return infoField(await c.info('memory'), 'used_memory_startup')!;
+}
+
 const T0 = '1800000000000'; // the frozen debug clock (ms): limiter replies below do not depend on timing
 const FIRST = [0, 6, 5, -1, 6]; // CL.THROTTLE k 5 10 60, first call
 const SECOND = [0, 6, 4, -1, 12];
@@ -387,7 +395,7 @@ describe('WATCH', () => {
     const before = Number(infoField(await redis.info('stats'), 'evicted_keys'));
     expect(await watchedExec('tx:wv', async () => {
       await other.config('SET', 'maxmemory-policy', 'allkeys-random');
-      await other.config('SET', 'maxmemory', '1');
+      await other.config('SET', 'maxmemory', await leastMaxmemory(other));
       await other.ping(); // evicts before it runs
       await other.config('SET', 'maxmemory', '0');
       await other.config('SET', 'maxmemory-policy', 'volatile-ttl');
@@ -495,7 +503,7 @@ describe('introspection and limits', () => {
       await c.waitForBytes(5);
       await other.call('CL.THROTTLE', 'tx:oom', '5', '10', '60');
       await other.config('SET', 'maxmemory-policy', 'noeviction');
-      await other.config('SET', 'maxmemory', '1');
+      await other.config('SET', 'maxmemory', await leastMaxmemory(other));
       await c.write(lines('PING', 'EXEC'));
       await c.settle();
       expect(c.text()).toBe("+OK\r\n-OOM command not allowed when used memory > 'maxmemory'.\r\n-EXECABORT Transaction discarded because of previous errors.\r\n");
@@ -513,7 +521,7 @@ describe('introspection and limits', () => {
       await c.waitForBytes('+OK\r\n+QUEUED\r\n'.length);
       await other.call('CL.THROTTLE', 'tx:oom', '5', '10', '60');
       await other.config('SET', 'maxmemory-policy', 'noeviction');
-      await other.config('SET', 'maxmemory', '1');
+      await other.config('SET', 'maxmemory', await leastMaxmemory(other));
       await c.write(lines('EXEC', 'EXEC'));
       await c.settle();
       expect(c.text()).toBe(
