@@ -39,8 +39,28 @@ export class Logger {
     const line = this.format === 'json'
       ? JSON.stringify({ ts: new Date().toISOString(), level, pid: process.pid, msg, ...fields })
       : `${process.pid}:M ${new Date().toISOString()} ${MARK[level]} ${msg}${humanFields(msg, fields)}`;
-    if (this.file) appendFileSync(this.file, line + '\n');
+    if (this.file) this.append(line);
     else process.stdout.write(line + '\n');
+  }
+
+  /** The error code of the last failed write to `logfile`, '' while writes succeed. */
+  private fileError = '';
+
+  /**
+   * A line to `logfile`. A write that fails (the disk is full, the file was made unwritable) must
+   * not end the process, which on a full disk goes on serving (README "Persistence"): the line goes
+   * to stderr instead, after a note saying why when the failure begins.
+   */
+  private append(line: string): void {
+    try {
+      appendFileSync(this.file, line + '\n');
+      this.fileError = '';
+    } catch (e) {
+      const code = (e as NodeJS.ErrnoException).code ?? (e as Error).message;
+      if (code !== this.fileError) process.stderr.write(`cellgate: cannot write the log file ${this.file} (${code}): logging to stderr until it can\n`);
+      this.fileError = code;
+      process.stderr.write(line + '\n');
+    }
   }
 
   /**

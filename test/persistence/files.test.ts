@@ -9,13 +9,13 @@
  *   ready until a save succeeds once space is back.
  */
 import { afterAll, describe, expect, it } from 'vitest';
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { chmodSync, closeSync, lstatSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync, writeSync } from 'node:fs';
 import http from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
-import { freePort, startServer } from '../helpers/server.js';
+import { freePort, MAIN, startServer } from '../helpers/server.js';
 import { info, startOn, T0_AHEAD_MS, tempDirsForFile, waitForBgsave } from './helpers.js';
 
 const newDir = tempDirsForFile();
@@ -29,6 +29,26 @@ function lastPid(): number {
   } catch {
     return process.pid;
   }
+}
+
+/** A server logging to `logfile`, started until its ready line (on stderr when the file cannot be written). */
+function startLoggingTo(dir: string, logfile: string): Promise<{ proc: ChildProcess; stderr: string }> {
+  const proc = spawn(process.execPath, [MAIN, '--port', '0', '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--warmup', 'no', '--logfile', logfile], { stdio: ['ignore', 'ignore', 'pipe'] });
+  let stderr = '';
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`no ready line: ${stderr}`)), 10_000);
+    proc.stderr!.on('data', (chunk: Buffer) => {
+      stderr += chunk.toString();
+      if (stderr.includes('ready to accept connections')) {
+        clearTimeout(timer);
+        resolve({ proc, stderr });
+      }
+    });
+    proc.once('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`exited with ${code}: ${stderr}`));
+    });
+  });
 }
 
 function get(port: number, path: string): Promise<{ status: number; body: string }> {
@@ -180,6 +200,17 @@ describe('files cellgate creates', () => {
         i = await waitForBgsave(r);
         expect(i.rdb_last_bgsave_status).toBe('err');
         expect(i.rdb_last_error).toMatch(/^ENOSPC/);
+        r.disconnect();
+        await s.stop('SIGKILL');
+        // With the log file on the full disk too: its lines go to stderr, the start goes on.
+        const logged = await startLoggingTo(dir, join(dir, 'cellgate.log'));
+        expect(logged.stderr).toContain(`cannot write the log file ${join(dir, 'cellgate.log')} (ENOSPC): logging to stderr until it can`);
+        expect(logged.stderr).toContain('DISK FULL');
+        expect(logged.stderr).toContain('snapshot loaded from');
+        logged.proc.kill('SIGKILL');
+        await new Promise((resolve) => logged.proc.once('exit', resolve));
+        s = await startOn(dir, ['--save', '', '--metrics-port', String(metricsPort)]);
+        r = new Redis(s.port);
         // Space comes back: the next save succeeds and the server is ready.
         rmSync(fill);
         expect(await r.bgsave()).toBe('Background saving started');
