@@ -204,7 +204,7 @@ function prepareDir(server: Server): void {
   fullDisk ??= lock.withoutPid;
   if (fullDisk !== null) {
     server.log.warning(`DISK FULL: the snapshot directory '${dir}' cannot be written (${fullDisk}); starting anyway, but saves will fail until space is freed ` +
-      `(INFO persistence rdb_last_bgsave_status:err, /readyz not ready)${lock.withoutPid !== null ? `; the lock file ${lock.file} holds no pid` : ''}`, { dir, code: fullDisk });
+      `(INFO persistence rdb_last_bgsave_status:err, /readyz not ready)${lock.withoutPid !== null ? `; the lock file ${lock.file} holds no pid, so it does not stop a second server on this dir` : ''}`, { dir, code: fullDisk });
     server.snapshots.startedOnFullDisk(fullDisk);
   }
   process.on('exit', () => lock.release());

@@ -106,7 +106,7 @@ function readNoFollow(file: string): string {
 export class DirLock {
   readonly file: string;
   private held = false;
-  /** Set (to the error code) when the lock was created on a full disk and could not get its pid. */
+  /** Set (to the error code) when a full disk kept the lock file from being created or from holding the pid. */
   withoutPid: string | null = null;
 
   constructor(dir: string) {
@@ -123,8 +123,9 @@ export class DirLock {
         try {
           writeSync(fd, `${process.pid}\n`);
         } catch (e) {
-          // A full disk: the file exists (a second server sees it) but holds no pid, and a server
-          // that finds an empty lock takes it over, as it does a stale one. Serving goes on.
+          // A full disk: the file exists but holds no pid, and a server that finds an empty lock
+          // takes it over, as it does a stale one (when even the file cannot be created, there is
+          // no lock at all). Serving goes on: main.ts warns.
           if (!FULL_DISK_CODES.has(code(e))) {
             this.held = false;
             rmSync(this.file, { force: true });
@@ -136,6 +137,11 @@ export class DirLock {
         }
         return stalePid;
       } catch (e) {
+        // A full disk that refuses even the lock file's inode: serve without a lock, as said above.
+        if (!this.held && FULL_DISK_CODES.has(code(e))) {
+          this.withoutPid = code(e);
+          return stalePid;
+        }
         if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw new DirError(`cannot create the lock file ${this.file}: ${code(e)}`);
       }
       let text = '';

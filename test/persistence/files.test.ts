@@ -224,4 +224,46 @@ describe('files cellgate creates', () => {
       spawnSync('umount', [dir]);
     }
   });
+  it.runIf(canMount)('out of inodes (ENOSPC at create, not at write): the probe and the lock cannot even be created, and the server still starts and serves', async () => {
+    const dir = newDir();
+    if (spawnSync('mount', ['-t', 'tmpfs', '-o', 'size=1m,nr_inodes=64', 'tmpfs', dir]).status !== 0) {
+      console.log('[files] skipping: mount -t tmpfs with nr_inodes failed');
+      return;
+    }
+    try {
+      let s = await startOn(dir, ['--save', '']);
+      let r = new Redis(s.port);
+      await r.call('DEBUG', 'CLOCK', 'SET', String(T0_AHEAD_MS));
+      for (let i = 0; i < 5; i++) await r.call('CL.THROTTLE', `k${i}`, 5, 10, 60);
+      expect(await r.save()).toBe('OK');
+      r.disconnect();
+      expect(await s.stop('SIGTERM')).toBe(0);
+      // Take every inode left.
+      let taken = 0;
+      for (let i = 0; i < 200; i++) {
+        try {
+          writeFileSync(join(dir, `inode-${i}`), '');
+          taken++;
+        } catch (e) {
+          expect((e as NodeJS.ErrnoException).code).toBe('ENOSPC');
+          break;
+        }
+      }
+      expect(taken).toBeLessThan(200);
+      s = await startOn(dir, ['--save', '']);
+      r = new Redis(s.port);
+      try {
+        expect(await r.dbsize()).toBe(5);
+        expect(s.logs.some((l) => l.includes('DISK FULL') && l.includes('holds no pid'))).toBe(true);
+        expect((await info(r)).rdb_last_bgsave_status).toBe('err');
+        await r.call('DEBUG', 'CLOCK', 'SET', String(T0_AHEAD_MS));
+        expect(await r.call('CL.THROTTLE', 'k0', 5, 10, 60)).toEqual([0, 6, 4, -1, 12]);
+      } finally {
+        r.disconnect();
+        await s.stop('SIGKILL');
+      }
+    } finally {
+      spawnSync('umount', [dir]);
+    }
+  });
 });
