@@ -1,27 +1,37 @@
-// A Fastify API whose GET /api/hello allows 10 requests per 10 seconds per client (the X-API-Key
-// header, else the client IP), counted by cellgate.
+// A Fastify API whose GET /api/hello allows 10 requests per 10 seconds per client, counted by
+// cellgate. A client is its X-API-Key when that key is one of API_KEYS, else its IP: an unchecked
+// header would let every client pick a new bucket for each request.
 //
-//   PORT=3000 CELLGATE_URL=redis://127.0.0.1:6379 CELLGATE_UNAVAILABLE=allow node examples/fastify/server.mjs
+//   PORT=3000 CELLGATE_URL=redis://127.0.0.1:6379 API_KEYS=key-a,key-b node examples/fastify/server.mjs
 //
 // CELLGATE_UNAVAILABLE: what to do when cellgate does not answer within CELLGATE_TIMEOUT_MS (default 50): `allow` (default)
 // lets requests through, `deny` answers 503. Inside this repository `cellgate/fastify` resolves to
-// the package itself (build it first: npm run build); elsewhere, `npm install cellgate fastify ioredis`.
+// the package itself (build it first: npm run build); elsewhere, install the package (README.md, "Install").
+import { createHash } from 'node:crypto';
 import Fastify from 'fastify';
-import { rateLimit } from 'cellgate/fastify';
+import { cellgatePlugin, defaultKey } from 'cellgate/fastify';
 
 const port = Number(process.env.PORT ?? 3000);
-const limiter = rateLimit({
+const apiKeys = new Set((process.env.API_KEYS ?? '').split(',').map((k) => k.trim()).filter((k) => k !== ''));
+
+const app = Fastify();
+await app.register(cellgatePlugin, {
   client: process.env.CELLGATE_URL ?? 'redis://127.0.0.1:6379',
   policy: { name: 'default', limit: 10, periodMs: 10_000 },
+  // A listed key is counted per key (hashed: the key itself never reaches cellgate); anything else per IP.
+  key: (request) => {
+    const apiKey = request.headers['x-api-key'];
+    return typeof apiKey === 'string' && apiKeys.has(apiKey) ? `apikey:${createHash('sha256').update(apiKey).digest('hex').slice(0, 32)}` : defaultKey(request);
+  },
   onUnavailable: process.env.CELLGATE_UNAVAILABLE === 'deny' ? 'deny' : 'allow',
   timeoutMs: Number(process.env.CELLGATE_TIMEOUT_MS ?? 50),
 });
 
-const app = Fastify();
-app.get('/api/hello', { onRequest: limiter }, async () => ({ hello: 'world' }));
-// How often cellgate was unreachable, for a metrics scraper.
-app.get('/stats', async () => ({ ...limiter.stats, lastError: limiter.stats.lastError?.message }));
+app.get('/api/hello', async (request) => ({ hello: 'world', remaining: request.rateLimit?.remaining }));
+// How often cellgate was unreachable, for a metrics scraper (not limited).
+app.get('/stats', { config: { rateLimit: false } }, async () => ({ ...app.cellgate.stats, lastError: app.cellgate.stats.lastError?.message }));
 
-await app.listen({ port, host: '127.0.0.1' });
+await app.listen({ port, host: process.env.HOST ?? '127.0.0.1' });
 console.log(JSON.stringify({ msg: 'listening', port: app.server.address().port }));
-process.on('SIGTERM', () => app.close().then(() => process.exit(0)));
+// app.close() closes the limiter's connection too: the process exits.
+process.on('SIGTERM', () => app.close());

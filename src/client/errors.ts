@@ -13,8 +13,8 @@ export class CellgateArgumentError extends CellgateError {
   override name = 'CellgateArgumentError';
   /** The argument's name as the command reference (docs/commands.md) spells it, e.g. `limit`, `BURST`. */
   readonly argument: string;
-  constructor(argument: string, message: string) {
-    super(message);
+  constructor(argument: string, message: string, options?: { cause?: unknown }) {
+    super(message, options);
     this.argument = argument;
   }
 }
@@ -29,7 +29,10 @@ export class CellgateTimeoutError extends CellgateError {
   }
 }
 
-/** The connection could not carry the call (server down, connection closed, offline queue off). */
+/**
+ * The connection could not carry the call (server down, connection closed, offline queue off), or
+ * the server answered that it cannot serve now (`LOADING`, `BUSY`, `TRYAGAIN`, maxclients...).
+ */
 export class CellgateUnavailableError extends CellgateError {
   override name = 'CellgateUnavailableError';
   constructor(message: string, options?: { cause?: unknown }) {
@@ -49,6 +52,12 @@ export class CellgateReplyError extends CellgateError {
 }
 
 /**
+ * Error replies of a server that is starting, busy, failing over or full (Redis's LOADING, BUSY,
+ * MASTERDOWN, CLUSTERDOWN, TRYAGAIN, NOREPLICAS, and the maxclients refusal).
+ */
+const UNAVAILABLE_REPLY = /^(?:LOADING|BUSY|MASTERDOWN|CLUSTERDOWN|TRYAGAIN|NOREPLICAS)\b|^ERR max number of clients reached/;
+
+/**
  * Turns whatever the connection library rejected with into one of the classes above. An error reply
  * arrives as the library's reply error (ioredis `ReplyError`, node-redis `ErrorReply`); everything
  * else (closed stream, refused connection, offline queue disabled) means the server is unavailable.
@@ -59,6 +68,8 @@ export function toCellgateError(err: unknown): CellgateError {
   // node-redis's reply errors keep the name "Error": their class tells them apart.
   const names = err instanceof Error ? [err.name, err.constructor.name] : [];
   if (names.some((n) => n === 'ReplyError' || n === 'ErrorReply' || n === 'SimpleError' || n === 'BlobError')) {
+    // Replies that say the server cannot serve right now, not that the call was wrong: an outage.
+    if (UNAVAILABLE_REPLY.test(message)) return new CellgateUnavailableError(`cellgate unavailable: ${message}`, { cause: err });
     const invalid = /^ERR invalid ([A-Za-z_/]+)/.exec(message);
     if (invalid) return new CellgateArgumentError(invalid[1], message);
     return new CellgateReplyError(message);

@@ -99,6 +99,12 @@ export class CellgateClient {
   readonly timeoutMs: number;
   private readonly send: (args: string[]) => Promise<unknown>;
   private readonly owned: { quit(): Promise<unknown> | void } | undefined;
+  /**
+   * Settles when a connection that was still being opened is first ready, or first fails: until then
+   * a call waits for it (within its timeout) instead of failing on a stream that is not writeable yet.
+   * Null once settled, so a call on a running connection checks one field.
+   */
+  private opening: Promise<void> | null;
 
   /**
    * Wraps an existing ioredis or node-redis connection. The connection's own retry settings decide
@@ -120,6 +126,18 @@ export class CellgateClient {
     } else {
       throw new CellgateArgumentError('connection', 'connection must be an ioredis or node-redis client');
     }
+    this.opening = stillOpening(connection as EventSourceLike);
+    this.opening?.then(() => { this.opening = null; });
+  }
+
+  /**
+   * Resolves once cellgate answers on this connection (a `PING`), waiting for a connection that is
+   * still being opened; rejects with `CellgateTimeoutError` or `CellgateUnavailableError` when it
+   * does not answer within `timeoutMs` (default: the client's timeout).
+   */
+  async ready(timeoutMs = this.timeoutMs): Promise<void> {
+    checkInt('timeoutMs', timeoutMs, 1);
+    await this.call(['PING'], timeoutMs);
   }
 
   /** `CL.THROTTLE key max_burst count_per_period period [quantity]` (redis-cell; period in seconds). */
@@ -193,6 +211,20 @@ export class CellgateClient {
     return { limited: toInt(reply[0], 'RL.ALL') === 1, results: reply.slice(1).map((r) => fromRl(r, 'RL.ALL')) };
   }
 
+  /**
+   * The state of a key without spending (`COST 0`): allowed, with what `remaining` and `resetAfterMs`
+   * the key holds now. Never creates or changes the key.
+   */
+  get(algorithm: Algorithm, key: string, limit: number, periodMs: number, options: Omit<RlOptions, 'cost'> = {}): Promise<Decision> {
+    return this.rl(algorithm, key, limit, periodMs, { ...options, cost: 0 });
+  }
+
+  /** Forgets a key (`DEL`): its next call starts from a fresh state. Resolves to whether it existed. */
+  async reset(key: string, options: CallOptions = {}): Promise<boolean> {
+    checkKey(key);
+    return toInt(await this.call(['DEL', key], options.timeoutMs), 'DEL') === 1;
+  }
+
   /** Closes the connection if this client created it (`connect(url)`); a wrapped one stays the application's. */
   async close(): Promise<void> {
     if (this.owned) await this.owned.quit();
@@ -201,21 +233,61 @@ export class CellgateClient {
   /** Sends one command, bounded by the timeout; every failure becomes a `CellgateError`. */
   private call(args: string[], timeoutMs = this.timeoutMs): Promise<unknown> {
     return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => reject(new CellgateTimeoutError(args[0], timeoutMs)), timeoutMs);
-      let pending: Promise<unknown>;
-      try {
-        pending = this.send(args);
-      } catch (err) {
-        clearTimeout(timer);
-        reject(toCellgateError(err));
-        return;
-      }
-      pending.then(
-        (reply) => { clearTimeout(timer); resolve(reply); },
-        (err: unknown) => { clearTimeout(timer); reject(toCellgateError(err)); },
-      );
+      let settled = false;
+      const timer = setTimeout(() => { settled = true; reject(new CellgateTimeoutError(args[0], timeoutMs)); }, timeoutMs);
+      const opening = this.opening;
+      if (opening === null) this.sendNow(args, timer, resolve, reject);
+      else opening.then(() => { if (!settled) this.sendNow(args, timer, resolve, reject); });
     });
   }
+
+  private sendNow(args: string[], timer: NodeJS.Timeout, resolve: (v: unknown) => void, reject: (e: unknown) => void): void {
+    let pending: Promise<unknown>;
+    try {
+      pending = this.send(args);
+    } catch (err) {
+      clearTimeout(timer);
+      reject(toCellgateError(err));
+      return;
+    }
+    pending.then(
+      (reply) => { clearTimeout(timer); resolve(reply); },
+      (err: unknown) => { clearTimeout(timer); reject(toCellgateError(err)); },
+    );
+  }
+}
+
+/** The events and state fields ioredis and node-redis connections share enough of. */
+interface EventSourceLike {
+  /** ioredis: 'wait' | 'connecting' | 'connect' | 'ready' | 'reconnecting' | 'close' | 'end'. */
+  status?: unknown;
+  /** node-redis. */
+  isReady?: unknown;
+  isOpen?: unknown;
+  once?: (event: string, listener: (...args: unknown[]) => void) => unknown;
+  off?: (event: string, listener: (...args: unknown[]) => void) => unknown;
+}
+
+/**
+ * For a connection that is being opened right now (ioredis 'connecting'/'connect', node-redis open
+ * but not ready), a promise that settles at its first 'ready' or first 'error'/'end'; otherwise null.
+ * A failure settles it too: later calls then fail at once on the closed stream, as they should
+ * while cellgate is down, instead of each waiting for its timeout.
+ */
+function stillOpening(c: EventSourceLike): Promise<void> | null {
+  if (typeof c.once !== 'function') return null;
+  const opening = typeof c.status === 'string'
+    ? c.status === 'connecting' || c.status === 'connect'
+    : c.isOpen === true && c.isReady === false;
+  if (!opening) return null;
+  return new Promise<void>((resolve) => {
+    const events = ['ready', 'error', 'end', 'close'];
+    const done = (): void => {
+      for (const e of events) c.off?.(e, done);
+      resolve();
+    };
+    for (const e of events) c.once!(e, done);
+  });
 }
 
 export interface ConnectOptions extends ClientOptions {
@@ -224,12 +296,11 @@ export interface ConnectOptions extends ClientOptions {
 }
 
 /**
- * Creates a client with a connection of its own (ioredis, which must be installed), set up to fail
- * fast while cellgate is unreachable: no offline queue, no per-command retries, reconnection in the
- * background (at most one attempt a second), and connection errors kept out of the log (a failed
- * call says what happened). `url` as ioredis takes it: `redis://[:password@]host:port`.
+ * `connect()` without the wait: the connection is being opened when this resolves, and the client's
+ * first calls wait for it (each within its timeout). The HTTP middleware opens its connection so,
+ * when it is created.
  */
-export async function connect(url: string, options: ConnectOptions = {}): Promise<CellgateClient> {
+export async function open(url: string, options: ConnectOptions = {}): Promise<CellgateClient> {
   let mod: { Redis?: unknown; default?: unknown };
   try {
     mod = (await import('ioredis')) as { Redis?: unknown; default?: unknown };
@@ -246,6 +317,27 @@ export async function connect(url: string, options: ConnectOptions = {}): Promis
   // Without a listener ioredis prints every failed reconnection attempt; calls report the outage.
   redis.on('error', () => {});
   return new CellgateClient(redis, options, { quit: () => redis.disconnect() });
+}
+
+/**
+ * Creates a client with a connection of its own (ioredis, which must be installed), set up to fail
+ * fast while cellgate is unreachable: no offline queue, no per-command retries, reconnection in the
+ * background (at most one attempt a second), and connection errors kept out of the log (a failed
+ * call says what happened). `url` as ioredis takes it: `redis://[:password@]host:port`.
+ *
+ * Resolves once cellgate answers on the new connection; rejects (and closes it) when it does not
+ * within `connectTimeoutMs` (default 1000), so the first call after `await connect(url)` is sent on
+ * a ready connection.
+ */
+export async function connect(url: string, options: ConnectOptions = {}): Promise<CellgateClient> {
+  const client = await open(url, options);
+  try {
+    await client.ready(options.connectTimeoutMs ?? DEFAULT_TIMEOUT_MS);
+  } catch (err) {
+    await client.close();
+    throw err;
+  }
+  return client;
 }
 
 function checkKey(key: unknown): void {

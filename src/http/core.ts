@@ -3,14 +3,33 @@
  * under, which cellgate call answers it, and the response it gets (status, header fields, body).
  * The adapters (express.ts, fastify.ts, node.ts) only read the request and write the response.
  *
- * Header fields follow the IETF RateLimit header fields draft (draft-ietf-httpapi-ratelimit-headers):
- * `RateLimit-Policy: "default";q=10;w=10` and `RateLimit: "default";r=4;t=6`, one list member per
- * policy; a refusal is `429` with `Retry-After` and an `application/problem+json` body (RFC 9457).
- * The guide with every option: README.md ("Use it").
+ * Header fields follow the IETF RateLimit header fields draft (draft-ietf-httpapi-ratelimit-headers-11,
+ * whose syntax is that of drafts 08 to 11): `RateLimit-Policy: "default";q=10;w=10` and
+ * `RateLimit: "default";r=4;t=6`, one list member per policy; `standardHeaders` picks the syntax of
+ * draft 07 or 06 instead for clients that parse those. A refusal is `429` with `Retry-After` and an
+ * `application/problem+json` body (RFC 9457). The guide with every option: README.md ("Use it").
+ *
+ * Two kinds of failure, never mixed: cellgate unavailable (timeout, connection, a server that says
+ * it cannot serve now) is answered by `onUnavailable`; anything else (a `key`, `cost` or `policy`
+ * function that throws or returns an invalid value, a command refused for a wrong setup such as
+ * NOPERM or CROSSSLOT) is the application's bug: `check()` rejects, after one log line, and the
+ * adapter hands the error to the framework's error path.
  */
-import { createHash } from 'node:crypto';
+import { isIP } from 'node:net';
 import type { IncomingHttpHeaders } from 'node:http';
-import { CellgateClient, CellgateError, connect, ALGORITHMS, type Algorithm, type Connection, type Decision } from '../client/index.js';
+import {
+  CellgateArgumentError,
+  CellgateClient,
+  CellgateError,
+  CellgateTimeoutError,
+  CellgateUnavailableError,
+  open,
+  ALGORITHMS,
+  type Algorithm,
+  type Connection,
+  type Decision,
+} from '../client/index.js';
+import { toCellgateError } from '../client/errors.js';
 
 export interface Policy {
   /** The name in the RateLimit fields (default "default", or "p1", "p2"... when there are several). */
@@ -32,28 +51,47 @@ export interface RequestLike {
   user?: { id?: unknown } | null;
 }
 
+/** Which RateLimit header fields are sent. */
+export type HeaderDraft = 'draft-11' | 'draft-8' | 'draft-7' | 'draft-6';
+
 export interface RateLimitOptions<Req = RequestLike> {
   /** A `CellgateClient`, an ioredis / node-redis connection, or a URL (`redis://127.0.0.1:6379`) for a connection of its own. */
   client: CellgateClient | Connection | string;
-  /** One policy, or several checked together (all-or-nothing, with `RL.ALL`). */
-  policy: Policy | Policy[];
-  /** Units a request spends (default 1), or a function of the request. */
+  /**
+   * One policy, or several checked together (all-or-nothing, with `RL.ALL`), or a function of the
+   * request that returns them (plans). A function should return the same objects for the same plan:
+   * they are checked and formatted once per object.
+   */
+  policy: Policy | Policy[] | ((req: Req) => Policy | Policy[] | Promise<Policy | Policy[]>);
+  /** Units a request spends (default 1), or a function of the request; an integer >= 0. */
   cost?: number | ((req: Req) => number | Promise<number>);
   /**
-   * The client a request is counted for. Default: the authenticated user (`req.user.id`), then the
-   * `X-API-Key` header (hashed: the key itself never reaches cellgate), then the client IP.
+   * The client a request is counted for: a non-empty string. Default: the authenticated user
+   * (`req.user.id`), else the client IP (see `ipv6Subnet`). A header such as `X-API-Key` is a good
+   * key only once the application has checked it: an unchecked header lets every client pick a new
+   * bucket for each request.
    */
-  key?: (req: Req) => string | undefined | null | Promise<string | undefined | null>;
-  /** Prefix of every cellgate key (default "cellgate:"). */
+  key?: (req: Req) => string | Promise<string>;
+  /** The default key counts an IPv6 client by this prefix length (default 56); false: the whole address. */
+  ipv6Subnet?: number | false;
+  /** Prefix of every cellgate key (default none: a `--backend` cellgate adds its own `backend-prefix`). */
   prefix?: string;
   /** When cellgate does not answer in `timeoutMs` or is unreachable: let the request through ('allow', default) or refuse it with 503 ('deny'). */
   onUnavailable?: 'allow' | 'deny';
-  /** Milliseconds to wait for cellgate (default 50). */
+  /** Milliseconds to wait for cellgate (default 50), the connection included while it is being opened. */
   timeoutMs?: number;
   /** Requests that are not counted at all (no fields, no call). */
   skip?: (req: Req) => boolean | Promise<boolean>;
-  /** Also send `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset` (default false). */
+  /** The RateLimit fields' syntax (default 'draft-11'; 'draft-8' is the same syntax), or false for none. */
+  standardHeaders?: HeaderDraft | false;
+  /** Also send `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset` (epoch seconds), as express-rate-limit does (default false). */
   legacyHeaders?: boolean;
+  /** Status of a refusal (default 429). */
+  statusCode?: number;
+  /** A refusal's body: a string replaces the problem's `detail`; an object is sent as the JSON body instead of the problem. */
+  message?: string | Record<string, unknown>;
+  /** Where the one line about an application error goes (default `console.error`). */
+  log?: (line: string) => void;
 }
 
 /** Counters an application can export to its metrics. */
@@ -61,10 +99,36 @@ export interface LimiterStats {
   allowed: number;
   limited: number;
   skipped: number;
-  /** Requests answered by `onUnavailable` because cellgate timed out, was unreachable or answered an error. */
+  /** Requests answered by `onUnavailable` because cellgate timed out, was unreachable or could not serve. */
   unavailable: number;
-  /** The last such failure, for a log line or a health check. */
+  /** Requests handed to the framework's error path (a key/cost/policy function's bug, a wrong setup). */
+  errors: number;
+  /** The last unavailability, for a log line or a health check. */
   lastError: CellgateError | undefined;
+}
+
+/** One policy's state after a request, as `req.rateLimit.policies` shows it. */
+export interface PolicyState {
+  name: string;
+  /** The policy's quota (its capacity). */
+  limit: number;
+  remaining: number;
+  resetAfterMs: number;
+  limited: boolean;
+}
+
+/** What downstream handlers see as `req.rateLimit` (Fastify: `request.rateLimit`). */
+export interface RateLimitInfo {
+  /** The key the request was counted under (without prefix and policy). */
+  key: string;
+  limited: boolean;
+  /** The tightest policy's figures (the one with the fewest remaining). */
+  limit: number;
+  remaining: number;
+  resetAfterMs: number;
+  /** How long until the refused request would pass; -1 when allowed or when it never can. */
+  retryAfterMs: number;
+  policies: PolicyState[];
 }
 
 export interface Outcome {
@@ -72,7 +136,9 @@ export interface Outcome {
   proceed: boolean;
   status: number;
   headers: [string, string][];
-  body: ProblemDetails | undefined;
+  body: ProblemDetails | Record<string, unknown> | undefined;
+  /** Undefined when the request was skipped or cellgate was unavailable. */
+  info: RateLimitInfo | undefined;
 }
 
 export interface ProblemDetails {
@@ -83,8 +149,13 @@ export interface ProblemDetails {
 }
 
 export interface Limiter<Req> {
+  /** Rejects only for the application's errors (logged once); unavailability is an Outcome. */
   check(req: Req): Promise<Outcome>;
   readonly stats: LimiterStats;
+  /** Resolves once cellgate answers; rejects after `timeoutMs` (or the given wait) when it does not. */
+  ready(timeoutMs?: number): Promise<void>;
+  /** Closes the connection the limiter opened from a URL (a connection the application passed stays open). */
+  close(): Promise<void>;
 }
 
 interface ResolvedPolicy {
@@ -93,78 +164,215 @@ interface ResolvedPolicy {
   limit: number;
   periodMs: number;
   burst: number | undefined;
-  /** `"name";q=10;w=10`, computed once. */
-  policyMember: string;
-  description: string;
+  /** The most one request can ever spend. */
+  capacity: number;
+  /** `10 requests per 10 seconds`. */
+  quota: string;
 }
 
-export function createLimiter<Req extends RequestLike>(options: RateLimitOptions<Req>): Limiter<Req> {
-  const policies = resolvePolicies(options.policy);
-  const prefix = options.prefix ?? 'cellgate:';
+/** A policy list checked and formatted once. */
+interface PolicySet {
+  list: ResolvedPolicy[];
+  /** RateLimit-Policy's value in each syntax. */
+  policyField: string;
+  policyFieldDraft7: string;
+}
+
+/** The connection a limiter uses, and whether it is the limiter's own (opened from a URL). */
+export interface SharedClient {
+  client: Promise<CellgateClient>;
+  owned: boolean;
+}
+
+const DRAFTS: readonly (HeaderDraft | false)[] = ['draft-11', 'draft-8', 'draft-7', 'draft-6', false];
+
+/** The connection for `client`: a URL's is opened now (not waited for: the first calls wait for it). */
+export function shareClient(c: RateLimitOptions['client']): SharedClient {
+  if (c instanceof CellgateClient) return { client: Promise.resolve(c), owned: false };
+  if (typeof c === 'string') {
+    const client = open(c);
+    // A failed open is reported by each request (as unavailable), not as an unhandled rejection.
+    client.catch(() => {});
+    return { client, owned: true };
+  }
+  if (c === null || typeof c !== 'object') throw new CellgateArgumentError('client', 'client: a URL, a CellgateClient, or an ioredis / node-redis connection is needed');
+  return { client: Promise.resolve(new CellgateClient(c)), owned: false };
+}
+
+export function createLimiter<Req extends RequestLike>(options: RateLimitOptions<Req>, shared?: SharedClient): Limiter<Req> {
+  if (options === null || typeof options !== 'object') throw new CellgateArgumentError('options', 'rateLimit() needs an options object');
+  const prefix = options.prefix ?? '';
+  if (typeof prefix !== 'string' || /[{}]/.test(prefix)) {
+    // The key's hash tag must be the first braces in it, so that the keys of a request share a slot.
+    throw new CellgateArgumentError('prefix', `prefix must be a string without braces, not ${String(prefix)}`);
+  }
   const timeoutMs = options.timeoutMs ?? 50;
-  if (!Number.isSafeInteger(timeoutMs) || timeoutMs < 1) throw new TypeError(`timeoutMs must be an integer >= 1, not ${String(timeoutMs)}`);
+  if (!Number.isSafeInteger(timeoutMs) || timeoutMs < 1) throw new CellgateArgumentError('timeoutMs', `timeoutMs must be an integer >= 1, not ${String(timeoutMs)}`);
   const onUnavailable = options.onUnavailable ?? 'allow';
-  if (onUnavailable !== 'allow' && onUnavailable !== 'deny') throw new TypeError(`onUnavailable must be 'allow' or 'deny', not ${String(onUnavailable)}`);
-  const keyOf = options.key ?? defaultKey;
+  if (onUnavailable !== 'allow' && onUnavailable !== 'deny') throw new CellgateArgumentError('onUnavailable', `onUnavailable must be 'allow' or 'deny', not ${String(onUnavailable)}`);
+  const draft = options.standardHeaders ?? 'draft-11';
+  if (!DRAFTS.includes(draft)) throw new CellgateArgumentError('standardHeaders', `standardHeaders must be one of 'draft-11', 'draft-8', 'draft-7', 'draft-6' or false, not ${String(draft)}`);
+  const statusCode = options.statusCode ?? 429;
+  if (!Number.isSafeInteger(statusCode) || statusCode < 400 || statusCode > 599) throw new CellgateArgumentError('statusCode', `statusCode must be an HTTP error status (400-599), not ${String(statusCode)}`);
+  const message = options.message;
+  if (message !== undefined && typeof message !== 'string' && (message === null || typeof message !== 'object')) throw new CellgateArgumentError('message', 'message must be a string or an object');
+  const ipv6Subnet = options.ipv6Subnet ?? 56;
+  if (ipv6Subnet !== false && (!Number.isSafeInteger(ipv6Subnet) || ipv6Subnet < 1 || ipv6Subnet > 128)) throw new CellgateArgumentError('ipv6Subnet', `ipv6Subnet must be an integer from 1 to 128 or false, not ${String(ipv6Subnet)}`);
+  for (const name of ['key', 'skip', 'log'] as const) {
+    if (options[name] !== undefined && typeof options[name] !== 'function') throw new CellgateArgumentError(name, `${name} must be a function`);
+  }
   const cost = options.cost ?? 1;
+  if (typeof cost !== 'function') checkCost(cost);
+  const policyOption = options.policy;
+  const fixedPolicies = typeof policyOption === 'function' ? undefined : resolvePolicies(policyOption);
+  // Plans: a policy function returns one of a few objects; each is checked and formatted once.
+  const planCache = new WeakMap<object, PolicySet>();
+  const keyOf = options.key ?? ((req: Req) => defaultKey(req, ipv6Subnet));
   const legacy = options.legacyHeaders === true;
-  const policyHeader = policies.map((p) => p.policyMember).join(', ');
-  const client = toClient(options.client);
-  // A URL's connection comes up asynchronously; a rejected connect is reported per request.
-  client.catch(() => {});
-  const stats: LimiterStats = { allowed: 0, limited: 0, skipped: 0, unavailable: 0, lastError: undefined };
+  const log = options.log ?? ((line: string) => console.error(line));
+  const connection = shared ?? shareClient(options.client);
+  const stats: LimiterStats = { allowed: 0, limited: 0, skipped: 0, unavailable: 0, errors: 0, lastError: undefined };
+
+  /** The application's bug: counted, logged once, and thrown for the framework's error path. */
+  function misuse(err: unknown): never {
+    stats.errors++;
+    log(`cellgate rate limiter: ${err instanceof Error ? err.message : String(err)}`);
+    throw err;
+  }
+
+  async function inputs(req: Req): Promise<{ who: string; units: number; set: PolicySet }> {
+    let who: unknown;
+    try {
+      who = await keyOf(req);
+    } catch (err) {
+      throw new CellgateArgumentError('key', `the key function threw: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
+    }
+    if (typeof who !== 'string' || who.length === 0) throw new CellgateArgumentError('key', `the key function must return a non-empty string, not ${describe(who)}`);
+    let units: unknown = cost;
+    if (typeof cost === 'function') {
+      try {
+        units = await cost(req);
+      } catch (err) {
+        throw new CellgateArgumentError('cost', `the cost function threw: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
+      }
+      checkCost(units);
+    }
+    let set = fixedPolicies;
+    if (set === undefined) {
+      let p: unknown;
+      try {
+        p = await (policyOption as (req: Req) => unknown)(req);
+      } catch (err) {
+        throw new CellgateArgumentError('policy', `the policy function threw: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
+      }
+      if (p === null || typeof p !== 'object') throw new CellgateArgumentError('policy', `the policy function must return a policy or an array of policies, not ${describe(p)}`);
+      set = planCache.get(p);
+      if (set === undefined) {
+        set = resolvePolicies(p as Policy | Policy[]);
+        planCache.set(p, set);
+      }
+    }
+    return { who, units: units as number, set };
+  }
+
+  function unavailable(err: CellgateError): Outcome {
+    stats.unavailable++;
+    stats.lastError = err;
+    if (onUnavailable === 'allow') return { proceed: true, status: 200, headers: [], body: undefined, info: undefined };
+    return {
+      proceed: false,
+      status: 503,
+      headers: [['Retry-After', '1'], ['Content-Type', 'application/problem+json']],
+      body: { type: 'about:blank', title: 'Service Unavailable', status: 503, detail: 'the rate limiter is unavailable, try again shortly' },
+      info: undefined,
+    };
+  }
 
   async function check(req: Req): Promise<Outcome> {
-    if (options.skip !== undefined && (await options.skip(req))) {
-      stats.skipped++;
-      return { proceed: true, status: 200, headers: [], body: undefined };
+    let skipped: boolean;
+    try {
+      skipped = options.skip !== undefined && (await options.skip(req)) === true;
+    } catch (err) {
+      return misuse(new CellgateArgumentError('skip', `the skip function threw: ${err instanceof Error ? err.message : String(err)}`, { cause: err }));
     }
-    const who = (await keyOf(req)) || 'anonymous';
-    const units = typeof cost === 'function' ? await cost(req) : cost;
+    if (skipped) {
+      stats.skipped++;
+      return { proceed: true, status: 200, headers: [], body: undefined, info: undefined };
+    }
+    let input: { who: string; units: number; set: PolicySet };
+    try {
+      input = await inputs(req);
+    } catch (err) {
+      return misuse(err);
+    }
+    const { who, units, set } = input;
+    const policies = set.list;
+    // The hash tag comes first, so every policy's key of this request lives in one Cluster slot.
+    const tagged = `${prefix}{${who}}:`;
     let results: Decision[];
     let limited: boolean;
     try {
-      const c = await client;
+      const c = await connection.client;
       if (policies.length === 1) {
         const p = policies[0];
-        const d = await c.rl(p.algorithm, `${prefix}${p.name}:${who}`, p.limit, p.periodMs, { burst: p.burst, cost: units, timeoutMs });
+        const d = await c.rl(p.algorithm, tagged + p.name, p.limit, p.periodMs, { burst: p.burst, cost: units, timeoutMs });
         results = [d];
         limited = d.limited;
       } else {
-        const all = await c.all(
-          policies.map((p) => ({ key: `${prefix}${p.name}:${who}`, algorithm: p.algorithm, limit: p.limit, periodMs: p.periodMs, burst: p.burst })),
-          { cost: units, timeoutMs },
-        );
+        const limits = policies.map((p) => ({ key: tagged + p.name, algorithm: p.algorithm, limit: p.limit, periodMs: p.periodMs, burst: p.burst }));
+        const all = await c.all(limits, { cost: units, timeoutMs });
         limited = all.limited;
-        // RL.ALL answers each limit "as if asked alone": on a refusal, the limits that would have
-        // allowed report what they would hold after spending, but nothing was spent.
-        results = limited ? all.results.map((d) => (d.limited ? d : { ...d, remaining: Math.min(d.limit, d.remaining + units) })) : all.results;
+        results = all.results;
+        if (limited) {
+          // RL.ALL answers each limit "as if asked alone": a limit that would have allowed reports
+          // what it would hold after spending, but nothing was spent. Its own state is a peek away.
+          const now = await c.all(limits, { cost: 0, timeoutMs }).catch(() => undefined);
+          results = results.map((d, i) => (d.limited ? d : now !== undefined ? { ...now.results[i], limited: false } : { ...d, remaining: Math.min(d.limit, d.remaining + units) }));
+        }
       }
     } catch (err) {
-      stats.unavailable++;
-      stats.lastError = err instanceof CellgateError ? err : new CellgateError(String(err), { cause: err });
-      if (onUnavailable === 'allow') return { proceed: true, status: 200, headers: [], body: undefined };
-      return {
-        proceed: false,
-        status: 503,
-        headers: [['Retry-After', '1'], ['Content-Type', 'application/problem+json']],
-        body: { type: 'about:blank', title: 'Service Unavailable', status: 503, detail: 'the rate limiter is unavailable, try again shortly' },
-      };
+      const e = toCellgateError(err);
+      if (e instanceof CellgateTimeoutError || e instanceof CellgateUnavailableError) return unavailable(e);
+      // An argument or reply error (NOPERM, WRONGTYPE, CROSSSLOT...) is a setup to fix, not an outage.
+      return misuse(e);
     }
 
-    const headers: [string, string][] = [
-      ['RateLimit-Policy', policyHeader],
-      ['RateLimit', results.map((d, i) => `${sfString(policies[i].name)};r=${d.remaining};t=${ceilSeconds(d.resetAfterMs)}`).join(', ')],
-    ];
-    if (legacy) {
-      // The legacy set has room for one limit: the tightest one.
-      let tight = 0;
-      for (let i = 1; i < results.length; i++) if (results[i].remaining < results[tight].remaining) tight = i;
-      headers.push(['X-RateLimit-Limit', String(results[tight].limit)], ['X-RateLimit-Remaining', String(results[tight].remaining)], ['X-RateLimit-Reset', String(ceilSeconds(results[tight].resetAfterMs))]);
+    const headers: [string, string][] = [];
+    let tight = 0;
+    for (let i = 1; i < results.length; i++) if (results[i].remaining < results[tight].remaining) tight = i;
+    if (draft === 'draft-11' || draft === 'draft-8') {
+      headers.push(['RateLimit-Policy', set.policyField], ['RateLimit', results.map((d, i) => `${sfString(policies[i].name)};r=${d.remaining};t=${ceilSeconds(d.resetAfterMs)}`).join(', ')]);
+    } else if (draft === 'draft-7') {
+      headers.push(['RateLimit-Policy', set.policyFieldDraft7], ['RateLimit', `limit=${results[tight].limit}, remaining=${results[tight].remaining}, reset=${ceilSeconds(results[tight].resetAfterMs)}`]);
+    } else if (draft === 'draft-6') {
+      headers.push(
+        ['RateLimit-Policy', set.policyFieldDraft7],
+        ['RateLimit-Limit', String(results[tight].limit)],
+        ['RateLimit-Remaining', String(results[tight].remaining)],
+        ['RateLimit-Reset', String(ceilSeconds(results[tight].resetAfterMs))],
+      );
     }
+    if (legacy) {
+      // The legacy set has room for one limit (the tightest); Reset is a time, in epoch seconds, as
+      // express-rate-limit sends it.
+      headers.push(
+        ['X-RateLimit-Limit', String(results[tight].limit)],
+        ['X-RateLimit-Remaining', String(results[tight].remaining)],
+        ['X-RateLimit-Reset', String(Math.ceil((Date.now() + results[tight].resetAfterMs) / 1000))],
+      );
+    }
+    const info: RateLimitInfo = {
+      key: who,
+      limited,
+      limit: results[tight].limit,
+      remaining: results[tight].remaining,
+      resetAfterMs: results[tight].resetAfterMs,
+      retryAfterMs: -1,
+      policies: results.map((d, i) => ({ name: policies[i].name, limit: d.limit, remaining: d.remaining, resetAfterMs: d.resetAfterMs, limited: d.limited })),
+    };
     if (!limited) {
       stats.allowed++;
-      return { proceed: true, status: 200, headers, body: undefined };
+      return { proceed: true, status: 200, headers, body: undefined, info };
     }
     stats.limited++;
     // The request passes when every refusing policy allows it: the longest wait, unless one never can.
@@ -180,49 +388,104 @@ export function createLimiter<Req extends RequestLike>(options: RateLimitOptions
     if (refusing === -1) refusing = 0;
     let detail: string;
     if (never !== -1) {
-      detail = `this request costs ${units}, more than ${policies[never].description} can ever allow`;
+      const p = policies[never];
+      detail = `this request costs ${units}, and the limit of ${p.quota} never allows more than ${p.capacity} at once`;
     } else {
+      info.retryAfterMs = waitMs;
       headers.push(['Retry-After', String(Math.max(1, ceilSeconds(waitMs)))]);
-      detail = `${policies[refusing].description} for this key`;
+      detail = `limit is ${policies[refusing].quota} for this key`;
+    }
+    if (message !== undefined && typeof message !== 'string') {
+      headers.push(['Content-Type', 'application/json']);
+      return { proceed: false, status: statusCode, headers, body: message, info };
     }
     headers.push(['Content-Type', 'application/problem+json']);
-    return { proceed: false, status: 429, headers, body: { type: 'about:blank', title: 'Too Many Requests', status: 429, detail } };
+    const title = statusCode === 429 ? 'Too Many Requests' : 'Request Refused';
+    return { proceed: false, status: statusCode, headers, body: { type: 'about:blank', title, status: statusCode, detail: message ?? detail }, info };
   }
 
-  return { check, stats };
+  return {
+    check,
+    stats,
+    async ready(waitMs = timeoutMs) {
+      await (await connection.client).ready(waitMs);
+    },
+    async close() {
+      if (!connection.owned) return;
+      const c = await connection.client.catch(() => undefined);
+      await c?.close();
+    },
+  };
 }
 
-/** The default key: authenticated user, then API key, then client IP; never "undefined". */
-export function defaultKey(req: RequestLike): string {
+/** The default key: the authenticated user, else the client IP (an IPv6 one by its subnet); never "undefined". */
+export function defaultKey(req: RequestLike, ipv6Subnet: number | false = 56): string {
   const id = req.user?.id;
   if (id !== undefined && id !== null && String(id) !== '') return `user:${String(id)}`;
-  const apiKey = req.headers['x-api-key'];
-  const k = Array.isArray(apiKey) ? apiKey[0] : apiKey;
-  if (k) return `apikey:${createHash('sha256').update(k).digest('hex').slice(0, 32)}`;
   const ip = req.ip ?? req.socket?.remoteAddress;
-  return ip ? `ip:${ip}` : 'ip:unknown';
+  return ip ? `ip:${ipKey(ip, ipv6Subnet)}` : 'ip:unknown';
 }
 
-function toClient(c: RateLimitOptions['client']): Promise<CellgateClient> {
-  if (c instanceof CellgateClient) return Promise.resolve(c);
-  if (typeof c === 'string') return connect(c);
-  return Promise.resolve(new CellgateClient(c));
+/**
+ * An IPv4 address as it is; an IPv4-mapped IPv6 one as IPv4; an IPv6 one as its first `bits` bits
+ * (`2001:db8:1:ab00:0:0:0:0/56`), since one customer usually holds a whole /56 or /48 and would
+ * otherwise have 2^72 buckets.
+ */
+export function ipKey(ip: string, bits: number | false): string {
+  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(ip);
+  if (mapped) return mapped[1];
+  if (bits === false || isIP(ip) !== 6) return ip;
+  const words = ipv6Words(ip);
+  if (words === undefined) return ip;
+  for (let i = 0; i < 8; i++) {
+    const keep = Math.max(0, Math.min(16, bits - i * 16));
+    words[i] &= keep === 0 ? 0 : (0xffff << (16 - keep)) & 0xffff;
+  }
+  return `${words.map((w) => w.toString(16)).join(':')}/${bits}`;
 }
 
-function resolvePolicies(input: Policy | Policy[]): ResolvedPolicy[] {
+/** The eight 16-bit words of an IPv6 address (zone dropped, `::` and a dotted IPv4 tail expanded). */
+function ipv6Words(ip: string): number[] | undefined {
+  let s = ip.replace(/%.*$/, '');
+  const v4 = /(\d+)\.(\d+)\.(\d+)\.(\d+)$/.exec(s);
+  if (v4) {
+    const b = v4.slice(1).map(Number);
+    s = `${s.slice(0, v4.index)}${((b[0] << 8) | b[1]).toString(16)}:${((b[2] << 8) | b[3]).toString(16)}`;
+  }
+  const [head, tail] = s.split('::');
+  const h = head === '' ? [] : head.split(':');
+  const t = tail === undefined || tail === '' ? [] : tail.split(':');
+  const fill = tail === undefined ? 0 : 8 - h.length - t.length;
+  const words = [...h, ...Array<string>(fill).fill('0'), ...t].map((w) => parseInt(w, 16));
+  return words.length === 8 && words.every((w) => Number.isInteger(w)) ? words : undefined;
+}
+
+function checkCost(units: unknown): void {
+  if (typeof units !== 'number' || !Number.isSafeInteger(units) || units < 0) throw new CellgateArgumentError('cost', `cost must be an integer >= 0, not ${describe(units)}`);
+}
+
+function describe(v: unknown): string {
+  return typeof v === 'string' ? `'${v}'` : typeof v === 'function' ? 'a function' : v !== null && typeof v === 'object' ? 'an object' : String(v);
+}
+
+function resolvePolicies(input: Policy | Policy[]): PolicySet {
   const list = Array.isArray(input) ? input : [input];
-  if (list.length === 0 || list[0] === undefined) throw new TypeError('policy: at least one policy is needed');
+  if (list.length === 0 || list[0] === undefined) throw new CellgateArgumentError('policy', 'policy: at least one policy is needed');
   const names = new Set<string>();
-  return list.map((p, i) => {
+  const resolved = list.map((p, i): ResolvedPolicy => {
+    if (p === null || typeof p !== 'object') throw new CellgateArgumentError('policy', `policy ${i + 1} must be an object, not ${describe(p)}`);
     const name = p.name ?? (list.length === 1 ? 'default' : `p${i + 1}`);
     // Structured-field strings are printable ASCII; a name outside that could not be sent.
-    if (!/^[\x20-\x7e]+$/.test(name)) throw new TypeError(`policy name '${name}' must be printable ASCII`);
-    if (names.has(name)) throw new TypeError(`policy name '${name}' is used twice`);
+    if (typeof name !== 'string' || !/^[\x20-\x7e]+$/.test(name)) throw new CellgateArgumentError('policy', `policy name '${String(name)}' must be printable ASCII`);
+    if (names.has(name)) throw new CellgateArgumentError('policy', `policy name '${name}' is used twice`);
     names.add(name);
     const algorithm = p.algorithm ?? 'gcra';
-    if (!ALGORITHMS.includes(algorithm)) throw new TypeError(`policy '${name}': algorithm must be one of ${ALGORITHMS.join(', ')}`);
+    if (!ALGORITHMS.includes(algorithm)) throw new CellgateArgumentError('policy', `policy '${name}': algorithm must be one of ${ALGORITHMS.join(', ')}`);
     for (const [field, v] of [['limit', p.limit], ['periodMs', p.periodMs], ['burst', p.burst ?? 1]] as const) {
-      if (!Number.isSafeInteger(v) || v < 1) throw new TypeError(`policy '${name}': ${field} must be an integer >= 1, not ${String(v)}`);
+      if (!Number.isSafeInteger(v) || v < 1) throw new CellgateArgumentError('policy', `policy '${name}': ${field} must be an integer >= 1, not ${describe(v)}`);
+    }
+    if (p.burst !== undefined && algorithm !== 'tokenbucket' && algorithm !== 'leakybucket' && algorithm !== 'gcra') {
+      throw new CellgateArgumentError('policy', `policy '${name}': burst applies to tokenbucket, leakybucket and gcra only`);
     }
     return {
       name,
@@ -230,10 +493,15 @@ function resolvePolicies(input: Policy | Policy[]): ResolvedPolicy[] {
       limit: p.limit,
       periodMs: p.periodMs,
       burst: p.burst,
-      policyMember: `${sfString(name)};q=${p.burst ?? p.limit};w=${ceilSeconds(p.periodMs)}`,
-      description: `limit is ${p.limit} ${p.limit === 1 ? 'request' : 'requests'} per ${describePeriod(p.periodMs)}`,
+      capacity: p.burst ?? p.limit,
+      quota: `${p.limit} ${p.limit === 1 ? 'request' : 'requests'} per ${describePeriod(p.periodMs)}`,
     };
   });
+  return {
+    list: resolved,
+    policyField: resolved.map((p) => `${sfString(p.name)};q=${p.capacity};w=${ceilSeconds(p.periodMs)}`).join(', '),
+    policyFieldDraft7: resolved.map((p) => `${p.capacity};w=${ceilSeconds(p.periodMs)}`).join(', '),
+  };
 }
 
 function sfString(s: string): string {
@@ -255,7 +523,7 @@ function describePeriod(ms: number): string {
   return `${ms} milliseconds`;
 }
 
-/** Writes a problem body as the response's JSON text. */
-export function problemText(body: ProblemDetails): string {
+/** Writes a refusal's body as the response's JSON text. */
+export function problemText(body: ProblemDetails | Record<string, unknown>): string {
   return JSON.stringify(body);
 }
