@@ -14,6 +14,7 @@ import {
   CellgateTimeoutError,
   CellgateUnavailableError,
   connect,
+  open,
   type Decision,
 } from '../../src/client/index.ts';
 import { freePort, startServer, type RunningServer } from '../helpers/server.ts';
@@ -118,9 +119,10 @@ describe('errors', () => {
     expect(err).toBeInstanceOf(CellgateTimeoutError);
   });
 
-  it('connect() to a server that is not there fails each call, never hangs', async () => {
+  it('connect() to a server that is not there rejects, never hangs; open() gives a client whose calls fail', async () => {
     const port = await freePort();
-    const c = await connect(`redis://127.0.0.1:${port}`, { timeoutMs: 2000 });
+    await expect(connect(`redis://127.0.0.1:${port}`, { timeoutMs: 2000 })).rejects.toBeInstanceOf(CellgateUnavailableError);
+    const c = await open(`redis://127.0.0.1:${port}`, { timeoutMs: 2000 });
     try {
       for (let i = 0; i < 3; i++) {
         const err = await c.throttle('u:1', 5, 10, 60).catch((e: unknown) => e);
@@ -129,6 +131,18 @@ describe('errors', () => {
     } finally {
       await c.close();
     }
+  });
+
+  it('get() peeks without spending or creating; reset() forgets the key', async () => {
+    const c = await connect(`redis://127.0.0.1:${server.port}`);
+    closers.push(() => c.close());
+    expect(await c.get('tokenbucket', 'peek:1', 5, 1000)).toMatchObject({ limited: false, remaining: 5, resetAfterMs: 0 });
+    expect(await c.reset('peek:1')).toBe(false); // the peek created nothing
+    await c.tokenBucket('peek:1', 5, 1000, { cost: 3 });
+    expect(await c.get('tokenbucket', 'peek:1', 5, 1000)).toMatchObject({ limited: false, remaining: 2 });
+    expect(await c.get('tokenbucket', 'peek:1', 5, 1000)).toMatchObject({ remaining: 2 });
+    expect(await c.reset('peek:1')).toBe(true);
+    expect(await c.get('tokenbucket', 'peek:1', 5, 1000)).toMatchObject({ remaining: 5 });
   });
 });
 

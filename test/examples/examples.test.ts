@@ -32,7 +32,7 @@ async function cellgate(port: number): Promise<RunningServer> {
 function example(framework: string, cellgatePort: number, unavailable: 'allow' | 'deny'): Promise<string> {
   const proc = spawn(process.execPath, [`examples/${framework}/server.mjs`], {
     cwd: ROOT,
-    env: { ...process.env, PORT: '0', CELLGATE_URL: `redis://127.0.0.1:${cellgatePort}`, CELLGATE_UNAVAILABLE: unavailable,
+    env: { ...process.env, PORT: '0', CELLGATE_URL: `redis://127.0.0.1:${cellgatePort}`, CELLGATE_UNAVAILABLE: unavailable, API_KEYS: 'warmup, key-a,key-b,key-c',
       // Generous, so a loaded test machine never turns a slow answer into "unavailable"; a stopped
       // cellgate fails at once (refused connection), not after the timeout.
       CELLGATE_TIMEOUT_MS: '2000' },
@@ -66,7 +66,7 @@ async function eventually(check: () => Promise<boolean>): Promise<boolean> {
 
 for (const framework of ['express', 'fastify']) {
   describe(`examples/${framework}`, () => {
-    it('limits one API key to 10 per 10 s, leaves another alone, rides out a cellgate outage by its policy, and recovers', async () => {
+    it('limits a listed API key to 10 per 10 s, leaves another alone, counts unlisted keys by IP, rides out a cellgate outage by its policy, and recovers', async () => {
       const port = await freePort();
       let cg = await cellgate(port);
       const allow = await example(framework, port, 'allow');
@@ -77,7 +77,7 @@ for (const framework of ['express', 'fastify']) {
       for (let i = 0; i < 10; i++) {
         const r = await hello(allow, 'key-a');
         expect(r.status).toBe(200);
-        expect(await r.json()).toEqual({ hello: 'world' });
+        expect(await r.json()).toEqual({ hello: 'world', remaining: 9 - i });
         expect(r.headers.get('ratelimit-policy')).toBe('"default";q=10;w=10');
         expect(r.headers.get('ratelimit')).toMatch(new RegExp(`^"default";r=${9 - i};t=\\d+$`));
       }
@@ -92,8 +92,11 @@ for (const framework of ['express', 'fastify']) {
       const other = await hello(allow, 'key-b');
       expect(other.status).toBe(200);
       expect(other.headers.get('ratelimit')).toBe('"default";r=9;t=1');
-      // Without an API key the client IP is the key: its own budget, not key-a's.
-      expect((await hello(allow)).status).toBe(200);
+      // An unlisted key buys no bucket of its own: every unlisted or absent key is the client IP's.
+      for (let i = 0; i < 10; i++) expect((await hello(allow, i % 2 === 0 ? `forged-${i}` : undefined)).status).toBe(200);
+      const forged = await hello(allow, 'forged-new');
+      expect(forged.status).toBe(429);
+      expect((await hello(allow, 'key-b')).status).toBe(200);
 
       await cg.stop();
       for (let i = 0; i < 5; i++) {
