@@ -19,7 +19,7 @@ import { startServer, type RunningServer } from '../helpers/server.ts';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const EXAMPLE = join(ROOT, 'examples', 'replicas');
-const LIMIT = 10; // examples/express: 10 requests per 10 s per API key
+const LIMIT = 10; // examples/express: 10 requests per 10 s per listed API key (API_KEYS in the compose file)
 
 interface Service {
   image?: string;
@@ -166,11 +166,11 @@ async function replicas(redisPort: number | null): Promise<{ statuses: number[];
   }
   const apps = [await app(services['app-1'], sidecars[0].port), await app(services['app-2'], sidecars[1].port)];
   // The middleware connects on first use: wait until each app answers with cellgate's fields.
-  for (const base of apps) expect(await eventually(async () => (await hello(base, 'warmup')).headers.get('ratelimit') !== null)).toBe(true);
+  for (const base of apps) expect(await eventually(async () => (await hello(base, 'other')).headers.get('ratelimit') !== null)).toBe(true);
   const statuses: number[] = [];
   const remaining: (string | null)[] = [];
   for (let i = 0; i < 2 * LIMIT; i++) {
-    const r = await hello(apps[i % 2], 'shared-key');
+    const r = await hello(apps[i % 2], 'demo');
     statuses.push(r.status);
     remaining.push(r.headers.get('ratelimit'));
     await r.arrayBuffer();
@@ -223,8 +223,10 @@ describe('examples/replicas', () => {
       expect(Number(i.backend_calls)).toBeGreaterThanOrEqual(LIMIT / 2);
       expect(Number(i.backend_cache_hits)).toBeGreaterThanOrEqual(1);
     }
+    // The backend prefix once, then the key's hash tag and the policy.
     const keys = await admin(redisPort, (c) => c.keys('cellgate:*'));
     expect(keys.length).toBeGreaterThanOrEqual(1);
+    expect(keys.every((k) => /^cellgate:\{apikey:[0-9a-f]{32}\}:default$/.test(k))).toBe(true);
   });
 
   it(`without --backend the same two replicas let ${2 * LIMIT} through (each sidecar its own budget)`, async () => {
