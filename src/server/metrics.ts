@@ -102,7 +102,9 @@ export function metricsText(server: Server): string {
     durationHistogram(s.commands),
     family('cellgate_command_errors_total', 'counter', 'Calls per command answered with an error or refused.', failed),
     family('cellgate_limiter_decisions_total', 'counter', 'Limiter decisions per command and result.', limiterSamples),
-    family('cellgate_keys', 'gauge', 'Keys in the keyspace per algorithm.', keys),
+    // With a backend the limiter keys live in Redis, and the local keyspace would read 0 (or the few
+    // keys of backend-unavailable local): the family is left out rather than shown wrong.
+    ...(server.backend === null ? [family('cellgate_keys', 'gauge', 'Keys in the keyspace per algorithm.', keys)] : []),
     family('cellgate_expired_keys_total', 'counter', 'Keys removed because they expired.', [[null, ks.expiredCount]]),
     family('cellgate_evicted_keys_total', 'counter', 'Keys removed by maxmemory eviction.', [[null, ks.evictedCount]]),
     family('cellgate_memory_used_bytes', 'gauge', 'Start-up memory plus the keys, what maxmemory is compared with (INFO used_memory).', [[null, server.memory.countedBytes]]),

@@ -25,6 +25,7 @@ import { Secret } from 'kubernetes-models/v1/Secret';
 import { Service } from 'kubernetes-models/v1/Service';
 import { freePort, startServer, type RunningServer } from '../helpers/server.js';
 import { parseExposition, type Exposition } from './prometheus.js';
+import { RedisNode } from '../helpers/redis.js';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const K8S_DIR = join(ROOT, 'examples/kubernetes');
@@ -151,6 +152,12 @@ describe('the sidecar configuration on a real cellgate; the dashboard and alerts
   let metricsPort: number;
   let scrape: Exposition;
   let dir: string;
+  // The same sidecar on a shared Redis (--backend), for the panels and alerts about the backend.
+  let redisNode: RedisNode;
+  let backendServer: RunningServer;
+  let backendScrape: Exposition;
+  /** The scrape an expression is checked against: the backend sidecar's for the backend metrics. */
+  const scrapeFor = (expr: string): Exposition => (expr.includes('cellgate_backend_') ? backendScrape : scrape);
 
   beforeAll(async () => {
     const sidecar = sidecarDeployment().spec.template.spec.initContainers[0];
@@ -172,8 +179,22 @@ describe('the sidecar configuration on a real cellgate; the dashboard and alerts
       r.disconnect();
     }
     scrape = parseExposition(await (await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).text());
-  });
+    redisNode = await RedisNode.start();
+    const backendMetricsPort = await freePort();
+    backendServer = await startServer({ args: ['--backend', redisNode.url, '--metrics-port', String(backendMetricsPort)] });
+    const b = new Redis({ port: backendServer.port, host: '127.0.0.1', protocol: 2 });
+    try {
+      // Up first: a call before the backend connection is up is answered by the policy.
+      for (let i = 0; i < 200 && !String(await b.call('INFO', 'backend')).includes('backend_state:up'); i++) await new Promise((r) => setTimeout(r, 25));
+      await b.call('RL.FIXEDWINDOW', 'k8s:b', '5', '1000');
+    } finally {
+      b.disconnect();
+    }
+    backendScrape = parseExposition(await (await fetch(`http://127.0.0.1:${backendMetricsPort}/metrics`)).text());
+  }, 60_000);
   afterAll(async () => {
+    await backendServer?.stop();
+    await redisNode?.destroy();
     await server?.stop();
     rmSync(dir, { recursive: true, force: true });
   });
@@ -188,6 +209,12 @@ describe('the sidecar configuration on a real cellgate; the dashboard and alerts
     } finally {
       noAuth.disconnect();
     }
+  });
+
+  it('with a backend, cellgate_keys is not exported (the keys are in Redis) and the backend families are', () => {
+    expect(scrape.samples.some((s) => s.name === 'cellgate_keys')).toBe(true);
+    expect(backendScrape.samples.some((s) => s.name === 'cellgate_keys')).toBe(false);
+    expect(backendScrape.samples.find((s) => s.name === 'cellgate_backend_up')?.value).toBe(1);
   });
 
   it('examples/grafana/cellgate.json: a dashboard whose panels query metrics and labels cellgate exports', () => {
@@ -208,14 +235,15 @@ describe('the sidecar configuration on a real cellgate; the dashboard and alerts
       expect(p.targets.length, p.title).toBeGreaterThan(0);
       expect(new Set(p.targets.map((t: Doc) => t.refId)).size).toBe(p.targets.length);
       for (const t of p.targets) {
-        checkExpr(t.expr, scrape, `${p.title} ${t.refId}`);
+        checkExpr(t.expr, scrapeFor(t.expr), `${p.title} ${t.refId}`);
         exprs.push(t.expr);
       }
     }
     const all = exprs.join('\n');
     // What the dashboard is for: decisions per command and result, latency quantiles from the
     // histogram, keys, memory, snapshot age, the backend state.
-    for (const needed of ['cellgate_limiter_decisions_total', 'histogram_quantile(0.99', 'cellgate_command_duration_seconds_bucket', 'cellgate_keys', 'cellgate_memory_used_bytes', 'cellgate_snapshot_last_save_timestamp_seconds', 'cellgate_loading']) {
+    for (const needed of ['cellgate_limiter_decisions_total', 'histogram_quantile(0.99', 'cellgate_command_duration_seconds_bucket', 'cellgate_keys', 'cellgate_memory_used_bytes', 'cellgate_snapshot_last_save_timestamp_seconds', 'cellgate_loading',
+      'cellgate_backend_up', 'cellgate_backend_calls_total', 'cellgate_backend_errors_total', 'cellgate_backend_timeouts_total', 'cellgate_backend_policy_decisions_total', 'cellgate_backend_cache_hits_total']) {
       expect(all).toContain(needed);
     }
   });
@@ -224,6 +252,7 @@ describe('the sidecar configuration on a real cellgate; the dashboard and alerts
     const rules = parseYaml(readFileSync(join(ROOT, 'examples/prometheus/alerts.yml'), 'utf8'));
     expect(Object.keys(rules)).toEqual(['groups']);
     const names = new Set<string>();
+    const exprs: string[] = [];
     for (const g of rules.groups) {
       expect(g.name).toMatch(/\S/);
       for (const r of g.rules) {
@@ -234,9 +263,12 @@ describe('the sidecar configuration on a real cellgate; the dashboard and alerts
         expect(r.for).toMatch(/^\d+[smh]$/);
         expect(['critical', 'warning', 'info']).toContain(r.labels.severity);
         expect(r.annotations.summary).toMatch(/\S/);
-        checkExpr(r.expr, scrape, r.alert);
+        checkExpr(r.expr, scrapeFor(r.expr), r.alert);
+        exprs.push(r.expr);
       }
     }
     expect(names.size).toBeGreaterThanOrEqual(5);
+    // The shared backend's health is alerted on too.
+    for (const needed of ['cellgate_backend_up', 'cellgate_backend_policy_decisions_total', 'cellgate_backend_timeouts_total']) expect(exprs.join('\n')).toContain(needed);
   });
 });
