@@ -103,6 +103,16 @@ function checkExpr(expr: string, scrape: Exposition, where: string): void {
   for (const l of labelsIn(expr)) expect(labels.has(l), `${where}: label ${l} on ${used.join(', ')}`).toBe(true);
 }
 
+describe('image tags', () => {
+  it("every cellgate image an example names is tagged with the package's version", () => {
+    const version = (JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { version: string }).version;
+    const files = ['examples/docker-compose.yml', 'examples/replicas/docker-compose.yml', ...readdirSync(K8S_DIR).filter((f) => f.endsWith('.yaml')).map((f) => `examples/kubernetes/${f}`)];
+    const images = files.flatMap((f) => [...readFileSync(join(ROOT, f), 'utf8').matchAll(/image:\s*"?(cellgate[\w-]*):([\w.-]+)/g)].map((m) => `${f} ${m[1]}:${m[2]}`));
+    expect(images.length).toBeGreaterThanOrEqual(4);
+    for (const image of images) expect(image).toMatch(new RegExp(`:${version.replace(/\./g, '\\.')}$`));
+  });
+});
+
 describe('examples/kubernetes', () => {
   it('every manifest validates against the Kubernetes API schema (kubernetes-models)', () => {
     const all = manifests();
