@@ -133,9 +133,9 @@ export class CellgateClient {
   /**
    * Resolves once cellgate answers on this connection (a `PING`), waiting for a connection that is
    * still being opened; rejects with `CellgateTimeoutError` or `CellgateUnavailableError` when it
-   * does not answer within `timeoutMs` (default: the client's timeout).
+   * does not answer within `timeoutMs` (default 1000: opening a connection takes longer than a call).
    */
-  async ready(timeoutMs = this.timeoutMs): Promise<void> {
+  async ready(timeoutMs = DEFAULT_TIMEOUT_MS): Promise<void> {
     checkInt('timeoutMs', timeoutMs, 1);
     await this.call(['PING'], timeoutMs);
   }

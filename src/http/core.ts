@@ -152,8 +152,11 @@ export interface Limiter<Req> {
   /** Rejects only for the application's errors (logged once); unavailability is an Outcome. */
   check(req: Req): Promise<Outcome>;
   readonly stats: LimiterStats;
-  /** Resolves once cellgate answers; rejects after `timeoutMs` (or the given wait) when it does not. */
-  ready(timeoutMs?: number): Promise<void>;
+  /**
+   * Resolves once cellgate answers; rejects when it does not within `waitMs` (default 1000: a
+   * connection being opened needs more than a request's `timeoutMs`).
+   */
+  ready(waitMs?: number): Promise<void>;
   /** Closes the connection the limiter opened from a URL (a connection the application passed stays open). */
   close(): Promise<void>;
 }
@@ -183,6 +186,9 @@ export interface SharedClient {
   client: Promise<CellgateClient>;
   owned: boolean;
 }
+
+/** ready()'s default wait: a TCP connection, the ready check and a PING, on a busy host. */
+const READY_WAIT_MS = 1000;
 
 const DRAFTS: readonly (HeaderDraft | false)[] = ['draft-11', 'draft-8', 'draft-7', 'draft-6', false];
 
@@ -407,7 +413,7 @@ export function createLimiter<Req extends RequestLike>(options: RateLimitOptions
   return {
     check,
     stats,
-    async ready(waitMs = timeoutMs) {
+    async ready(waitMs = READY_WAIT_MS) {
       await (await connection.client).ready(waitMs);
     },
     async close() {

@@ -23,8 +23,8 @@ export interface ExpressRateLimitOptions<R extends Req = Req> extends RateLimitO
 export interface ExpressRateLimit {
   (req: Req, res: ServerResponse, next: Next): void;
   readonly stats: LimiterStats;
-  /** Resolves once cellgate answers (rejects after the timeout). */
-  ready(timeoutMs?: number): Promise<void>;
+  /** Resolves once cellgate answers (rejects after `waitMs`, default 1000). */
+  ready(waitMs?: number): Promise<void>;
   /** Closes the connection opened from a URL, so that a closed app can exit. */
   close(): Promise<void>;
 }

@@ -39,8 +39,8 @@ export interface FastifyRateLimitOptions<R extends FastifyRequestLike = FastifyR
 export interface FastifyRateLimit {
   (request: FastifyRequestLike, reply: FastifyReplyLike): Promise<void>;
   readonly stats: LimiterStats;
-  /** Resolves once cellgate answers (rejects after the timeout). */
-  ready(timeoutMs?: number): Promise<void>;
+  /** Resolves once cellgate answers (rejects after `waitMs`, default 1000). */
+  ready(waitMs?: number): Promise<void>;
   /** Closes the connection opened from a URL, so that a closed app can exit. */
   close(): Promise<void>;
 }
@@ -73,8 +73,8 @@ function hookFor<R extends FastifyRequestLike>(options: FastifyRateLimitOptions<
 /** `app.cellgate` after the plugin is registered: the instance policy's counters, and a readiness check. */
 export interface CellgateHandle {
   readonly stats: LimiterStats;
-  /** Resolves once cellgate answers (rejects after `timeoutMs`, default the plugin's). */
-  ready(timeoutMs?: number): Promise<void>;
+  /** Resolves once cellgate answers (rejects after `waitMs`, default 1000). */
+  ready(waitMs?: number): Promise<void>;
 }
 
 /** The plugin's options: the instance's limit (optional when only some routes are limited). */
@@ -109,7 +109,7 @@ export async function cellgatePlugin(app: FastifyInstanceLike, options: Cellgate
   const stats: LimiterStats = global?.stats ?? { allowed: 0, limited: 0, skipped: 0, unavailable: 0, errors: 0, lastError: undefined };
   const handle: CellgateHandle = {
     stats,
-    ready: async (timeoutMs?: number) => { await (await shared.client).ready(timeoutMs ?? options.timeoutMs ?? 50); },
+    ready: async (waitMs?: number) => { await (await shared.client).ready(waitMs ?? 1000); },
   };
   if (!app.hasDecorator('cellgate')) app.decorate('cellgate', handle);
   app.addHook('onRoute', (route) => {

@@ -23,8 +23,8 @@ export interface HttpRateLimitOptions<R extends Req = Req> extends RateLimitOpti
 export interface HttpRateLimit {
   (req: Req, res: ServerResponse): Promise<boolean>;
   readonly stats: LimiterStats;
-  /** Resolves once cellgate answers (rejects after the timeout). */
-  ready(timeoutMs?: number): Promise<void>;
+  /** Resolves once cellgate answers (rejects after `waitMs`, default 1000). */
+  ready(waitMs?: number): Promise<void>;
   /** Closes the connection opened from a URL, so that a closed app can exit. */
   close(): Promise<void>;
 }
