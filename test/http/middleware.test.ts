@@ -6,6 +6,7 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createRequire } from 'node:module';
 import express from 'express';
 import Fastify from 'fastify';
 import { Redis } from 'ioredis';
@@ -14,6 +15,10 @@ import { createRateLimiter, defaultKey, ipKey, type HttpRateLimitOptions, type R
 import { rateLimit as expressLimit } from '../../src/http/express.ts';
 import { cellgatePlugin, rateLimit as fastifyLimit } from '../../src/http/fastify.ts';
 import { freePort, startServer, type RunningServer } from '../helpers/server.ts';
+
+// Express 4 beside 5 (the dev dependency `express4` is express@4): the middleware supports both.
+const express4 = createRequire(import.meta.url)('express4') as typeof express;
+const EXPRESSES: [string, typeof express][] = [['Express 5', express], ['Express 4', express4]];
 
 let server: RunningServer;
 let redis: Redis;
@@ -181,18 +186,23 @@ describe('cellgate slow', () => {
 });
 
 describe('frameworks', () => {
-  it('Express and Fastify answer the same refusal', async () => {
+  it('Express 5, Express 4 and Fastify answer the same refusal', async () => {
     const policy = { limit: 1, periodMs: 10_000 };
     const app = express();
     app.get('/x', expressLimit({ client, policy, prefix: 'ex:', timeoutMs: 5000 }), (_req, res) => { res.send('ok'); });
     const ex = app.listen(0, '127.0.0.1');
     await new Promise((resolve) => ex.once('listening', resolve));
     closers.push(() => new Promise((resolve) => ex.close(resolve)));
+    const app4 = express4();
+    app4.get('/x', expressLimit({ client, policy, prefix: 'ex4:', timeoutMs: 5000 }), (_req, res) => { res.send('ok'); });
+    const ex4 = app4.listen(0, '127.0.0.1');
+    await new Promise((resolve) => ex4.once('listening', resolve));
+    closers.push(() => new Promise((resolve) => ex4.close(resolve)));
     const fa = Fastify();
     fa.get('/x', { onRequest: fastifyLimit({ client, policy, prefix: 'fa:', timeoutMs: 5000 }) }, async () => 'ok');
     await fa.listen({ port: 0, host: '127.0.0.1' });
     closers.push(() => fa.close());
-    for (const port of [(ex.address() as AddressInfo).port, (fa.server.address() as AddressInfo).port]) {
+    for (const port of [(ex.address() as AddressInfo).port, (ex4.address() as AddressInfo).port, (fa.server.address() as AddressInfo).port]) {
       const url = `http://127.0.0.1:${port}/x`;
       expect((await get(url, { 'x-client': 'fw' })).status).toBe(200);
       const r = await get(url, { 'x-client': 'fw' });
@@ -207,8 +217,8 @@ describe('frameworks', () => {
 });
 
 /** An Express app on a free port, with a JSON error handler that records what reached it. */
-async function expressApp(limiter: ReturnType<typeof expressLimit>, setup?: (app: express.Express) => void) {
-  const app = express();
+async function expressApp(limiter: ReturnType<typeof expressLimit>, setup?: (app: express.Express) => void, ex: typeof express = express) {
+  const app = ex();
   const errors: unknown[] = [];
   setup?.(app);
   app.get('/x', limiter, (req, res) => { res.json({ rateLimit: (req as { rateLimit?: unknown }).rateLimit }); });
@@ -242,10 +252,11 @@ describe('keys a client cannot choose', () => {
     expect(defaultKey({ headers: {}, ip: '2001:db8:1:ab12::5' }, 48)).toBe('ip:2001:db8:1:0:0:0:0:0/48');
   });
 
-  it("Express's trust proxy decides which address is the client's", async () => {
+  for (const [version, ex] of EXPRESSES) {
+  it(`${version}: trust proxy decides which address is the client's`, async () => {
     const policy = { name: 'tp', limit: 1, periodMs: 60_000 };
-    const trusting = await expressApp(expressLimit({ client, policy, prefix: 'trust:', timeoutMs: 5000 }), (app) => app.set('trust proxy', true));
-    const plain = await expressApp(expressLimit({ client, policy, prefix: 'plain:', timeoutMs: 5000 }));
+    const trusting = await expressApp(expressLimit({ client, policy, prefix: `trust${version.at(-1)}:`, timeoutMs: 5000 }), (app) => app.set('trust proxy', true), ex);
+    const plain = await expressApp(expressLimit({ client, policy, prefix: `plain${version.at(-1)}:`, timeoutMs: 5000 }), undefined, ex);
     // Behind a trusted proxy, two forwarded addresses are two clients; without trust, one (the socket's).
     expect((await get(trusting.url, { 'x-forwarded-for': '198.51.100.1' })).status).toBe(200);
     expect((await get(trusting.url, { 'x-forwarded-for': '198.51.100.2' })).status).toBe(200);
@@ -253,6 +264,8 @@ describe('keys a client cannot choose', () => {
     expect((await get(plain.url, { 'x-forwarded-for': '198.51.100.1' })).status).toBe(200);
     expect((await get(plain.url, { 'x-forwarded-for': '198.51.100.2' })).status).toBe(429);
   });
+
+  }
 
   it("Fastify's trustProxy decides which address is the client's", async () => {
     const fa = Fastify({ trustProxy: true });
@@ -285,7 +298,8 @@ describe('misuse is loud and the same everywhere', () => {
     }
   });
 
-  it("Express: a cost of -1, a throwing key and a non-string key go to next(err) with one log line, never a silent pass", async () => {
+  for (const [version, ex] of EXPRESSES) {
+  it(`${version}: a cost of -1, a throwing key, a non-string key and a throwing policy function go to next(err) with one log line, never a silent pass`, async () => {
     const lines: string[] = [];
     const cases: [string, Partial<RateLimitOptions>, RegExp][] = [
       ['cost', { cost: () => -1 }, /cost must be an integer >= 0, not -1/],
@@ -295,7 +309,7 @@ describe('misuse is loud and the same everywhere', () => {
     ];
     for (const [argument, opts, text] of cases) {
       const limiter = expressLimit({ client, policy: { limit: 5, periodMs: 1000 }, timeoutMs: 5000, log: (l) => lines.push(l), ...opts } as RateLimitOptions);
-      const app = await expressApp(limiter);
+      const app = await expressApp(limiter, undefined, ex);
       const r = await get(app.url);
       expect(r.status, argument).toBe(500);
       expect(r.headers.get('ratelimit')).toBeNull();
@@ -306,6 +320,8 @@ describe('misuse is loud and the same everywhere', () => {
     }
     expect(lines).toHaveLength(0); // exactly one line per failed request
   });
+
+  }
 
   it('Fastify and node:http answer the same bug with 500', async () => {
     const lines: string[] = [];
@@ -395,16 +411,19 @@ describe('what users reach for', () => {
     expect(await refused.json()).toMatchObject({ status: 503, detail: 'slow down' });
   });
 
-  it('a handler answers the refusal with the figures', async () => {
+  for (const [version, ex] of EXPRESSES) {
+  it(`${version}: a handler answers the refusal with the figures`, async () => {
     const limiter = expressLimit({
-      client, timeoutMs: 5000, key: testKey, policy: { name: 'hd', limit: 1, periodMs: 60_000 },
+      client, timeoutMs: 5000, key: testKey, policy: { name: `hd${version.at(-1)}`, limit: 1, periodMs: 60_000 },
       handler: (_req, res, _next, info) => { res.statusCode = 429; res.end(`wait ${info.retryAfterMs} ms`); },
     });
-    const app = await expressApp(limiter);
+    const app = await expressApp(limiter, undefined, ex);
     await get(app.url, { 'x-client': 'handler' });
     const r = await get(app.url, { 'x-client': 'handler' });
-    expect([r.status, await r.text(), r.headers.get('ratelimit')]).toEqual([429, 'wait 60000 ms', '"hd";r=0;t=60']);
+    expect([r.status, await r.text(), r.headers.get('ratelimit')]).toEqual([429, 'wait 60000 ms', `"hd${version.at(-1)}";r=0;t=60`]);
   });
+
+  }
 
   it("Fastify plugin: app.register, the instance's policy, a route's own config, a route left out", async () => {
     const fa = Fastify();
