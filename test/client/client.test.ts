@@ -6,17 +6,19 @@
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Redis } from 'ioredis';
+import { Redis, ReplyError } from 'ioredis';
 import { createClient } from 'redis';
 import {
   CellgateArgumentError,
   CellgateClient,
+  CellgateReplyError,
   CellgateTimeoutError,
   CellgateUnavailableError,
   connect,
   open,
   type Decision,
 } from '../../src/client/index.ts';
+import { toCellgateError } from '../../src/client/errors.ts';
 import { freePort, startServer, type RunningServer } from '../helpers/server.ts';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
@@ -143,6 +145,20 @@ describe('errors', () => {
     expect(await c.get('tokenbucket', 'peek:1', 5, 1000)).toMatchObject({ remaining: 2 });
     expect(await c.reset('peek:1')).toBe(true);
     expect(await c.get('tokenbucket', 'peek:1', 5, 1000)).toMatchObject({ remaining: 5 });
+  });
+});
+
+describe('which replies are an outage', () => {
+  it('LOADING, BUSY, TRYAGAIN, CLUSTERDOWN, MASTERDOWN, NOREPLICAS and maxclients are unavailability; WRONGTYPE, NOPERM, CROSSSLOT are not', () => {
+    for (const text of ['LOADING Redis is loading the dataset in memory', 'BUSY Redis is busy running a script', 'TRYAGAIN Multiple keys request during rehashing of slot',
+      'CLUSTERDOWN The cluster is down', 'MASTERDOWN Link with MASTER is down', 'NOREPLICAS Not enough good replicas to write.', 'ERR max number of clients reached']) {
+      expect(toCellgateError(new ReplyError(text)), text).toBeInstanceOf(CellgateUnavailableError);
+    }
+    for (const text of ['WRONGTYPE Operation against a key holding the wrong kind of value', "NOPERM User app has no permissions to run the 'rl.gcra' command", "CROSSSLOT Keys in request don't hash to the same slot"]) {
+      const e = toCellgateError(new ReplyError(text));
+      expect(e, text).toBeInstanceOf(CellgateReplyError);
+      expect(e).not.toBeInstanceOf(CellgateUnavailableError);
+    }
   });
 });
 
