@@ -137,7 +137,13 @@ export class CellgateClient {
    */
   async ready(timeoutMs = DEFAULT_TIMEOUT_MS): Promise<void> {
     checkInt('timeoutMs', timeoutMs, 1);
-    await this.call(['PING'], timeoutMs);
+    try {
+      await this.call(['PING'], timeoutMs);
+    } catch (err) {
+      // An ACL user without PING is still answered: the server is up.
+      if (err instanceof CellgateReplyError && err.code === 'NOPERM') return;
+      throw err;
+    }
   }
 
   /** `CL.THROTTLE key max_burst count_per_period period [quantity]` (redis-cell; period in seconds). */

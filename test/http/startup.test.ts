@@ -60,6 +60,15 @@ describe('the client', () => {
     await expect(connect(`redis://127.0.0.1:${dead}`, { connectTimeoutMs: 5000 })).rejects.toBeInstanceOf(CellgateUnavailableError);
   });
 
+  it('connect() resolves for an ACL user that may not PING (the server answered)', async () => {
+    const admin = new Redis({ port: server.port, host: '127.0.0.1', protocol: 2 });
+    await admin.call('ACL', 'SETUSER', 'noping', 'on', '>pw', '~*', '+@limiter', '+@connection', '-ping', '+info');
+    admin.disconnect();
+    const c = await connect(`redis://noping:pw@127.0.0.1:${server.port}`, { connectTimeoutMs: 5000 });
+    closers.push(() => c.close());
+    expect((await c.rl('gcra', 'startup:noping', 5, 1000)).remaining).toBe(4);
+  });
+
   it('a call on a connection that failed to open fails at once as unavailable, not after waiting', async () => {
     const dead = await freePort();
     const redis = new Redis({ port: dead, host: '127.0.0.1', enableOfflineQueue: false, maxRetriesPerRequest: 0, retryStrategy: () => null });
