@@ -187,6 +187,12 @@ export interface SharedClient {
   owned: boolean;
 }
 
+/** Every option of every adapter (`handler` is read by the adapters). */
+const KNOWN_OPTIONS: ReadonlySet<string> = new Set([
+  'client', 'policy', 'cost', 'key', 'ipv6Subnet', 'prefix', 'onUnavailable', 'timeoutMs', 'skip',
+  'standardHeaders', 'legacyHeaders', 'statusCode', 'message', 'log', 'handler',
+]);
+
 /** ready()'s default wait: a TCP connection, the ready check and a PING, on a busy host. */
 const READY_WAIT_MS = 1000;
 
@@ -207,6 +213,11 @@ export function shareClient(c: RateLimitOptions['client']): SharedClient {
 
 export function createLimiter<Req extends RequestLike>(options: RateLimitOptions<Req>, shared?: SharedClient): Limiter<Req> {
   if (options === null || typeof options !== 'object') throw new CellgateArgumentError('options', 'rateLimit() needs an options object');
+  for (const name of Object.keys(options)) {
+    // A misspelt or unsupported option (e.g. express-rate-limit's `max` or `skipFailedRequests`)
+    // would otherwise be ignored in silence.
+    if (!KNOWN_OPTIONS.has(name)) throw new CellgateArgumentError(name, `unknown option '${name}' (the options: ${[...KNOWN_OPTIONS].join(', ')})`);
+  }
   const prefix = options.prefix ?? '';
   if (typeof prefix !== 'string' || /[{}]/.test(prefix)) {
     // The key's hash tag must be the first braces in it, so that the keys of a request share a slot.
