@@ -7,6 +7,7 @@
  *   app.get('/health', { config: { rateLimit: false } }, handler);                                        // not limited
  *
  *   app.addHook('onRequest', rateLimit({ ... }));                  // the hook alone, for the instance
+ *   await app.register(rateLimit({ ... }));                        // the same, registered
  *   app.get('/api/hello', { onRequest: rateLimit({ ... }) }, handler); // or for one route
  *
  * The limiter's figures are on `request.rateLimit`. An application error (a `key`, `cost` or
@@ -37,7 +38,10 @@ export interface FastifyRateLimitOptions<R extends FastifyRequestLike = FastifyR
 }
 
 export interface FastifyRateLimit {
+  /** The onRequest hook. */
   (request: FastifyRequestLike, reply: FastifyReplyLike): Promise<void>;
+  /** As a plugin: `app.register(rateLimit({...}))` adds the hook to the registering instance. */
+  (instance: FastifyInstanceLike, options?: unknown): Promise<void>;
   readonly stats: LimiterStats;
   /** Resolves once cellgate answers (rejects after `waitMs`, default 1000). */
   ready(waitMs?: number): Promise<void>;
@@ -53,21 +57,33 @@ function hookFor<R extends FastifyRequestLike>(options: FastifyRateLimitOptions<
   const limiter = createLimiter<R>(options, shared);
   const handler = options.handler;
   if (handler !== undefined && typeof handler !== 'function') throw new TypeError('handler must be a function');
-  const hook = async (request: FastifyRequestLike, reply: FastifyReplyLike): Promise<void> => {
+  const hook = async (request: FastifyRequestLike | FastifyInstanceLike, reply?: unknown): Promise<void> => {
+    // `app.register(rateLimit({...}))` calls this as a plugin, with the instance: become its hook.
+    if (isInstance(request)) {
+      request.addHook('onRequest', hook);
+      request.addHook('onClose', () => limiter.close());
+      return;
+    }
+    const res = reply as FastifyReplyLike;
     const outcome = await limiter.check(request as R);
-    for (const [name, value] of outcome.headers) if (name !== 'Content-Type') reply.header(name, value);
+    for (const [name, value] of outcome.headers) if (name !== 'Content-Type') res.header(name, value);
     if (outcome.info !== undefined) request.rateLimit = outcome.info;
     if (outcome.proceed) return;
     if (handler !== undefined && outcome.info !== undefined) {
-      await handler(request as R, reply, outcome.info);
+      await handler(request as R, res, outcome.info);
       return;
     }
-    reply.code(outcome.status);
-    reply.type(outcome.headers.find(([name]) => name === 'Content-Type')?.[1] ?? 'application/problem+json');
+    res.code(outcome.status);
+    res.type(outcome.headers.find(([name]) => name === 'Content-Type')?.[1] ?? 'application/problem+json');
     // Sending from an async onRequest hook ends the request there: the route handler does not run.
-    await reply.send(Buffer.from(JSON.stringify(outcome.body)));
+    await res.send(Buffer.from(JSON.stringify(outcome.body)));
   };
-  return Object.assign(hook, { stats: limiter.stats, ready: limiter.ready, close: limiter.close });
+  // Registered as a plugin, the hook applies to the instance that registers it (as fastify-plugin does).
+  return Object.assign(hook, { stats: limiter.stats, ready: limiter.ready, close: limiter.close, [Symbol.for('skip-override')]: true });
+}
+
+function isInstance(x: unknown): x is FastifyInstanceLike {
+  return typeof (x as { addHook?: unknown }).addHook === 'function' && typeof (x as { register?: unknown }).register === 'function';
 }
 
 /** `app.cellgate` after the plugin is registered: the instance policy's counters, and a readiness check. */
@@ -83,15 +99,17 @@ export type CellgatePluginOptions = Omit<FastifyRateLimitOptions, 'policy'> & Pa
 /** A route's `config.rateLimit`: its own options over the plugin's (same connection), or false for none. */
 export type RouteRateLimit = Partial<Omit<FastifyRateLimitOptions, 'client'>> | false;
 
-interface FastifyInstanceLike {
+export interface FastifyInstanceLike {
   addHook(name: 'onRoute', hook: (route: RouteOptionsLike) => void): unknown;
   addHook(name: 'onClose', hook: () => Promise<void>): unknown;
+  addHook(name: 'onRequest', hook: (request: FastifyRequestLike, reply: FastifyReplyLike) => Promise<void>): unknown;
+  register(plugin: unknown, options?: unknown): unknown;
   decorateRequest(name: string, value: unknown): unknown;
   decorate(name: string, value: unknown): unknown;
   hasDecorator(name: string): boolean;
   hasRequestDecorator(name: string): boolean;
 }
-interface RouteOptionsLike {
+export interface RouteOptionsLike {
   config?: { rateLimit?: RouteRateLimit };
   onRequest?: unknown;
 }

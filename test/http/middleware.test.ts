@@ -269,7 +269,8 @@ describe('keys a client cannot choose', () => {
 
   it("Fastify's trustProxy decides which address is the client's", async () => {
     const fa = Fastify({ trustProxy: true });
-    fa.get('/x', { onRequest: fastifyLimit({ client, policy: { name: 'ftp', limit: 1, periodMs: 60_000 }, timeoutMs: 5000 }) }, async () => 'ok');
+    fa.addHook('onRequest', fastifyLimit({ client, policy: { name: 'ftp', limit: 1, periodMs: 60_000 }, timeoutMs: 5000 }));
+    fa.get('/x', async () => 'ok');
     await fa.listen({ port: 0, host: '127.0.0.1' });
     closers.push(() => fa.close());
     const url = `http://127.0.0.1:${(fa.server.address() as AddressInfo).port}/x`;
@@ -427,6 +428,20 @@ describe('what users reach for', () => {
   });
 
   }
+
+  it('Fastify: app.register(rateLimit({...})) limits the routes beside it and closes with the app', async () => {
+    const fa = Fastify();
+    const hook = fastifyLimit({ client, key: testKey, timeoutMs: 5000, prefix: 'reg:', policy: { name: 'reg', limit: 1, periodMs: 60_000 } });
+    await fa.register(hook);
+    fa.get('/r', async () => 'r');
+    await fa.listen({ port: 0, host: '127.0.0.1' });
+    closers.push(() => fa.close());
+    const url = `http://127.0.0.1:${(fa.server.address() as AddressInfo).port}/r`;
+    const first = await get(url, { 'x-client': 'registered' });
+    expect([first.status, first.headers.get('ratelimit')]).toEqual([200, '"reg";r=0;t=60']);
+    expect((await get(url, { 'x-client': 'registered' })).status).toBe(429);
+    expect(hook.stats).toMatchObject({ allowed: 1, limited: 1 });
+  });
 
   it("Fastify plugin: app.register, the instance's policy, a route's own config, a route left out", async () => {
     const fa = Fastify();
