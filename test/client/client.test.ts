@@ -184,6 +184,7 @@ describe('the package', () => {
     expect(files).toContain('dist/http/express.d.ts');
     expect(files).toContain('CHANGELOG.md');
     expect(files).toContain('README.md');
+    expect(files).toContain('LICENSE');
     expect(files.filter((f) => /^(src|test|bench|scripts|examples)\//.test(f) || f.endsWith('.map'))).toEqual([]);
   });
 });
