@@ -45,6 +45,17 @@ export interface ScriptOutcome {
 export const BACKEND_WIDE_ERROR = 'ERR GCRA values beyond 2^53 are not supported with a backend';
 
 /**
+ * The most entries one sliding log may hold on the backend (its value at most 1 MiB of entries): an
+ * RL.SLIDINGLOG limit above it is refused before anything is sent (a log never holds more entries
+ * than its limit), and a stored log claiming more is not cellgate's (WRONGTYPE), so no call ever
+ * copies more than this many entries inside Redis.
+ */
+export const MAX_BACKEND_SLIDING_LOG_LIMIT = 65_536;
+
+/** The error for an RL.SLIDINGLOG limit above MAX_BACKEND_SLIDING_LOG_LIMIT. */
+export const BACKEND_LOG_LIMIT_ERROR = `ERR RL.SLIDINGLOG limit above ${MAX_BACKEND_SLIDING_LOG_LIMIT} is not supported with a backend`;
+
+/**
  * The value layout (docs/backend.md): byte 1 the format tag, byte 2 the KeyType, then little-endian
  * doubles: absolute expiry (ms), A, B, C; a sliding log appends its entries as (ms, running total).
  *
@@ -66,6 +77,7 @@ const LUA = String.raw`
 local MAGIC = 198
 local HEADER = 34
 local SAFE = 9007199254740992
+local MAX_LOG = ${MAX_BACKEND_SLIDING_LOG_LIMIT}
 local fmod, floor, ceil = math.fmod, math.floor, math.ceil
 
 local args = ARGV[1]
@@ -84,9 +96,15 @@ local nowMs = floor(nowUs / 1000)
 local function load(key, log, want)
   local v, len, hdr
   if not log then
-    v = redis.pcall('GET', key)
-    if not v then return 0 end
+    -- One byte past the 34 a value of this kind has: a longer value (a sliding log, a foreign
+    -- string of any size) is told apart without copying it into Lua; another Redis type errors.
+    v = redis.pcall('GETRANGE', key, 0, HEADER)
     if type(v) == 'table' then return -1 end
+    if v == '' then
+      if redis.call('EXISTS', key) == 1 then return -1 end
+      return 0
+    end
+    if #v > HEADER then return -1 end
     len = #v
     hdr = v
   else
@@ -114,7 +132,7 @@ local function load(key, log, want)
     return -1
   end
   if t == 5 then
-    if (len - HEADER) % 16 ~= 0 or a < 0 or b < 1 or a + b ~= (len - HEADER) / 16 then return -1 end
+    if (len - HEADER) % 16 ~= 0 or a < 0 or b < 1 or b > MAX_LOG or a + b ~= (len - HEADER) / 16 then return -1 end
   elseif len ~= HEADER then
     return -1
   end
@@ -670,6 +688,7 @@ export function limiterScriptArgv(limits: readonly ScriptLimit[], allOrNothing: 
       const p = l.gcra;
       put(out, at, 'r', p.limit, p.intervalUs, p.intervalNs, p.toleranceUs, p.toleranceNs, l.cost);
     } else {
+      if (l.type === KeyType.SlidingLog && l.limit > MAX_BACKEND_SLIDING_LOG_LIMIT) return { error: BACKEND_LOG_LIMIT_ERROR };
       put(out, at, RL_OPS[l.type], l.limit, l.periodMs, l.burst, l.cost, 0, 0);
     }
     at += LIMIT_BYTES;
@@ -734,7 +753,7 @@ local exp, a, b, c = struct.unpack('<dddd', v, 3)
 local function isint(x) return x == x and x == math.floor(x) and math.abs(x) <= 9007199254740992 end
 if not (isint(exp) and isint(a) and isint(b) and isint(c)) then return redis.status_reply('string') end
 if name == 'slidinglog' then
-  if (len - 34) % 16 ~= 0 or a < 0 or b < 1 or a + b ~= (len - 34) / 16 then return redis.status_reply('string') end
+  if (len - 34) % 16 ~= 0 or a < 0 or b < 1 or b > ${MAX_BACKEND_SLIDING_LOG_LIMIT} or a + b ~= (len - 34) / 16 then return redis.status_reply('string') end
 elseif len ~= 34 then
   return redis.status_reply('string')
 end

@@ -12,10 +12,12 @@
  * - invalidations: DEL/UNLINK/FLUSHDB through any sidecar are published on `<prefix>__invalidate`
  *   and every sidecar's refusal cache drops those keys.
  */
+import { randomBytes } from 'node:crypto';
 import { Cluster, Command, Redis, type RedisOptions } from 'ioredis';
 import type { Logger } from '../log.js';
 import type { BackendTarget } from './backend-url.js';
 import { RefusalCache } from './refusal-cache.js';
+import { keySlot } from './key-slot.js';
 
 export type BackendState = 'connecting' | 'up' | 'down';
 export type UnavailablePolicy = 'local' | 'allow' | 'deny';
@@ -44,11 +46,43 @@ export const PROBE_INTERVAL_MS = 250;
 const CONNECT_GRACE_MS = 1000;
 /** Reconnect backoff: 50 ms doubling up to 2 s. */
 const MAX_RECONNECT_DELAY_MS = 2000;
+/**
+ * Calls sent to one node and not answered by it yet (those already answered by the policy after
+ * backend-timeout included: the client still holds them until the node replies or the connection
+ * closes). Past it, calls for that node get the policy at once: whatever a node does (paused,
+ * partitioned), what the sidecar holds for it stays bounded.
+ */
+export const MAX_PENDING_PER_NODE = 2048;
+
+/** One backend node as the calls see it: a standalone Redis, or one master of a Cluster. */
+export interface NodeState {
+  /** `host:port` (the Cluster client's node key), or `standalone`. */
+  readonly key: string;
+  /** Calls sent and not answered by the node yet. */
+  pending: number;
+  consecutiveTimeouts: number;
+  /** Cluster only (one Redis uses the backend's state): its calls get the policy at once. */
+  down: boolean;
+  probing: boolean;
+  /** A probe PING sent and not answered yet: the next probe sends none (a paused node would queue them). */
+  pinging: boolean;
+}
+
+/** How long a sidecar heard on the invalidation channel counts as present (Cluster: whose acknowledgement a reset waits for). */
+const PEER_TTL_MS = 60_000;
+
+interface AckWait {
+  /** Acknowledgements to wait for (-1 until PUBLISH answered how many received it). */
+  need: number;
+  got: number;
+  done: () => void;
+}
 
 interface InFlight {
   deadlineMs: number;
   done: CallDone;
   settled: boolean;
+  node: NodeState;
 }
 
 type Client = Redis | Cluster;
@@ -72,6 +106,12 @@ export class RedisBackend {
   policyDecisions = 0;
   stateChanges = 0;
   invalidationsReceived = 0;
+  /** Invalidations whose acknowledgements did not all arrive within backend-timeout. */
+  invalidationAckTimeouts = 0;
+  /** Calls answered by the policy at once because their node had MAX_PENDING_PER_NODE calls pending. */
+  overflows = 0;
+  /** The most calls one node had pending at once so far (never above MAX_PENDING_PER_NODE). */
+  pendingPeak = 0;
   lastError = '';
 
   private readonly client: Client;
@@ -81,6 +121,18 @@ export class RedisBackend {
   private timer: NodeJS.Timeout | null = null;
   private consecutiveTimeouts = 0;
   private probing = false;
+  /** The one node of a standalone backend; a Cluster's masters by node key. */
+  private readonly single: NodeState = newNode('standalone');
+  private readonly nodesByKey = new Map<string, NodeState>();
+  /** This sidecar on the invalidation channel (random, per process). */
+  private readonly sidecarId = randomBytes(8).toString('hex');
+  private invalidationSeq = 0;
+  /** Invalidations this sidecar published, waiting for acknowledgements, by nonce. */
+  private readonly ackWaits = new Map<string, AckWait>();
+  /** Sidecars heard on the channel: id → when (ms). */
+  private readonly peers = new Map<string, number>();
+  /** When the Cluster's slot map was last asked to refresh (ms). */
+  private lastRefreshMs = 0;
   /** The connections' writes are held until the end of this turn (cork). */
   private corked = false;
   private closed = false;
@@ -159,21 +211,74 @@ export class RedisBackend {
     return new Redis({ ...common, host: t.nodes[0].host, port: t.nodes[0].port, db: t.db });
   }
 
-  /** Runs the limiter script with these keys (already prefixed) and ARGV; `done` is called exactly once. */
-  limit(keys: Buffer[], argv: readonly (Buffer | string)[], done: CallDone): void {
+  /**
+   * The node a call on `key` goes to, when it can take one now; null when the call must get the
+   * policy at once: that node is down (Cluster), or has MAX_PENDING_PER_NODE calls pending (counted
+   * in `overflows`).
+   */
+  admit(key: Buffer): NodeState | null {
+    const node = this.nodeFor(key);
+    if (node.down) return null;
+    if (node.pending >= MAX_PENDING_PER_NODE) {
+      this.overflows++;
+      return null;
+    }
+    return node;
+  }
+
+  /** Where a key's calls go: the master of its slot in the Cluster client's slot map. */
+  private nodeFor(key: Buffer): NodeState {
+    if (!(this.client instanceof Cluster)) return this.single;
+    const owner = this.client.slots[keySlot(key)]?.[0];
+    if (owner === undefined) return this.single;
+    let node = this.nodesByKey.get(owner);
+    if (node === undefined) {
+      node = newNode(owner);
+      this.nodesByKey.set(owner, node);
+    }
+    return node;
+  }
+
+  /** Runs the limiter script with these keys (already prefixed) and ARGV on `node` (from admit); `done` is called exactly once. */
+  limit(node: NodeState, keys: Buffer[], argv: readonly (Buffer | string)[], done: CallDone): void {
     this.calls++;
     if (!this.corked) this.cork();
-    this.track((this.client as unknown as LimiterClient).cellgateLimit(keys.length, ...keys, ...argv), done);
+    this.track((this.client as unknown as LimiterClient).cellgateLimit(keys.length, ...keys, ...argv), done, node);
   }
 
   /** TYPE of one backend key, through the type script (cellgate's algorithm names). */
   type(key: Buffer, argv: string[], done: CallDone): void {
-    this.track((this.client as unknown as LimiterClient).cellgateType(1, key, ...argv), done);
+    const node = this.admit(key);
+    if (node === null) {
+      done(new Error('the key\'s backend node is down or has too many calls pending'), undefined);
+      return;
+    }
+    this.track((this.client as unknown as LimiterClient).cellgateType(1, key, ...argv), done, node);
   }
 
-  /** Any other command (DEL, PTTL, SCAN, ...) on the connection, with the same bounded wait. */
+  /** Any other command (DEL, PTTL, ...) on one key, with the same bounded wait. */
   command(name: string, args: (Buffer | string | number)[], done: CallDone): void {
-    this.track(send(this.client, name, args), done);
+    const key = args[0];
+    const node = Buffer.isBuffer(key) ? this.admit(key) : this.single;
+    if (node === null) {
+      done(new Error('the key\'s backend node is down or has too many calls pending'), undefined);
+      return;
+    }
+    this.track(send(this.client, name, args), done, node);
+  }
+
+  /** Cluster nodes marked down now (INFO backend). */
+  get nodesDown(): number {
+    let n = 0;
+    for (const node of this.nodesByKey.values()) if (node.down) n++;
+    return n;
+  }
+
+  /** Calls sent and not answered yet, over every node (INFO backend). */
+  get pending(): number {
+    let n = this.single.pending;
+    for (const node of this.nodesByKey.values()) n += node.pending;
+    return n;
   }
 
   /** The Cluster's masters (SCAN, DBSIZE and FLUSHDB visit each), or the one server. */
@@ -183,24 +288,135 @@ export class RedisBackend {
 
   /** Runs a command on one node (a master from masters()), with the bounded wait. */
   onNode(node: Redis, name: string, args: (Buffer | string | number)[], done: CallDone): void {
-    this.track(send(node, name, args), done);
+    this.track(send(node, name, args), done, this.stateOf(node));
   }
 
-  /** Tells every sidecar (this one included) that these client keys were reset; an empty list means all. */
-  publishInvalidation(keys: Buffer[]): void {
-    const message = keys.length === 0 ? Buffer.from('*') : Buffer.concat(keys.flatMap((k) => [lengthPrefix(k.length), k]));
-    this.client.publish(this.channel, message).catch((e: Error) => this.noteError(`publish: ${e.message}`));
+  /** The state of a connection from masters(). */
+  private stateOf(redis: Redis): NodeState {
+    if (!(this.client instanceof Cluster)) return this.single;
+    const key = `${redis.options.host}:${redis.options.port}`;
+    let node = this.nodesByKey.get(key);
+    if (node === undefined) {
+      node = newNode(key);
+      this.nodesByKey.set(key, node);
+    }
+    return node;
+  }
+
+  /**
+   * One step of a long operator command (FLUSHDB) on one node: bounded by the operation's own
+   * deadline, not by backend-timeout, and outside the limiter calls' bookkeeping (never a timeout,
+   * never a reason to mark the backend down).
+   */
+  bulk(node: Redis, name: string, args: (Buffer | string | number)[], deadlineMs: number): Promise<unknown> {
+    const waitMs = deadlineMs - Date.now();
+    if (waitMs <= 0) return Promise.reject(new Error(`${name.toUpperCase()} did not finish within its time budget`));
+    return new Promise((resolve, reject) => {
+      const timer = this.host.after('backend bulk', waitMs, () => reject(new Error(`${name.toUpperCase()} did not finish within its time budget`)));
+      send(node, name, args).then(
+        (reply) => {
+          clearTimeout(timer);
+          resolve(reply);
+        },
+        (e: Error) => {
+          clearTimeout(timer);
+          reject(e);
+        },
+      );
+    });
+  }
+
+  /**
+   * Tells every sidecar (this one included) that these client keys were reset (an empty list: all of
+   * them), and resolves once every sidecar subscribed has acknowledged that it dropped its cached
+   * refusals of them, or after backend-timeout (never rejects). A reset command replies after this,
+   * so a call sent to any sidecar after its reply cannot be answered by a refusal cached before it.
+   *
+   * On the channel, an invalidation is `I`, the nonce's length (one byte), the nonce, then `A`
+   * (every key) or `K` and the keys as [4-byte length][bytes]; its acknowledgement is `a`, the
+   * nonce's length, the nonce, then the acknowledging sidecar's id.
+   */
+  invalidate(keys: Buffer[]): Promise<void> {
+    const nonce = Buffer.from(`${this.sidecarId}:${++this.invalidationSeq}`, 'latin1');
+    const head = Buffer.from([0x49, nonce.length]);
+    const message = keys.length === 0
+      ? Buffer.concat([head, nonce, Buffer.from('A')])
+      : Buffer.concat([head, nonce, Buffer.from('K'), ...keys.flatMap((k) => [lengthPrefix(k.length), k])]);
+    const id = nonce.toString('latin1');
+    return new Promise((resolve) => {
+      const waiting: AckWait = { need: -1, got: 0, done: () => {} };
+      const finish = (): void => {
+        clearTimeout(timer);
+        this.ackWaits.delete(id);
+        resolve();
+      };
+      waiting.done = finish;
+      const timer = this.host.after('backend invalidation acks', this.timeoutMs, () => {
+        this.invalidationAckTimeouts++;
+        finish();
+      });
+      this.ackWaits.set(id, waiting);
+      this.client.publish(this.channel, message).then(
+        (receivers: number) => {
+          // One Redis counts every subscriber; a Cluster node only its own (the others hear it over
+          // the cluster bus), so there the sidecars heard from lately count too.
+          waiting.need = this.target.mode === 'cluster' ? Math.max(receivers, this.livePeers()) : receivers;
+          if (waiting.got >= waiting.need) finish();
+        },
+        (e: Error) => {
+          this.noteError(`publish: ${e.message}`);
+          finish();
+        },
+      );
+    });
+  }
+
+  /** Sidecars (this one included) heard on the channel within PEER_TTL_MS. */
+  private livePeers(): number {
+    const since = Date.now() - PEER_TTL_MS;
+    let n = 0;
+    for (const [id, at] of this.peers) {
+      if (at >= since) n++;
+      else this.peers.delete(id);
+    }
+    return n;
   }
 
   private onInvalidation(channel: Buffer, message: Buffer): void {
-    if (channel.toString('latin1') !== this.channel) return;
-    this.invalidationsReceived++;
-    if (message.length === 1 && message[0] === 0x2a) {
-      this.cache.clear();
+    if (channel.toString('latin1') !== this.channel || message.length === 0) return;
+    const kind = message[0];
+    if (kind === 0x61 && message.length >= 2) {
+      // An acknowledgement.
+      const end = 2 + message[1];
+      const wait = this.ackWaits.get(message.toString('latin1', 2, end));
+      this.notePeer(message.toString('latin1', end));
+      if (wait !== undefined && ++wait.got >= wait.need && wait.need >= 0) wait.done();
       return;
     }
-    // [4-byte length][key bytes]...
-    let i = 0;
+    this.invalidationsReceived++;
+    if (kind === 0x49 && message.length >= 3) {
+      const end = 2 + message[1];
+      const nonce = message.subarray(2, end);
+      this.notePeer(nonce.toString('latin1', 0, nonce.indexOf(0x3a)));
+      if (message[end] === 0x41) this.cache.clear();
+      else this.dropKeys(message, end + 1);
+      // Dropped: say so (the resetting sidecar replies to its client once every sidecar has).
+      const ack = Buffer.concat([Buffer.from([0x61, nonce.length]), nonce, Buffer.from(this.sidecarId, 'latin1')]);
+      this.client.publish(this.channel, ack).catch((e: Error) => this.noteError(`publish: ${e.message}`));
+      return;
+    }
+    // The earlier format, without acknowledgements: `*`, or the keys alone.
+    if (message.length === 1 && kind === 0x2a) this.cache.clear();
+    else this.dropKeys(message, 0);
+  }
+
+  private notePeer(id: string): void {
+    if (id !== '') this.peers.set(id, Date.now());
+  }
+
+  /** Drops the cached refusals of the keys listed from `at` as [4-byte length][key bytes]... */
+  private dropKeys(message: Buffer, at: number): void {
+    let i = at;
     while (i + 4 <= message.length) {
       const n = message.readUInt32BE(i);
       i += 4;
@@ -221,12 +437,17 @@ export class RedisBackend {
   }
 
   /** Attaches `done` to a call with the bounded wait. */
-  private track(call: Promise<unknown>, done: CallDone): void {
-    const entry: InFlight = { deadlineMs: Date.now() + this.timeoutMs, done, settled: false };
+  private track(call: Promise<unknown>, done: CallDone, node: NodeState): void {
+    const entry: InFlight = { deadlineMs: Date.now() + this.timeoutMs, done, settled: false, node };
     this.inFlight.push(entry);
+    if (++node.pending > this.pendingPeak) this.pendingPeak = node.pending;
     if (this.timer === null) this.armTimer();
     call.then(
       (reply) => {
+        node.pending--;
+        // The node answers (a late reply included): it is not stuck.
+        node.consecutiveTimeouts = 0;
+        if (node.down) this.nodeUp(node, 'a call was answered');
         if (entry.settled) return;
         entry.settled = true;
         this.consecutiveTimeouts = 0;
@@ -234,6 +455,8 @@ export class RedisBackend {
         done(null, reply);
       },
       (e: Error) => {
+        node.pending--;
+        if (e.message.startsWith('CLUSTERDOWN') || e.message.startsWith('MOVED')) this.refreshSlots();
         if (entry.settled) return;
         entry.settled = true;
         if (!isDecision(e)) {
@@ -243,6 +466,73 @@ export class RedisBackend {
         done(e, undefined);
       },
     );
+  }
+
+  /**
+   * Asks the Cluster client to reload the slot map (at most once per PROBE_INTERVAL_MS): after a
+   * failover the failed master's slots belong to its replica, and a paused master sends no MOVED.
+   */
+  private refreshSlots(): void {
+    if (!(this.client instanceof Cluster) || this.closed) return;
+    const now = Date.now();
+    if (now - this.lastRefreshMs < PROBE_INTERVAL_MS) return;
+    this.lastRefreshMs = now;
+    this.client.refreshSlotsCache((e?: Error | null) => {
+      if (e) this.noteError(`slot map refresh: ${e.message}`);
+    });
+  }
+
+  /** A Cluster master that stopped answering: its slots' calls get the policy at once until it answers a PING or loses its slots. */
+  private nodeDown(node: NodeState, reason: string): void {
+    if (node.down || this.closed) return;
+    node.down = true;
+    this.host.log.warning(`backend node ${node.key} down: ${reason}; its keys answered by backend-unavailable ${this.policy}`, { backend: this.target.display, node: node.key, reason });
+    this.probeNode(node);
+  }
+
+  private nodeUp(node: NodeState, reason: string): void {
+    if (!node.down) return;
+    node.down = false;
+    node.consecutiveTimeouts = 0;
+    this.host.log.notice(`backend node ${node.key} up: ${reason}`, { backend: this.target.display, node: node.key });
+  }
+
+  /**
+   * While a Cluster node is down: every PROBE_INTERVAL_MS, reload the slot map; once the node serves
+   * no slot (its replica took over) it is forgotten as down (its keys now go to the new master);
+   * otherwise a PING, one at a time, brings it back when answered.
+   */
+  private probeNode(node: NodeState): void {
+    if (node.probing || this.closed) return;
+    node.probing = true;
+    this.host.after('backend node probe', PROBE_INTERVAL_MS, () => {
+      node.probing = false;
+      if (!node.down || this.closed || !(this.client instanceof Cluster)) return;
+      const cluster = this.client;
+      this.refreshSlots();
+      if (!cluster.slots.some((owners) => owners?.[0] === node.key)) {
+        this.nodeUp(node, 'its slots are served by another master now');
+        return;
+      }
+      const redis = cluster.nodes('master').find((r) => `${r.options.host}:${r.options.port}` === node.key);
+      if (redis !== undefined && redis.status === 'ready' && !node.pinging) {
+        node.pinging = true;
+        node.pending++;
+        redis.ping().then(
+          () => {
+            node.pinging = false;
+            node.pending--;
+            node.consecutiveTimeouts = 0;
+            this.nodeUp(node, 'PING answered');
+          },
+          () => {
+            node.pinging = false;
+            node.pending--;
+          },
+        );
+      }
+      this.probeNode(node);
+    });
   }
 
   /**
@@ -290,11 +580,17 @@ export class RedisBackend {
         entry.settled = true;
         this.timeouts++;
         this.consecutiveTimeouts++;
+        const node = entry.node;
+        node.consecutiveTimeouts++;
         // One Redis that stops answering is down for every key. In a Cluster one master failing takes
-        // only its slots: the other masters' keys stay decided on the backend, and the failing
-        // master's calls get the policy one by one until its replica takes over.
-        if (this.consecutiveTimeouts >= TIMEOUTS_FOR_DOWN && this.state === 'up' && this.target.mode === 'standalone') {
-          this.setState('down', `${TIMEOUTS_FOR_DOWN} calls in a row took longer than backend-timeout ${this.timeoutMs} ms`);
+        // only its slots: the other masters' keys stay decided on the backend, the failing master's
+        // calls get the policy at once, and the slot map is reloaded until its replica took over.
+        const why = `${TIMEOUTS_FOR_DOWN} calls in a row took longer than backend-timeout ${this.timeoutMs} ms`;
+        if (this.target.mode === 'standalone') {
+          if (this.consecutiveTimeouts >= TIMEOUTS_FOR_DOWN && this.state === 'up') this.setState('down', why);
+        } else {
+          this.refreshSlots();
+          if (node.consecutiveTimeouts >= TIMEOUTS_FOR_DOWN && node !== this.single) this.nodeDown(node, why);
         }
         entry.done(TIMED_OUT, undefined);
       }
@@ -341,10 +637,22 @@ export class RedisBackend {
         this.probe(); // ioredis is reconnecting; 'ready' brings it up
         return;
       }
-      this.track(this.client.ping(), (error) => {
+      const node = this.single;
+      if (node.pinging) {
+        // The last PING is still unanswered (a paused Redis): wait for it rather than queue more.
+        this.probe();
+        return;
+      }
+      node.pinging = true;
+      const ping = this.client.ping();
+      const answered = (): void => {
+        node.pinging = false;
+      };
+      ping.then(answered, answered);
+      this.track(ping, (error) => {
         if (error === null) this.setState('up', 'PING answered');
         else this.probe();
-      });
+      }, node);
     });
   }
 
@@ -384,6 +692,10 @@ export class RedisBackend {
       }
     }
   }
+}
+
+function newNode(key: string): NodeState {
+  return { key, pending: 0, consecutiveTimeouts: 0, down: false, probing: false, pinging: false };
 }
 
 /** A reply error that is a decision the client must see (the script's WRONGTYPE and GCRA overflow), not a failure. */

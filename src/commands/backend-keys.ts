@@ -17,6 +17,7 @@ import type { RedisBackend } from '../backend/redis-backend.js';
 import { parseScanArgs } from './keys.js';
 import { KEY_TOO_LONG, MAX_BACKEND_KEY_BYTES } from './backend-limiter.js';
 import type { CommandContext } from './types.js';
+import { keySlot } from '../backend/key-slot.js';
 
 type Write = (w: ReplyWriter) => void;
 
@@ -58,8 +59,14 @@ export function backendDel(ctx: CommandContext, argv: CommandArgs, backend: Redi
   // This sidecar forgets at once; the others when the invalidation arrives.
   for (const k of clientKeys) backend.cache.invalidateKey(k.toString('latin1'));
   later(ctx, backend, async () => {
-    const replies = await Promise.all(keys.map((k) => backend.ask('del', [k])));
-    backend.publishInvalidation(clientKeys);
+    let replies: unknown[];
+    try {
+      replies = await Promise.all(keys.map((k) => backend.ask('del', [k])));
+    } finally {
+      // Some may be deleted even if others failed. The reply waits for every sidecar to have dropped
+      // its cached refusals of these keys (or for backend-timeout).
+      await backend.invalidate(clientKeys);
+    }
     const removed = replies.reduce((sum: number, n) => sum + Number(n), 0);
     return (w) => w.integer(removed);
   });
@@ -199,13 +206,47 @@ export function backendDbsize(ctx: CommandContext, backend: RedisBackend): void 
   });
 }
 
+/** Keys per FLUSHDB step: one SCAN of this COUNT, then UNLINK of what it found (one per slot in a Cluster). */
+export const FLUSH_BATCH_KEYS = 1000;
+/**
+ * How long a FLUSHDB/FLUSHALL through the backend may take in all. Its steps are not limiter calls:
+ * they do not wait by backend-timeout and never count as timeouts or mark the backend down.
+ */
+export const FLUSH_BUDGET_MS = 60_000;
+
 export function backendFlush(ctx: CommandContext, backend: RedisBackend): void {
   backend.cache.clear();
   later(ctx, backend, async () => {
-    const keys = await allKeys(backend, null);
-    // One key per command: keys on one master may still be on different slots.
-    await Promise.all(keys.map((k) => backend.ask('unlink', [Buffer.concat([backend.prefixBytes, k])])));
-    backend.publishInvalidation([]);
+    const deadlineMs = Date.now() + FLUSH_BUDGET_MS;
+    const match = matchPattern(backend, null);
+    try {
+      for (const node of backend.masters()) {
+        let cursor = '0';
+        do {
+          const reply = (await backend.bulk(node, 'scan', [cursor, 'MATCH', match, 'COUNT', FLUSH_BATCH_KEYS], deadlineMs)) as [Buffer, Buffer[]];
+          cursor = reply[0].toString();
+          const found = reply[1];
+          if (found.length === 0) continue;
+          if (backend.target.mode !== 'cluster') {
+            await backend.bulk(node, 'unlink', found, deadlineMs);
+            continue;
+          }
+          // A node takes a multi-key command only within one slot.
+          const bySlot = new Map<number, Buffer[]>();
+          for (const k of found) {
+            const slot = keySlot(k);
+            const group = bySlot.get(slot);
+            if (group === undefined) bySlot.set(slot, [k]);
+            else group.push(k);
+          }
+          await Promise.all([...bySlot.values()].map((keys) => backend.bulk(node, 'unlink', keys, deadlineMs)));
+        } while (cursor !== '0');
+      }
+    } finally {
+      // Whatever was deleted, even if the flush did not finish: every sidecar forgets its refusals.
+      backend.cache.clear();
+      await backend.invalidate([]);
+    }
     return (w) => w.ok();
   });
 }

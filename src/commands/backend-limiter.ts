@@ -85,7 +85,10 @@ export function runOnBackend(ctx: CommandContext, argv: CommandArgs, backend: Re
       return;
     }
   }
-  if (!backend.usable) {
+  // Down (the backend, or in a Cluster the key's master), or too many calls pending there: the
+  // policy at once.
+  const node = backend.usable ? backend.admit(keys[0]) : null;
+  if (node === null) {
     answerByPolicy(ctx, ctx.reply, argv, backend, call);
     return;
   }
@@ -103,7 +106,7 @@ export function runOnBackend(ctx: CommandContext, argv: CommandArgs, backend: Re
   const sentAtUs = ctx.nowUs;
   const epoch = cache.epoch;
   const resolve = client.defer();
-  backend.limit(keys, scriptArgv, (error, reply) => {
+  backend.limit(node, keys, scriptArgv, (error, reply) => {
     if (error === null) {
       let outcome: ScriptOutcome;
       try {

@@ -131,6 +131,9 @@ function backendFamilies(server: Server): string[] {
     family('cellgate_backend_errors_total', 'counter', 'Backend calls that failed (not counting timeouts and decisions such as WRONGTYPE).', [[null, b.errors]]),
     family('cellgate_backend_timeouts_total', 'counter', 'Backend calls not answered within backend-timeout.', [[null, b.timeouts]]),
     family('cellgate_backend_policy_decisions_total', 'counter', 'Limiter calls answered by backend-unavailable.', [[{ policy: b.policy }, b.policyDecisions]]),
+    family('cellgate_backend_pending', 'gauge', 'Backend calls sent and not answered yet (INFO backend_pending).', [[null, b.pending]]),
+    family('cellgate_backend_overflows_total', 'counter', 'Limiter calls answered by backend-unavailable because their node had too many calls pending.', [[null, b.overflows]]),
+    family('cellgate_backend_nodes_down', 'gauge', 'Cluster masters marked down (INFO backend_nodes_down).', [[null, b.nodesDown]]),
     family('cellgate_backend_cache_hits_total', 'counter', 'Refusals answered from the local refusal cache.', [[null, b.cache.hits]]),
     family('cellgate_backend_state_changes_total', 'counter', 'Backend state changes (up/down).', [[null, b.stateChanges]]),
   ];
