@@ -515,7 +515,7 @@ export class RedisBackend {
         return;
       }
       const redis = cluster.nodes('master').find((r) => `${r.options.host}:${r.options.port}` === node.key);
-      if (redis !== undefined && redis.status === 'ready' && !node.pinging) {
+      if (redis !== undefined && redis.status === 'ready' && !node.pinging && node.pending < MAX_PENDING_PER_NODE) {
         node.pinging = true;
         node.pending++;
         redis.ping().then(
@@ -638,8 +638,9 @@ export class RedisBackend {
         return;
       }
       const node = this.single;
-      if (node.pinging) {
-        // The last PING is still unanswered (a paused Redis): wait for it rather than queue more.
+      if (node.pinging || node.pending >= MAX_PENDING_PER_NODE) {
+        // The last PING, or as many calls as a node may hold, still unanswered (a paused Redis):
+        // wait for them rather than queue more (any of them answered brings the backend up).
         this.probe();
         return;
       }

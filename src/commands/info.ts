@@ -172,6 +172,7 @@ const SECTIONS: Record<string, Section> = {
       ['backend_cache_entries', b.cache.size],
       ['backend_cache_enabled', b.cache.enabled ? 1 : 0],
       ['backend_invalidations_received', b.invalidationsReceived],
+      ['backend_invalidation_ack_timeouts', b.invalidationAckTimeouts],
       ['backend_last_error', b.lastError.replace(/[\r\n]+/g, ' ')],
     ];
   },
