@@ -204,7 +204,9 @@ export class RedisBackend {
         retryDelayOnFailover: 20,
         retryDelayOnClusterDown: 50,
         retryDelayOnTryAgain: 20,
-        slotsRefreshTimeout: Math.max(1000, this.timeoutMs * 10),
+        // A slot map refresh asks one node at a time and moves on when it does not answer: a paused
+        // master must not hold the refresh that moves its slots away for long.
+        slotsRefreshTimeout: Math.max(500, this.timeoutMs * 2),
         redisOptions: { ...common, retryStrategy: undefined } as RedisOptions,
       });
     }
