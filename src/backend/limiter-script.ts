@@ -104,9 +104,14 @@ local function load(key, log, want)
       if redis.call('EXISTS', key) == 1 then return -1 end
       return 0
     end
-    if #v > HEADER then return -1 end
     len = #v
     hdr = v
+    if len > HEADER then
+      -- Only a sliding log is longer; it may have expired (then the key is absent), which its header
+      -- says: its length is needed for the header's checks, not its entries.
+      if string.byte(v, 1) ~= MAGIC or string.byte(v, 2) ~= 5 then return -1 end
+      len = redis.call('STRLEN', key)
+    end
   else
     -- At most the header and 8 entries: the whole of a short log in one call; STRLEN only when
     -- there may be more.

@@ -22,7 +22,7 @@ import fc from 'fast-check';
 import { Redis } from 'ioredis';
 import { startServer, type RunningServer } from '../helpers/server.js';
 import { RedisNode } from '../helpers/redis.js';
-import { LIMITER_SCRIPT, TYPE_SCRIPT, limiterScriptArgv, parseLimiterReply, type ScriptLimit } from '../../src/backend/limiter-script.js';
+import { MAX_BACKEND_SLIDING_LOG_LIMIT, LIMITER_SCRIPT, TYPE_SCRIPT, limiterScriptArgv, parseLimiterReply, type ScriptLimit } from '../../src/backend/limiter-script.js';
 import { cellParams } from '../../src/limiters/cell-throttle.js';
 import { gcraParams, type GcraParams } from '../../src/limiters/redis-gcra.js';
 import { gcraMsParams, newGcraMsParams } from '../../src/limiters/gcra-ms.js';
@@ -139,7 +139,7 @@ function rlSpec(r: Rand, family: Family): Spec {
   const type = RL_TYPES[family];
   for (;;) {
     const periodMs = r() < 0.15 ? edgy(r, 1, 1e12) : edgy(r, 1, 5000, 1000);
-    const limit = type === KeyType.SlidingLog ? edgy(r, 1, r() < 0.05 ? 1e6 : 60, 10) : r() < 0.05 ? edgy(r, 1, MAX_SCALED) : edgy(r, 1, 1000, 20);
+    const limit = type === KeyType.SlidingLog ? edgy(r, 1, r() < 0.05 ? MAX_BACKEND_SLIDING_LOG_LIMIT : 60, 10) : r() < 0.05 ? edgy(r, 1, MAX_SCALED) : edgy(r, 1, 1000, 20);
     const hasBurst = (type === KeyType.TokenBucket || type === KeyType.LeakyBucket || type === KeyType.Gcra) && r() < 0.6;
     const burst = hasBurst ? (r() < 0.05 ? edgy(r, 1, MAX_SCALED) : edgy(r, 1, 1000, 20)) : limit;
     const gcra = newGcraMsParams();
