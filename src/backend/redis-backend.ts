@@ -129,6 +129,8 @@ export class RedisBackend {
   private invalidationSeq = 0;
   /** Invalidations this sidecar published, waiting for acknowledgements, by nonce. */
   private readonly ackWaits = new Map<string, AckWait>();
+  /** Where the other sidecars acknowledge this one's invalidations. */
+  private readonly ackChannel: string;
   /** Sidecars heard on the channel: id → when (ms). */
   private readonly peers = new Map<string, number>();
   /** When the Cluster's slot map was last asked to refresh (ms). */
@@ -149,6 +151,7 @@ export class RedisBackend {
     this.timeoutMs = timeoutMs;
     this.policy = policy;
     this.channel = `${prefix}__invalidate`;
+    this.ackChannel = `${this.channel}:${this.sidecarId}`;
     this.prefixBytes = Buffer.from(prefix);
     this.client = this.connect();
     this.client.defineCommand('cellgateLimit', { lua: limiterScript });
@@ -334,9 +337,11 @@ export class RedisBackend {
    * refusals of them, or after backend-timeout (never rejects). A reset command replies after this,
    * so a call sent to any sidecar after its reply cannot be answered by a refusal cached before it.
    *
-   * On the channel, an invalidation is `I`, the nonce's length (one byte), the nonce, then `A`
-   * (every key) or `K` and the keys as [4-byte length][bytes]; its acknowledgement is `a`, the
-   * nonce's length, the nonce, then the acknowledging sidecar's id.
+   * On the channel, an invalidation is `I`, the nonce's length (one byte), the nonce (the sender's
+   * id, `:`, a sequence number), then `A` (every key) or `K` and the keys as [4-byte length][bytes].
+   * Its acknowledgement goes to the sender's own channel `<channel>:<id>` (so a reset costs one
+   * message per sidecar, not one per pair): `a`, the nonce's length, the nonce, then the
+   * acknowledging sidecar's id.
    */
   invalidate(keys: Buffer[]): Promise<void> {
     const nonce = Buffer.from(`${this.sidecarId}:${++this.invalidationSeq}`, 'latin1');
@@ -385,9 +390,11 @@ export class RedisBackend {
   }
 
   private onInvalidation(channel: Buffer, message: Buffer): void {
-    if (channel.toString('latin1') !== this.channel || message.length === 0) return;
+    const name = channel.toString('latin1');
+    if ((name !== this.channel && name !== this.ackChannel) || message.length === 0) return;
     const kind = message[0];
-    if (kind === 0x61 && message.length >= 2) {
+    if (name === this.ackChannel) {
+      if (kind !== 0x61 || message.length < 2) return;
       // An acknowledgement.
       const end = 2 + message[1];
       const wait = this.ackWaits.get(message.toString('latin1', 2, end));
@@ -404,7 +411,8 @@ export class RedisBackend {
       else this.dropKeys(message, end + 1);
       // Dropped: say so (the resetting sidecar replies to its client once every sidecar has).
       const ack = Buffer.concat([Buffer.from([0x61, nonce.length]), nonce, Buffer.from(this.sidecarId, 'latin1')]);
-      this.client.publish(this.channel, ack).catch((e: Error) => this.noteError(`publish: ${e.message}`));
+      const origin = nonce.toString('latin1', 0, nonce.indexOf(0x3a));
+      this.client.publish(`${this.channel}:${origin}`, ack).catch((e: Error) => this.noteError(`publish: ${e.message}`));
       return;
     }
     // The earlier format, without acknowledgements: `*`, or the keys alone.
@@ -413,7 +421,10 @@ export class RedisBackend {
   }
 
   private notePeer(id: string): void {
-    if (id !== '') this.peers.set(id, Date.now());
+    if (id === '') return;
+    this.peers.set(id, Date.now());
+    // Sidecars come and go (restarts): keep only those heard lately.
+    if (this.peers.size > 4096) this.livePeers();
   }
 
   /** Drops the cached refusals of the keys listed from `at` as [4-byte length][key bytes]... */
@@ -429,7 +440,7 @@ export class RedisBackend {
   }
 
   private subscribe(): void {
-    this.subscriber.subscribe(this.channel).then(
+    this.subscriber.subscribe(this.channel, this.ackChannel).then(
       () => {
         this.cache.clear();
         this.cache.enabled = true;
