@@ -124,8 +124,9 @@ describe('a foreign or oversized value at a limiter key is never loaded into the
     expect(m, stats).not.toBeNull();
     const info = await backendInfo(s);
     console.log(`[attack] oversized values: ${replies.length} calls, Redis EVALSHA calls=${m![1]} usec_per_call=${m![3]}; getrange ${/cmdstat_getrange:calls=(\d+)/.exec(stats)?.[1]}, get ${/cmdstat_get:calls=(\d+)/.exec(stats)?.[1] ?? 0}; state changes ${Number(info.backend_state_changes) - Number(infoBefore.backend_state_changes)}, timeouts ${Number(info.backend_timeouts) - Number(infoBefore.backend_timeouts)}`);
-    // Copying the 50 MiB value costs tens of ms per call; a header read a few µs.
-    expect(Number(m![3])).toBeLessThan(1000);
+    // Copying the 50 MiB value costs tens to hundreds of ms per call; a header read a few µs (a
+    // loaded machine: a few hundred).
+    expect(Number(m![3])).toBeLessThan(5000);
     expect(stats).not.toMatch(/cmdstat_get:/);
     expect(info.backend_state).toBe('up');
     expect(info.backend_state_changes).toBe(infoBefore.backend_state_changes);
@@ -147,9 +148,16 @@ describe('a foreign or oversized value at a limiter key is never loaded into the
 });
 
 describe('FLUSHALL and DEL through one sidecar reach every sidecar', () => {
-  let a: Sidecar | undefined;
-  let b: Sidecar | undefined;
-  afterAll(() => stopSidecars([a, b]));
+  let sidecarA: Sidecar | undefined;
+  let sidecarB: Sidecar | undefined;
+  beforeAll(async () => {
+    // A timeout no busy machine reaches (the flush does not use it; the limiter calls and the
+    // invalidation's acknowledgements do).
+    sidecarA = await startSidecar(node.url, { conns: 1, args: ['--backend-timeout', '2000'] });
+    sidecarB = await startSidecar(node.url, { conns: 1, args: ['--backend-timeout', '2000'] });
+    await freezeClocks([sidecarA, sidecarB], T0);
+  }, 60_000);
+  afterAll(() => stopSidecars([sidecarA, sidecarB]));
 
   /** Makes `key` refused on `s` and checks the next refusal came from its cache. */
   async function cacheRefusal(s: Sidecar, key: string): Promise<void> {
@@ -162,11 +170,7 @@ describe('FLUSHALL and DEL through one sidecar reach every sidecar', () => {
   }
 
   it(`FLUSHALL over ${SOAK ? '300k' : '30k'} keys: OK, none left under the prefix, no timeout, no backend down, the other sidecar's cached refusal gone`, async () => {
-    // A timeout no busy machine reaches (the flush does not use it; the limiter calls and the
-    // invalidation's acknowledgements do).
-    a = await startSidecar(node.url, { conns: 1, args: ['--backend-timeout', '2000'] });
-    b = await startSidecar(node.url, { conns: 1, args: ['--backend-timeout', '2000'] });
-    await freezeClocks([a, b], T0);
+    const [a, b] = [sidecarA!, sidecarB!];
     await redis.flushall();
     const n = SOAK ? 300_000 : 30_000;
     for (let from = 0; from < n; from += 10_000) {
@@ -193,22 +197,23 @@ describe('FLUSHALL and DEL through one sidecar reach every sidecar', () => {
   }, 300_000);
 
   it(`after DEL through one sidecar returned, the other never answers a refusal it cached before (${SOAK ? 3000 : 300} trials)`, async () => {
+    const [a, b] = [sidecarA!, sidecarB!];
     const trials = SOAK ? 3000 : 300;
     const argv = (k: string): [string, ...string[]] => ['RL.FIXEDWINDOW', k, '1', '60000'];
     let stale = 0;
-    const hitsBefore = Number((await backendInfo(b!)).backend_cache_hits);
+    const hitsBefore = Number((await backendInfo(b)).backend_cache_hits);
     for (let i = 0; i < trials; i++) {
       const key = `race:${i}`;
-      const bc = b!.admin;
+      const bc = b.admin;
       await bc.call(...argv(key));
       await bc.call(...argv(key)); // refused: cached on b
       await bc.call(...argv(key)); // answered by b's cache
-      expect(await a!.admin.call('DEL', key)).toBe(1);
+      expect(await a.admin.call('DEL', key)).toBe(1);
       const r = (await bc.call(...argv(key))) as number[];
       if (r[0] !== 0) stale++;
     }
-    const info = await backendInfo(b!);
-    console.log(`[attack] DEL race: ${trials} trials, ${stale} stale cached refusals; b's cache hits +${Number(info.backend_cache_hits) - hitsBefore}; a's acknowledgement timeouts ${(await backendInfo(a!)).backend_invalidation_ack_timeouts}`);
+    const info = await backendInfo(b);
+    console.log(`[attack] DEL race: ${trials} trials, ${stale} stale cached refusals; b's cache hits +${Number(info.backend_cache_hits) - hitsBefore}; a's acknowledgement timeouts ${(await backendInfo(a)).backend_invalidation_ack_timeouts}`);
     expect(Number(info.backend_cache_hits) - hitsBefore).toBe(trials);
     expect(stale).toBe(0);
   }, 120_000);
