@@ -128,7 +128,7 @@ describe('cluster: one master paused, then failed over', () => {
     }
     const show = (rs: number[][][]) => groups.map((_, gi) => rs.reduce((a, r) => a.map((x, j) => x + r[gi][j]), [0, 0, 0]).join('/')).join(', ');
     const info = await backendInfo(sc);
-    console.log(`[attack] cluster pause: ${CONNS}x${PER_CONN} pipelined per round; backend/policy/errors per master (victim #${victimGroup}) paused ${PAUSED_ROUNDS} rounds: ${show(paused)}; after TAKEOVER: ${show(after)} (victim back after ${victimBack < 0 ? 'never' : `${victimBack + 1} rounds`}); RSS MB ${rss.map((x) => x.toFixed(0)).join(' ')}; pending peak ${peak} (cap ${MAX_PENDING_PER_NODE}); overflows ${info.backend_overflows}; timeouts ${info.backend_timeouts}; node down/up log lines ${sc.server.logs.filter((l) => l.includes('"backend node')).length}`);
+    console.log(`[attack] cluster pause: ${CONNS}x${PER_CONN} pipelined per round; backend/policy/errors per master (victim #${victimGroup}) paused ${PAUSED_ROUNDS} rounds: ${show(paused)}; after TAKEOVER: ${show(after)} (victim back after ${victimBack < 0 ? 'never' : `${victimBack + 1} rounds`}); RSS MB ${rss.map((x) => x.toFixed(0)).join(' ')}; pending peak ${peak} (cap ${MAX_PENDING_PER_NODE}); overflows ${info.backend_overflows}; timeouts ${info.backend_timeouts}; node down/up: ${sc.server.logs.filter((l) => l.includes('"backend node')).map((l) => String(JSON.parse(l).msg)).join(' | ')}`);
 
     // Other masters: answered by the backend in every round, paused or not.
     for (const rs of [paused, after]) {
