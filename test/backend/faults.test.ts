@@ -18,7 +18,7 @@ import { freePort } from '../helpers/server.js';
 import { RedisCluster, RedisNode, stopAllRedis } from '../helpers/redis.js';
 import {
   ALGOS, backendInfo, burst, countAllowed, freezeClocks, frozenInstant, limited, pollUntil, startSidecar,
-  stopSidecars, waitBackendState, type Algo, type Reply, type Sidecar,
+  stopSidecars, waitBackendState, warmUp, type Algo, type Reply, type Sidecar,
 } from './helpers.js';
 
 const TIMEOUT_MS = 100;
@@ -130,6 +130,7 @@ describe('standalone backend faults', () => {
       });
     }));
     await freezeClocks(list(), T0);
+    await warmUp(list());
   }, 60_000);
 
   afterAll(async () => {
@@ -363,6 +364,7 @@ describe('cluster backend faults', () => {
       args: ['--backend-timeout', String(TIMEOUT_MS), '--backend-unavailable', 'deny'],
     })));
     await freezeClocks(sidecars, T0);
+    await warmUp(sidecars);
   }, 90_000);
 
   afterAll(async () => {
