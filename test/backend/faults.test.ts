@@ -21,7 +21,9 @@ import {
   stopSidecars, waitBackendState, warmUp, type Algo, type Reply, type Sidecar,
 } from './helpers.js';
 
-const TIMEOUT_MS = 100;
+// Not the default 100 ms: on a loaded 2-core machine a healthy burst can take that long, and its
+// calls would be answered by the policy where the test expects the backend's decisions.
+const TIMEOUT_MS = 500;
 const BOUND_MS = 20 * TIMEOUT_MS;
 const T0 = frozenInstant();
 type Policy = 'local' | 'allow' | 'deny';
@@ -102,11 +104,18 @@ async function expectPolicyAnswers(sidecars: Record<Policy, Sidecar>, perKey: nu
  * `sidecars`: exactly one server's count each.
  */
 async function expectExact(sidecars: Sidecar[], what: string, keys?: string[]): Promise<void> {
+  // A restarted, reloaded or promoted Redis has no scripts: the first burst would send their body
+  // with every call, which a loaded machine can push past a short timeout.
+  await warmUp(sidecars);
   await Promise.all(ALGOS.map(async (algo, i) => {
     const key = keys?.[i] ?? freshKey(`exact:${what}:${algo.name}`);
     const replies = (await burst(sidecars, algo.argv, key, 5)).map((r) => r.reply);
     for (const r of replies) if (r instanceof Error) throw new Error(`${what}: ${algo.name}: ${r.message}`);
-    expect(countAllowed(replies), `${what}: ${algo.name} exact`).toBe(algo.limit);
+    const allowed = countAllowed(replies);
+    if (allowed !== algo.limit) {
+      const infos = await Promise.all(sidecars.map((s) => backendInfo(s)));
+      expect(allowed, `${what}: ${algo.name} exact; ${infos.map((x) => JSON.stringify(x)).join('\n')}`).toBe(algo.limit);
+    }
   }));
 }
 
@@ -483,7 +492,7 @@ describe('cluster backend faults', () => {
     expect(first, 'the master-kill run above completed').toBeDefined();
     for (const gi of [0, 1, 2]) {
       if (gi === first!.victimGroup) continue;
-      // Alone this is 0; under the full suite on 2 cores a turn's calls now and then miss the 100 ms
+      // Alone this is 0; under the full suite on 2 cores a turn's calls now and then miss the
       // timeout (seen: 12 of 264, all INFO timeouts). When one failing master took the whole backend
       // down, it was 620 of 708.
       const { calls, policy } = first!.stats[gi].outage;
