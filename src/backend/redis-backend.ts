@@ -7,10 +7,14 @@
  * - a bounded wait: every call is answered within `backend-timeout`, by the backend or, past it, by
  *   the `backend-unavailable` policy (the caller decides what that means);
  * - a state (`connecting` → `up` ↔ `down`), one log line per change: down when the connection is
- *   lost or three calls in a row time out; while down, calls are answered by the policy at once and a
- *   PING probe runs every PROBE_INTERVAL_MS; the first success brings it up;
- * - invalidations: DEL/UNLINK/FLUSHDB through any sidecar are published on `<prefix>__invalidate`
- *   and every sidecar's refusal cache drops those keys.
+ *   lost or (one Redis) three calls in a row time out; while down, calls are answered by the policy
+ *   at once and a PING probe runs every PROBE_INTERVAL_MS; the first success brings it up;
+ * - per node: at most MAX_PENDING_PER_NODE calls waiting for one node (the rest get the policy at
+ *   once), and in a Cluster a down state per master, following the slot map (reloaded on timeouts,
+ *   MOVED, CLUSTERDOWN and while a master is down), so a stuck master takes only its own slots;
+ * - invalidations: DEL/UNLINK/FLUSHDB through any sidecar are published on `<prefix>__invalidate`,
+ *   every sidecar's refusal cache drops those keys and acknowledges, and the reset replies once all
+ *   have.
  */
 import { randomBytes } from 'node:crypto';
 import { Cluster, Command, Redis, type RedisOptions } from 'ioredis';
