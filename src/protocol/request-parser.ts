@@ -70,14 +70,24 @@ export class RequestParser {
   /** For big arguments: chunks gathered so far and their total size. */
   private bigChunks: Buffer[] | null = null;
   private bigBytes = 0;
-  /** Bytes (plus per-argument overhead) of the arguments of the command being read. */
-  private argvBytes = 0;
+  /** Bytes (plus per-argument overhead) of the arguments of the command being read (CLIENT LIST argv-mem). */
+  argvBytes = 0;
 
   constructor(private readonly limits: ParserLimits) {}
 
   /** Bytes received but not yet turned into commands (the query buffer, for limits and CLIENT LIST). */
   get pendingBytes(): number {
     return this.buf.length - this.pos + this.bigBytes + this.argvBytes;
+  }
+
+  /**
+   * Bytes this parser keeps alive: its whole current buffer (consumed bytes included, until the next
+   * read replaces it), big-argument chunks, the arguments of a command being read and the argument
+   * arrays grown by a many-argument command (the client's
+   * memory account, src/server/client-memory.ts).
+   */
+  get heldBytes(): number {
+    return this.buf.length + this.bigBytes + this.argvBytes + this.argv.extraCapacityBytes;
   }
 
   feed(chunk: Buffer): void {
