@@ -170,13 +170,14 @@ function validName(name: string): boolean {
 /** One CLIENT LIST line with Redis 7's fields (memory fields are this server's approximations). */
 export function clientInfoLine(client: Client, nowMs: number): string {
   const qbuf = client.parser.pendingBytes;
+  client.accountBuffers(); // the running command's own bytes are not in it: the same figures in CLIENT INFO and LIST
   const mem = client.memory;
   const fd = (client.socket as unknown as { _handle?: { fd?: number } })._handle?.fd ?? -1;
   return [
     `id=${client.id}`, `addr=${client.addr}`, `laddr=${client.laddr}`, `fd=${fd}`, `name=${client.name}`,
     `age=${Math.floor((nowMs - client.createdMs) / 1000)}`, `idle=${Math.floor((nowMs - client.lastInteractionMs) / 1000)}`,
     `flags=${clientFlags(client)}`, 'db=0', 'sub=0', 'psub=0', 'ssub=0', `multi=${client.multi === null ? -1 : client.multi.commands.length}`,
-    `watch=${client.watching === null ? 0 : client.watching.keys.length}`, `qbuf=${qbuf}`, `qbuf-free=${Math.max(0, mem.query - qbuf)}`,
+    `watch=${client.watching === null ? 0 : client.watching.keys.length}`, `qbuf=${qbuf}`, 'qbuf-free=0',
     `argv-mem=${client.parser.argvBytes}`, `multi-mem=${mem.multi}`, 'rbs=0', 'rbp=0', 'obl=0', 'oll=0', `omem=${client.outputBytes}`,
     `tot-mem=${mem.released ? 0 : mem.total}`, `events=${client.readPaused ? '' : 'r'}${client.outputBytes > 0 ? 'w' : ''}`, `cmd=${client.lastCommand}`, `user=${client.user.name}`, 'redir=-1',
     `resp=${client.proto}`, `lib-name=${client.libName}`, `lib-ver=${client.libVer}`,

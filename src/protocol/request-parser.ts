@@ -81,13 +81,13 @@ export class RequestParser {
   }
 
   /**
-   * Bytes this parser keeps alive: its whole current buffer (consumed bytes included, until the next
-   * read replaces it), big-argument chunks, the arguments of a command being read and the argument
-   * arrays grown by a many-argument command (the client's
-   * memory account, src/server/client-memory.ts).
+   * Bytes this parser keeps for its client: the query buffer (pendingBytes: input not run yet, the
+   * arguments of a command being read) and the argument arrays a many-argument command grew (the
+   * client's memory account, src/server/client-memory.ts). Bytes of commands already run in this
+   * batch are not counted: they go when the batch ends.
    */
   get heldBytes(): number {
-    return this.buf.length + this.bigBytes + this.argvBytes + this.argv.extraCapacityBytes;
+    return this.pendingBytes + this.argv.extraCapacityBytes;
   }
 
   feed(chunk: Buffer): void {
