@@ -585,6 +585,13 @@ export class Server {
     }
   }
 
+  /** CONFIG RESETSTAT: the stats, and the counters kept beside them (Redis's resetServerStats). */
+  resetStats(): void {
+    this.stats.reset();
+    this.clientsMemory.evictions = 0;
+    this.watchFreeSlices = 0;
+  }
+
   /**
    * Ends a client's watch set. A small one leaves the keyspace's watch index now; a big one (a client
    * may watch up to MAX_WATCHED_KEYS) in slices of WATCH_FREE_SLICE_KEYS, one per event-loop turn, so
