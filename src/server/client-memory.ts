@@ -28,7 +28,10 @@ import { getHeapStatistics } from 'node:v8';
  * heap and array buffers per idle connection over 1,000 connections, V8 11 on x64).
  */
 export const CLIENT_BASE_BYTES = 3584;
-/** One backend call in flight: its slot, reply closure, promise and the backend's bookkeeping. */
+/**
+ * One backend call in flight: its slot, reply closure, promise and the backend's bookkeeping (an
+ * estimate: at most MAX_DEFERRED_REPLIES per client are in flight, ~0.5 MB).
+ */
 export const DEFERRED_CALL_BYTES = 512;
 
 /**

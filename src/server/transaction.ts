@@ -6,9 +6,9 @@
  * Memory: what a queue and a watch set hold is counted in the client's memory account
  * (src/server/client-memory.ts) at its real size. A queued command is packed into the queue's byte
  * arena (one int32 end offset per argument, then the argument bytes), not kept as a CommandArgs:
- * a CommandArgs copy cost ~920 bytes of V8 heap per command and ~280 bytes per argument beyond the
- * argument bytes (its arrays, views and growth slack), so a queue of PINGs or of many-key DELs held
- * 3.5× to 19× what a byte count said. Packed, a command costs one small object and its bytes.
+ * a CommandArgs copy cost ~920 bytes (V8 heap plus array buffers) per command and ~20 to ~280 bytes
+ * per argument beyond the argument bytes (its arrays, views and their growth slack), so a queue of
+ * PINGs or of many-key DELs held 3.5× to 19× what a byte count said. Packed, a command costs one small object and its bytes.
  */
 import { CommandArgs } from '../protocol/command-args.js';
 import type { KeyWatch, WatchOwner } from '../keyspace/keyspace.js';
