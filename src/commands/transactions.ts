@@ -101,8 +101,9 @@ function watch(ctx: CommandContext, argv: CommandArgs): void {
     ctx.reply.error('ERR WATCH inside MULTI is not allowed');
     return;
   }
-  // All or nothing: a WATCH that could pass the cap (duplicates counted) watches no key of it.
-  if ((client.watching?.keys.length ?? 0) + argv.length - 1 > MAX_WATCHED_KEYS) {
+  // All or nothing: a WATCH that could pass the cap (duplicates counted; watches still being freed
+  // count too) watches no key of it.
+  if ((client.watching?.keys.length ?? 0) + client.watchesFreeing + argv.length - 1 > MAX_WATCHED_KEYS) {
     ctx.reply.error(watchLimitMessage());
     return;
   }
@@ -116,7 +117,7 @@ function watch(ctx: CommandContext, argv: CommandArgs): void {
     added += watchBytes(w.key);
   }
   watching.bytes += added;
-  ctx.server.clientsMemory.set(client, 'watch', watching.bytes);
+  client.accountWatches();
   ctx.reply.ok();
 }
 

@@ -65,6 +65,9 @@ export class Client implements AccountHolder {
   multi: Transaction | null = null;
   /** The keys WATCHed since the last EXEC/DISCARD/UNWATCH, or null. */
   watching: Watching | null = null;
+  /** Watches this client ended that are still being freed in slices (Server.releaseWatches), and their bytes. */
+  watchesFreeing = 0;
+  watchesFreeingBytes = 0;
   /** Set by QUIT, protocol errors and kills: no more commands run, the socket ends after the reply. */
   closing = false;
   /** Reading and executing stopped until the socket drains (backpressure, see above). */
@@ -118,8 +121,13 @@ export class Client implements AccountHolder {
     const w = this.watching;
     if (w === null) return;
     this.watching = null;
-    this.server.releaseWatches(w);
-    this.server.clientsMemory.set(this, 'watch', 0);
+    this.server.releaseWatches(w, this);
+    this.accountWatches();
+  }
+
+  /** Accounts the watches: those held, and those ended but still being freed. */
+  accountWatches(): void {
+    this.server.clientsMemory.set(this, 'watch', (this.watching === null ? 0 : this.watching.bytes) + this.watchesFreeingBytes);
   }
 
   /** Accounts the name and library fields (CLIENT SETNAME, SETINFO, HELLO SETNAME): each a one-byte string. */

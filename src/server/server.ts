@@ -20,7 +20,7 @@ import type { CommandContext, CommandSpec } from '../commands/types.js';
 import { Snapshotter, type SaveMode } from '../persistence/snapshotter.js';
 import { Client } from './client.js';
 import { ClientsMemory } from './client-memory.js';
-import { WATCH_FREE_SLICE_KEYS, type Watching } from './transaction.js';
+import { WATCH_FREE_SLICE_KEYS, watchBytes, type Watching } from './transaction.js';
 import { startMetrics } from './metrics.js';
 import { SlowLog } from './slowlog.js';
 import { MemoryGuard, OOM_MESSAGE } from './memory.js';
@@ -86,7 +86,7 @@ export class Server {
   /** The clients' memory accounts and their sum, checked against maxmemory-clients (client-memory.ts). */
   readonly clientsMemory = new ClientsMemory(() => this.clients.values());
   /** Watch sets of clients that ended them, still to leave the keyspace's watch index (releaseWatches). */
-  private readonly watchesToFree: Watching[] = [];
+  private readonly watchesToFree: { watching: Watching; client: Client }[] = [];
   /** Position in watchesToFree[0].keys of the next watch to free. */
   private watchFreeAt = 0;
   /** Watches in watchesToFree not freed yet (INFO lazyfree_pending_watches). */
@@ -597,13 +597,17 @@ export class Server {
    * may watch up to MAX_WATCHED_KEYS) in slices of WATCH_FREE_SLICE_KEYS, one per event-loop turn, so
    * other clients are served between slices instead of waiting for millions of index removals. The set
    * is detached from its client first: whatever touches its keys meanwhile marks nobody that matters.
+   * Until they are freed, the watches stay in their client's memory account and count toward its
+   * WATCH cap (Client.watchesFreeing): a client cannot outrun the slices by watching and unwatching.
    */
-  releaseWatches(w: Watching): void {
+  releaseWatches(w: Watching, client: Client): void {
     if (w.keys.length <= WATCH_FREE_SLICE_KEYS && this.watchesToFree.length === 0) {
       this.keyspace.unwatch(w.keys);
       return;
     }
-    this.watchesToFree.push(w);
+    this.watchesToFree.push({ watching: w, client });
+    client.watchesFreeing += w.keys.length;
+    client.watchesFreeingBytes += w.bytes;
     this.pendingWatchFrees += w.keys.length;
     if (this.watchesToFree.length === 1) this.tasks.soon('watch free', this.freeWatchSlice);
   }
@@ -613,11 +617,20 @@ export class Server {
     let budget = WATCH_FREE_SLICE_KEYS;
     const ks = this.keyspace;
     while (budget > 0 && this.watchesToFree.length > 0) {
-      const keys = this.watchesToFree[0].keys;
+      const { watching, client } = this.watchesToFree[0];
+      const keys = watching.keys;
       const end = Math.min(keys.length, this.watchFreeAt + budget);
-      for (let i = this.watchFreeAt; i < end; i++) ks.unwatchOne(keys[i]);
-      budget -= end - this.watchFreeAt;
-      this.pendingWatchFrees -= end - this.watchFreeAt;
+      let bytes = 0;
+      for (let i = this.watchFreeAt; i < end; i++) {
+        ks.unwatchOne(keys[i]);
+        bytes += watchBytes(keys[i].key);
+      }
+      const freed = end - this.watchFreeAt;
+      budget -= freed;
+      this.pendingWatchFrees -= freed;
+      client.watchesFreeing -= freed;
+      client.watchesFreeingBytes -= bytes;
+      client.accountWatches();
       if (end === keys.length) {
         this.watchesToFree.shift();
         this.watchFreeAt = 0;
