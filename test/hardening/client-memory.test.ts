@@ -8,7 +8,8 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { readFileSync } from 'node:fs';
 import { startServer, type RunningServer } from '../helpers/server.js';
-import { Checker, RawConnection, infoField, mbulk, processAlive } from '../helpers/raw.js';
+import { Checker, RawConnection, infoField, mbulk, parseReplies, processAlive } from '../helpers/raw.js';
+import { RedisNode } from '../helpers/redis.js';
 
 const SOAK = process.env.CELLGATE_SOAK === '1';
 const QUEUED = '+QUEUED\r\n'.length;
@@ -180,6 +181,38 @@ describe('MULTI queues at their real size, maxmemory-clients', () => {
     expect(((await c.call('CONFIG', 'SET', 'maxmemory-clients', '101%')) as { error: string }).error).toMatch(/percentage/);
     c.close();
   });
+});
+
+describe('backend calls in flight', () => {
+  it('are in the account while the backend does not answer, and leave it when answered', async () => {
+    const redis = await RedisNode.start();
+    try {
+      server = await startServer({ args: ['--backend', redis.url, '--backend-timeout', '60000'] });
+      const c = await Checker.open(server.port);
+      const caller = await RawConnection.open(server.port);
+      const id = String(await Checker.wrap(caller).call('CLIENT', 'ID'));
+      const totMem = async (): Promise<number> => clientField(String(await c.call('CLIENT', 'LIST', 'ID', id)), 'tot-mem');
+      const idle = await totMem();
+      redis.pause();
+      const start = caller.length;
+      await caller.write(Buffer.concat(Array.from({ length: 500 }, (_, i) => mbulk('CL.THROTTLE', `k${i}`, '5', '10', '60'))));
+      // The calls are read and sent on (nothing answers): the account holds them (~3.2 KB each, client-memory.ts).
+      let held = 0;
+      for (let i = 0; i < 200 && held < idle + 500 * 3200; i++) {
+        held = await totMem();
+        await new Promise((r) => setTimeout(r, 10));
+      }
+      expect(held).toBeGreaterThanOrEqual(idle + 500 * 3200);
+      redis.resume();
+      await caller.waitFor(() => parseReplies(caller.received.subarray(start)).replies.length === 500, 20_000, '500 replies');
+      for (let i = 0; i < 100 && (await totMem()) > idle + 1024; i++) await new Promise((r) => setTimeout(r, 20));
+      expect(await totMem()).toBeLessThanOrEqual(idle + 1024);
+      caller.destroy();
+      c.close();
+    } finally {
+      await redis.destroy();
+    }
+  }, 60_000);
 });
 
 describe('WATCH is bounded and big watch sets are freed in slices', () => {
