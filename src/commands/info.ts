@@ -119,6 +119,7 @@ const SECTIONS: Record<string, Section> = {
     ['client_output_buffer_limit_disconnections', s.stats.outputLimitDisconnections],
     ['evicted_clients', s.clientsMemory.evictions],
     ['lazyfree_watch_slices', s.watchFreeSlices],
+    ['lazyfree_watch_slice_max_us', s.watchFreeSliceMaxUs],
     ['periodic_task_runs', s.periodicRuns],
     ['periodic_task_errors', s.tasks.errors],
     ['accept_errors', s.stats.acceptErrors],

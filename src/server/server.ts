@@ -20,7 +20,7 @@ import type { CommandContext, CommandSpec } from '../commands/types.js';
 import { Snapshotter, type SaveMode } from '../persistence/snapshotter.js';
 import { Client } from './client.js';
 import { ClientsMemory } from './client-memory.js';
-import { WATCH_FREE_SLICE_KEYS, watchBytes, type Watching } from './transaction.js';
+import { WATCH_FREE_CHECK_KEYS, WATCH_FREE_SLICE_KEYS, WATCH_FREE_SLICE_MS, watchBytes, type Watching } from './transaction.js';
 import { startMetrics } from './metrics.js';
 import { SlowLog } from './slowlog.js';
 import { MemoryGuard, OOM_MESSAGE } from './memory.js';
@@ -91,8 +91,9 @@ export class Server {
   private watchFreeAt = 0;
   /** Watches in watchesToFree not freed yet (INFO lazyfree_pending_watches). */
   pendingWatchFrees = 0;
-  /** Slices run to free watches (INFO lazyfree_watch_slices). */
+  /** Slices run to free watches (INFO lazyfree_watch_slices), and the longest one (µs). */
   watchFreeSlices = 0;
+  watchFreeSliceMaxUs = 0;
   readonly runId = randomBytes(20).toString('hex');
   readonly startedMs = Date.now();
   /** maxmemory and eviction (src/server/memory.ts). */
@@ -590,11 +591,13 @@ export class Server {
     this.stats.reset();
     this.clientsMemory.evictions = 0;
     this.watchFreeSlices = 0;
+    this.watchFreeSliceMaxUs = 0;
   }
 
   /**
    * Ends a client's watch set. A small one leaves the keyspace's watch index now; a big one (a client
-   * may watch up to MAX_WATCHED_KEYS) in slices of WATCH_FREE_SLICE_KEYS, one per event-loop turn, so
+   * may watch up to MAX_WATCHED_KEYS) in slices of at most WATCH_FREE_SLICE_KEYS and WATCH_FREE_SLICE_MS,
+   * one per event-loop turn, so
    * other clients are served between slices instead of waiting for millions of index removals. The set
    * is detached from its client first: whatever touches its keys meanwhile marks nobody that matters.
    * Until they are freed, the watches stay in their client's memory account and count toward its
@@ -614,12 +617,16 @@ export class Server {
 
   private readonly freeWatchSlice = (): void => {
     this.watchFreeSlices++;
+    const started = performance.now();
     let budget = WATCH_FREE_SLICE_KEYS;
     const ks = this.keyspace;
-    while (budget > 0 && this.watchesToFree.length > 0) {
+    // At most WATCH_FREE_SLICE_KEYS, and WATCH_FREE_SLICE_MS (checked every WATCH_FREE_CHECK_KEYS):
+    // on a busy machine 8,192 index removals can take far longer than their usual ~2 ms.
+    const deadline = started + WATCH_FREE_SLICE_MS;
+    while (budget > 0 && this.watchesToFree.length > 0 && performance.now() < deadline) {
       const { watching, client } = this.watchesToFree[0];
       const keys = watching.keys;
-      const end = Math.min(keys.length, this.watchFreeAt + budget);
+      const end = Math.min(keys.length, this.watchFreeAt + Math.min(budget, WATCH_FREE_CHECK_KEYS));
       let bytes = 0;
       for (let i = this.watchFreeAt; i < end; i++) {
         ks.unwatchOne(keys[i]);
@@ -638,6 +645,7 @@ export class Server {
         this.watchFreeAt = end;
       }
     }
+    this.watchFreeSliceMaxUs = Math.max(this.watchFreeSliceMaxUs, Math.round((performance.now() - started) * 1000));
     if (this.watchesToFree.length > 0) this.tasks.soon('watch free', this.freeWatchSlice);
   };
 

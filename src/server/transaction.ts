@@ -121,8 +121,11 @@ export function watchBytes(key: string): number {
  * client cannot grow the watch index by millions of keys.
  */
 export const MAX_WATCHED_KEYS = 100_000;
-/** Watches freed per event-loop turn when a big watch set ends (~1-2 ms; Server.releaseWatches). */
+/** Watches freed per event-loop turn when a big watch set ends, at most (Server.releaseWatches)... */
 export const WATCH_FREE_SLICE_KEYS = 8192;
+/** ...and for at most this long, the clock read every WATCH_FREE_CHECK_KEYS watches. */
+export const WATCH_FREE_SLICE_MS = 2;
+export const WATCH_FREE_CHECK_KEYS = 512;
 
 /** A client's WATCHed keys: dirty once any of them changed (Redis's CLIENT_DIRTY_CAS). */
 export class Watching implements WatchOwner {
