@@ -117,6 +117,11 @@ export class ClientsMemory {
     return max;
   }
 
+  /** A lowered limit (CONFIG SET): clients over it go now, not at their next growth. */
+  enforce(): void {
+    this.checkAfterGrowth();
+  }
+
   private checkAfterGrowth(): void {
     if (this.limitBytes > 0 && this.total > this.limitBytes) this.evict();
   }

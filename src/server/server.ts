@@ -406,6 +406,7 @@ export class Server {
     this.snapshots.refreshDenyWrites();
     this.maxmemoryBytes = this.config.int('maxmemory');
     this.clientsMemory.limitBytes = clientsMemoryLimit(this.config.get('maxmemory-clients'), this.maxmemoryBytes);
+    this.clientsMemory.enforce();
     this.queryBufferLimit = this.config.int('client-query-buffer-limit');
     this.outputLimit = this.config.outputLimit('normal');
     this.slowlogThresholdUs = this.config.int('slowlog-log-slower-than');

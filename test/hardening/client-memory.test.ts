@@ -176,6 +176,12 @@ describe('MULTI queues at their real size, maxmemory-clients', () => {
     expect(await info(c, 'memory', 'maxmemory_clients')).toBe(0);
     expect(await c.call('CONFIG', 'SET', 'maxmemory', '100mb')).toBe('OK');
     expect(await info(c, 'memory', 'maxmemory_clients')).toBe(10 * 1024 * 1024);
+    // Lowered under what a client holds: that client goes at once.
+    const big = await Grower.open(server.port);
+    expect(await big.grow(bigDel(10_000, 'c'), 20)).toBe(true);
+    expect(await c.call('CONFIG', 'SET', 'maxmemory-clients', '2mb')).toBe('OK');
+    await big.conn.waitForEnd();
+    expect(await info(c, 'stats', 'evicted_clients')).toBe(1);
     const bad = (await c.call('CONFIG', 'SET', 'maxmemory-clients', 'lots')) as { error: string };
     expect(bad.error).toMatch(/^ERR CONFIG SET failed \(possibly related to argument 'maxmemory-clients'\) - argument must be a memory or percent value$/);
     expect(((await c.call('CONFIG', 'SET', 'maxmemory-clients', '101%')) as { error: string }).error).toMatch(/percentage/);
