@@ -129,6 +129,26 @@ describe('MULTI queues at their real size, maxmemory-clients', () => {
     c.close();
   });
 
+  it('a client with CLIENT NO-EVICT on is skipped, as in Redis: the others go first', async () => {
+    server = await startServer();
+    const c = await Checker.open(server.port);
+    expect(await c.call('CLIENT', 'NO-EVICT', 'on')).toBe('OK');
+    const other = await RawConnection.open(server.port);
+    expect(await Checker.wrap(other).call('PING')).toBe('PONG');
+    const protectedGrower = await Grower.open(server.port);
+    expect(await Checker.wrap(protectedGrower.conn).call('CLIENT', 'NO-EVICT', 'on')).toBe('QUEUED');
+    expect(await Checker.wrap(protectedGrower.conn).call('EXEC')).toEqual(['OK']);
+    expect(await Checker.wrap(protectedGrower.conn).call('MULTI')).toBe('OK');
+    expect(await protectedGrower.grow(bigDel(10_000, 'e'), 20)).toBe(true);
+    expect(await c.call('CONFIG', 'SET', 'maxmemory-clients', '1mb')).toBe('OK');
+    // The grower (2.8 MB) and the admin connection are exempt: the only other client goes.
+    await other.waitForEnd();
+    expect(await protectedGrower.grow(bigDel(10_000, 'e'), 5)).toBe(true);
+    expect(await info(c, 'stats', 'evicted_clients')).toBe(1);
+    protectedGrower.conn.destroy();
+    c.close();
+  });
+
   it('CLIENT LIST and INFO show the account: multi-mem and tot-mem follow the queue, watch counts keys', async () => {
     server = await startServer();
     const c = await Checker.open(server.port);
