@@ -9,11 +9,14 @@ import { readFileSync, statSync } from 'node:fs';
 import { dirname, isAbsolute, join } from 'node:path';
 import { replaceFileSync } from './persistence/exclusive-file.js';
 import { splitInlineArgs } from './protocol/inline.js';
+import { defaultClientsMemoryBytes } from './server/client-memory.js';
 
 type Kind =
   /** `clamp`: accepted anywhere in [min, max], then held to [clamp[0], clamp[1]] (Redis's hz). */
   | { type: 'int'; min: number; max: number; clamp?: [number, number] }
   | { type: 'memory'; min?: number }
+  /** Bytes, or a percentage (`10%`) of maxmemory: maxmemory-clients, as Redis. */
+  | { type: 'memory-or-percent' }
   /** Bytes, not text: kept as a binary string (one char per byte), as keys are. */
   | { type: 'bytes' }
   | { type: 'bool' }
@@ -66,6 +69,8 @@ const DEFS: ConfigDef[] = [
   // Redis's default for normal clients is 0 0 0 (unlimited); see README "Security model" for ours.
   { name: 'client-output-buffer-limit', kind: { type: 'output-limits' }, default: 'normal 268435456 67108864 60 slave 268435456 67108864 60 pubsub 33554432 8388608 60', mutable: true, help: 'disconnect clients whose unsent output exceeds <hard>, or <soft> for <soft-seconds>' },
   { name: 'maxmemory', kind: { type: 'memory' }, default: '0', mutable: true, help: 'memory limit (0 = none)' },
+  // Redis's default is 0 (off); a share of the V8 heap limit instead (README "Security model", client-memory.ts).
+  { name: 'maxmemory-clients', kind: { type: 'memory-or-percent' }, default: String(defaultClientsMemoryBytes()), mutable: true, help: 'close the biggest clients while all clients together hold more than this (bytes, or a percentage of maxmemory; 0 = off)' },
   { name: 'maxmemory-policy', kind: { type: 'enum', values: ['noeviction', 'volatile-ttl', 'allkeys-lru', 'allkeys-random'] }, default: 'volatile-ttl', mutable: true, help: 'what to do at maxmemory' },
   { name: 'maxmemory-samples', kind: { type: 'int', min: 1, max: 64 }, default: '5', mutable: true, help: 'keys sampled per eviction' },
   { name: 'tls-port', kind: { type: 'int', min: 0, max: 65535 }, default: '0', mutable: false, help: 'TLS port (0 = no TLS)' },
@@ -146,6 +151,17 @@ function canonical(def: ConfigDef, value: string): string {
       const n = parseMemory(value);
       if (n === null) throw new ConfigError('argument must be a memory value');
       if (k.min !== undefined && n < k.min) throw new ConfigError(`argument must be between ${k.min} and ${MAX_SIZE_LIMIT_TEXT} inclusive`);
+      return String(n);
+    }
+    case 'memory-or-percent': {
+      const pct = /^(\d+)%$/.exec(value.trim());
+      if (pct !== null) {
+        const n = Number(pct[1]);
+        if (n < 1 || n > 100) throw new ConfigError('percentage argument must be between 1 and 100');
+        return `${n}%`;
+      }
+      const n = parseMemory(value);
+      if (n === null) throw new ConfigError('argument must be a memory or percent value');
       return String(n);
     }
     case 'bool': {

@@ -291,7 +291,7 @@ export const adminCommands: CommandSpec[] = [
       sub('set', -4, 'Sets configuration parameters in-flight.', configSet, [{ name: 'data', type: 'block', multiple: true, arguments: [
         { name: 'parameter', type: 'string' }, { name: 'value', type: 'string' }] }]),
       sub('rewrite', 2, 'Persists the effective configuration to file.', configRewrite),
-      sub('resetstat', 2, 'Resets the server\'s statistics.', (ctx) => { ctx.server.stats.reset(); ctx.reply.ok(); }),
+      sub('resetstat', 2, 'Resets the server\'s statistics.', (ctx) => { ctx.server.resetStats(); ctx.reply.ok(); }),
       sub('help', 2, 'Returns helpful text about the different subcommands.', (ctx) => replyHelp(ctx, CONFIG_HELP)),
     ] },
   { name: 'time', arity: 1, flags: ['loading', 'stale', 'fast'], ...noKeys(), group: 'server', since: '2.6.0', complexity: 'O(1)',

@@ -84,6 +84,10 @@ function hello(ctx: CommandContext, argv: CommandArgs): void {
       authPass = argv.buffer(i + 2);
       i += 2;
     } else if (opt === 'setname' && left >= 1) {
+      if (argv.byteLength(i + 1) > CLIENT_FIELD_MAX_BYTES) {
+        r.error(NAME_TOO_LONG);
+        return;
+      }
       setName = argv.str(i + 1);
       if (!validName(setName)) {
         r.error('ERR Client names cannot contain spaces, newlines or special characters.');
@@ -102,7 +106,10 @@ function hello(ctx: CommandContext, argv: CommandArgs): void {
     r.error('NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time');
     return;
   }
-  if (setName !== null) client.name = setName;
+  if (setName !== null) {
+    client.name = setName;
+    client.accountFields();
+  }
   client.proto = proto;
   r.proto = proto;
   r.mapHeader(7);
@@ -127,6 +134,7 @@ function reset(ctx: CommandContext): void {
   c.proto = 2;
   ctx.reply.proto = 2;
   c.name = '';
+  c.accountFields();
   c.noEvict = false;
   c.user = ctx.server.acl.defaultUser;
   c.authenticated = !ctx.server.authRequired;
@@ -141,6 +149,15 @@ function select(ctx: CommandContext, argv: CommandArgs): void {
   else ctx.reply.ok();
 }
 
+/**
+ * The longest client name, lib-name or lib-ver. Redis has no cap of its own (it counts them in the
+ * client's memory); here a name is also copied into every CLIENT LIST line and log line that names
+ * the client, and the account alone would let a 200 MB name live under maxmemory-clients. No client
+ * library sends more than a few dozen bytes.
+ */
+export const CLIENT_FIELD_MAX_BYTES = 4096;
+const NAME_TOO_LONG = `ERR Client names cannot be longer than ${CLIENT_FIELD_MAX_BYTES} bytes.`;
+
 /** Client names and library info: printable ASCII without spaces, as Redis requires. */
 function validName(name: string): boolean {
   for (let i = 0; i < name.length; i++) {
@@ -153,14 +170,16 @@ function validName(name: string): boolean {
 /** One CLIENT LIST line with Redis 7's fields (memory fields are this server's approximations). */
 export function clientInfoLine(client: Client, nowMs: number): string {
   const qbuf = client.parser.pendingBytes;
-  const multiMem = client.multi === null ? 0 : client.multi.bytes;
+  client.accountBuffers(); // the running command's own bytes are not in it: the same figures in CLIENT INFO and LIST
+  const mem = client.memory;
   const fd = (client.socket as unknown as { _handle?: { fd?: number } })._handle?.fd ?? -1;
   return [
     `id=${client.id}`, `addr=${client.addr}`, `laddr=${client.laddr}`, `fd=${fd}`, `name=${client.name}`,
     `age=${Math.floor((nowMs - client.createdMs) / 1000)}`, `idle=${Math.floor((nowMs - client.lastInteractionMs) / 1000)}`,
-    `flags=${clientFlags(client)}`, 'db=0', 'sub=0', 'psub=0', 'ssub=0', `multi=${client.multi === null ? -1 : client.multi.commands.length}`, `qbuf=${qbuf}`, 'qbuf-free=0',
-    'argv-mem=0', `multi-mem=${multiMem}`, 'rbs=0', 'rbp=0', 'obl=0', 'oll=0', `omem=${client.outputBytes}`,
-    `tot-mem=${qbuf + multiMem + client.outputBytes}`, `events=${client.readPaused ? '' : 'r'}${client.outputBytes > 0 ? 'w' : ''}`, `cmd=${client.lastCommand}`, `user=${client.user.name}`, 'redir=-1',
+    `flags=${clientFlags(client)}`, 'db=0', 'sub=0', 'psub=0', 'ssub=0', `multi=${client.multi === null ? -1 : client.multi.commands.length}`,
+    `watch=${client.watching === null ? 0 : client.watching.keys.length}`, `qbuf=${qbuf}`, 'qbuf-free=0',
+    `argv-mem=${client.parser.argvBytes}`, `multi-mem=${mem.multi}`, 'rbs=0', 'rbp=0', 'obl=0', 'oll=0', `omem=${client.outputBytes}`,
+    `tot-mem=${mem.released ? 0 : mem.total}`, `events=${client.readPaused ? '' : 'r'}${client.outputBytes > 0 ? 'w' : ''}`, `cmd=${client.lastCommand}`, `user=${client.user.name}`, 'redir=-1',
     `resp=${client.proto}`, `lib-name=${client.libName}`, `lib-ver=${client.libVer}`,
   ].join(' ');
 }
@@ -351,17 +370,22 @@ function clientKill(ctx: CommandContext, argv: CommandArgs): void {
 
 function clientSetInfo(ctx: CommandContext, argv: CommandArgs): void {
   const attr = argv.lower(2);
-  const value = argv.str(3);
   if (attr !== 'lib-name' && attr !== 'lib-ver') {
     ctx.reply.error(`ERR Unrecognized option '${argv.text(2)}'`);
     return;
   }
+  if (argv.byteLength(3) > CLIENT_FIELD_MAX_BYTES) {
+    ctx.reply.error(`ERR ${attr} cannot be longer than ${CLIENT_FIELD_MAX_BYTES} bytes.`);
+    return;
+  }
+  const value = argv.str(3);
   if (value !== '' && !validName(value)) {
     ctx.reply.error(`ERR ${attr} cannot contain spaces, newlines or special characters.`);
     return;
   }
   if (attr === 'lib-name') ctx.client.libName = value;
   else ctx.client.libVer = value;
+  ctx.client.accountFields();
   ctx.reply.ok();
 }
 
@@ -396,12 +420,17 @@ export const connectionCommands: CommandSpec[] = [
       sub('id', 2, 'Returns the unique client ID of the connection.', (ctx) => ctx.reply.integer(ctx.client.id)),
       sub('getname', 2, 'Returns the name of the connection.', (ctx) => (ctx.client.name === '' ? ctx.reply.nullBulk() : ctx.reply.bulk(ctx.client.name))),
       sub('setname', 3, 'Sets the connection name.', (ctx, argv) => {
+        if (argv.byteLength(2) > CLIENT_FIELD_MAX_BYTES) {
+          ctx.reply.error(NAME_TOO_LONG);
+          return;
+        }
         const name = argv.str(2);
         if (!validName(name) && name !== '') {
           ctx.reply.error('ERR Client names cannot contain spaces, newlines or special characters.');
           return;
         }
         ctx.client.name = name;
+        ctx.client.accountFields();
         ctx.reply.ok();
       }, [{ name: 'connection-name', type: 'string' }]),
       sub('setinfo', 4, 'Sets information specific to the client or connection.', clientSetInfo, [{ name: 'attr', type: 'oneof', arguments: [

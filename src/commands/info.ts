@@ -54,12 +54,21 @@ const SECTIONS: Record<string, Section> = {
     ['config_file', s.config.configFile],
     ['clock_mode', s.clock.frozen ? 'debug' : 'real'],
   ],
-  clients: (s) => [
-    ['connected_clients', s.clients.size],
-    ['maxclients', s.config.int('maxclients')],
-    ['tls_handshakes_in_progress', s.tlsHandshakesInProgress],
-    ['blocked_clients', 0],
-  ],
+  clients: (s) => {
+    let watching = 0;
+    for (const c of s.clients.values()) if (c.watching !== null) watching++;
+    return [
+      ['connected_clients', s.clients.size],
+      ['maxclients', s.config.int('maxclients')],
+      ['tls_handshakes_in_progress', s.tlsHandshakesInProgress],
+      ['blocked_clients', 0],
+      ['watching_clients', watching],
+      ['total_watched_keys', s.keyspace.watchedKeyCount],
+      // The clients' memory accounts (CLIENT LIST tot-mem): their sum, what maxmemory-clients limits, and the largest.
+      ['clients_total_memory', s.clientsMemory.total],
+      ['client_largest_memory', s.clientsMemory.largest()],
+    ];
+  },
   memory: (s) => {
     const m = processMemory();
     const heap = m.heapUsed + m.arrayBuffers;
@@ -67,8 +76,7 @@ const SECTIONS: Record<string, Section> = {
     // dataset, counted. The heap as measured now holds more (client buffers, garbage not yet
     // collected): that part is mem_not_counted_for_evict.
     const used = s.memory.countedBytes;
-    let clientBytes = 0;
-    for (const c of s.clients.values()) clientBytes += c.parser.pendingBytes + c.outputBytes;
+    const clientBytes = s.clientsMemory.total;
     return [
       ['used_memory', used],
       ['used_memory_human', human(used)],
@@ -85,6 +93,8 @@ const SECTIONS: Record<string, Section> = {
       ['maxmemory', s.config.int('maxmemory')],
       ['maxmemory_human', human(s.config.int('maxmemory'))],
       ['maxmemory_policy', s.config.get('maxmemory-policy')],
+      ['maxmemory_clients', s.clientsMemory.limitBytes],
+      ['lazyfree_pending_watches', s.pendingWatchFrees],
       ['mem_allocator', `v8-${process.versions.v8}`],
     ];
   },
@@ -107,6 +117,9 @@ const SECTIONS: Record<string, Section> = {
     ['acl_access_denied_channel', 0],
     ['client_query_buffer_limit_disconnections', s.stats.queryBufferLimitDisconnections],
     ['client_output_buffer_limit_disconnections', s.stats.outputLimitDisconnections],
+    ['evicted_clients', s.clientsMemory.evictions],
+    ['lazyfree_watch_slices', s.watchFreeSlices],
+    ['lazyfree_watch_slice_max_us', s.watchFreeSliceMaxUs],
     ['periodic_task_runs', s.periodicRuns],
     ['periodic_task_errors', s.tasks.errors],
     ['accept_errors', s.stats.acceptErrors],

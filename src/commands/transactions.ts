@@ -5,8 +5,8 @@
  * keyspace's write paths; EXEC after any change of one replies a null array and runs nothing. See
  * docs/commands.md (Transactions).
  */
-import type { CommandArgs } from '../protocol/command-args.js';
-import { Transaction, Watching } from '../server/transaction.js';
+import { CommandArgs } from '../protocol/command-args.js';
+import { MAX_WATCHED_KEYS, queuedArgs, Transaction, Watching, watchBytes } from '../server/transaction.js';
 import { noKeys, type CommandContext, type CommandSpec } from './types.js';
 
 /** The commands a client in MULTI runs at once instead of queuing (Redis's processCommand list). */
@@ -25,6 +25,17 @@ function multi(ctx: CommandContext): void {
   }
   client.multi = new Transaction();
   ctx.reply.ok();
+}
+
+/**
+ * The arguments of the queued command EXEC is running, unpacked from the queue's bytes (one instance:
+ * a command keeps nothing of its argv past its run).
+ */
+const execArgs = new CommandArgs();
+
+/** The watch-count refusal: Redis has no such limit, so the text follows its "max number of clients reached". */
+export function watchLimitMessage(): string {
+  return `ERR max number of watched keys reached (${MAX_WATCHED_KEYS} per client)`;
 }
 
 function exec(ctx: CommandContext): void {
@@ -63,17 +74,15 @@ function exec(ctx: CommandContext): void {
   reply.arrayHeader(m.commands.length);
   const nowUs = ctx.nowUs;
   try {
-    for (const c of m.commands) server.callQueued(client, c.spec, c.args, nowUs);
+    for (const c of m.commands) server.callQueued(client, c.spec, queuedArgs(c, execArgs), nowUs);
   } finally {
+    execArgs.release();
     client.discardTransaction();
   }
 }
 
 function dropWatches(ctx: CommandContext): void {
-  const client = ctx.client;
-  if (client.watching === null) return;
-  ctx.server.keyspace.unwatch(client.watching.keys);
-  client.watching = null;
+  ctx.client.dropWatches();
 }
 
 function discard(ctx: CommandContext): void {
@@ -92,12 +101,23 @@ function watch(ctx: CommandContext, argv: CommandArgs): void {
     ctx.reply.error('ERR WATCH inside MULTI is not allowed');
     return;
   }
+  // All or nothing: a WATCH that could pass the cap (duplicates counted; watches still being freed
+  // count too) watches no key of it.
+  if ((client.watching?.keys.length ?? 0) + client.watchesFreeing + argv.length - 1 > MAX_WATCHED_KEYS) {
+    ctx.reply.error(watchLimitMessage());
+    return;
+  }
   const watching = client.watching ?? (client.watching = new Watching());
   const ks = ctx.server.keyspace;
+  let added = 0;
   for (let i = 1; i < argv.length; i++) {
     const w = ks.watch(watching, argv.str(i), ctx.nowMs);
-    if (w !== null) watching.keys.push(w);
+    if (w === null) continue;
+    watching.keys.push(w);
+    added += watchBytes(w.key);
   }
+  watching.bytes += added;
+  client.accountWatches();
   ctx.reply.ok();
 }
 

@@ -189,7 +189,7 @@ export class Keyspace {
    * size) before anything else, so with nobody watching a write pays one integer comparison; the
    * key's string is made only when some key is watched.
    */
-  private watches = new Map<string, KeyWatch[]>();
+  private watches = new Map<string, KeyWatch | KeyWatch[]>();
   private watchedKeys = 0;
 
   private settle(): void {
@@ -594,33 +594,55 @@ export class Keyspace {
   /**
    * WATCH: `owner` is marked dirty by the next change of `key` (a binary string). A key present but
    * already expired now is watched as expired (see KeyWatch), as Redis's watchForKey. Watching a key
-   * twice for the same owner is one watch; watchKeyOf tells whether it is watched.
+   * twice for the same owner is one watch (null the second time).
    */
   watch(owner: WatchOwner, key: string, nowMs: number): KeyWatch | null {
-    let list = this.watches.get(key);
-    if (list === undefined) {
-      list = [];
-      this.watches.set(key, list);
-      this.watchedKeys = this.watches.size;
-    } else {
-      for (const w of list) if (w.owner === owner) return null;
+    const entry = this.watches.get(key);
+    if (entry !== undefined) {
+      if (Array.isArray(entry)) {
+        for (const w of entry) if (w.owner === owner) return null;
+      } else if (entry.owner === owner) {
+        return null;
+      }
     }
     const slot = this.presentSlot(key);
     const w: KeyWatch = { key, expired: slot !== -1 && nowMs > this.index.getState(slot, 0), owner };
-    list.push(w);
+    // One watcher (the usual case) is kept as it is: a list per key would cost ~180 bytes more.
+    if (entry === undefined) this.watches.set(key, w);
+    else if (Array.isArray(entry)) entry.push(w);
+    else this.watches.set(key, [entry, w]);
+    this.watchedKeys = this.watches.size;
     return w;
   }
 
-  /** Ends watches (UNWATCH, EXEC, DISCARD, a closed client). */
+  /** Ends watches (EXEC and DISCARD of a small set; big ones go through unwatchOne in slices). */
   unwatch(watches: readonly KeyWatch[]): void {
-    for (const w of watches) {
-      const list = this.watches.get(w.key);
-      if (list === undefined) continue;
-      const i = list.indexOf(w);
-      if (i !== -1) list.splice(i, 1);
-      if (list.length === 0) this.watches.delete(w.key);
-    }
+    for (const w of watches) this.dropWatch(w);
     this.watchedKeys = this.watches.size;
+  }
+
+  /** Ends one watch (Server's slice-by-slice release of a client's watches). */
+  unwatchOne(w: KeyWatch): void {
+    this.dropWatch(w);
+    this.watchedKeys = this.watches.size;
+  }
+
+  /** Watch index entries (distinct watched keys, whoever watches them): INFO. */
+  get watchedKeyCount(): number {
+    return this.watches.size;
+  }
+
+  private dropWatch(w: KeyWatch): void {
+    const entry = this.watches.get(w.key);
+    if (entry === undefined) return;
+    if (!Array.isArray(entry)) {
+      if (entry === w) this.watches.delete(w.key);
+      return;
+    }
+    const i = entry.indexOf(w);
+    if (i !== -1) entry.splice(i, 1);
+    if (entry.length === 1) this.watches.set(w.key, entry[0]);
+    else if (entry.length === 0) this.watches.delete(w.key);
   }
 
   /**
@@ -649,27 +671,35 @@ export class Keyspace {
   }
 
   private touchKey(key: string): void {
-    const list = this.watches.get(key);
-    if (list === undefined) return;
-    let gone: boolean | undefined;
-    for (const w of list) {
-      if (w.expired) {
-        // Removing a key that had already expired when watched is no logical change.
-        gone ??= this.presentSlot(w.key) === -1;
-        if (gone) {
-          w.expired = false;
-          continue;
-        }
-      }
-      w.owner.dirty = true;
+    const entry = this.watches.get(key);
+    if (entry === undefined) return;
+    if (!Array.isArray(entry)) {
+      this.touchWatch(entry, undefined);
+      return;
     }
+    let gone: boolean | undefined;
+    for (const w of entry) gone = this.touchWatch(w, gone);
+  }
+
+  /** Marks one watch of a changed key; `gone` caches whether the key is absent now (it is looked up once). */
+  private touchWatch(w: KeyWatch, gone: boolean | undefined): boolean | undefined {
+    if (w.expired) {
+      // Removing a key that had already expired when watched is no logical change.
+      gone ??= this.presentSlot(w.key) === -1;
+      if (gone) {
+        w.expired = false;
+        return gone;
+      }
+    }
+    w.owner.dirty = true;
+    return gone;
   }
 
   /** FLUSHDB/FLUSHALL, before the keys go: Redis's touchAllWatchedKeysInDb (only keys present count). */
   private touchAllWatched(): void {
-    for (const [key, list] of this.watches) {
+    for (const [key, entry] of this.watches) {
       if (this.presentSlot(key) === -1) continue;
-      for (const w of list) {
+      for (const w of Array.isArray(entry) ? entry : [entry]) {
         if (w.expired) w.expired = false;
         else w.owner.dirty = true;
       }

@@ -39,6 +39,15 @@ export class CommandArgs {
   private ends = new Int32Array(16);
   length = 0;
 
+  /**
+   * Bytes the argument arrays take beyond their first 16 entries (after a many-argument command,
+   * until reset() shrinks them): two int32 and one reference per entry (a client's memory account).
+   */
+  get extraCapacityBytes(): number {
+    const n = Math.max(this.starts.length, this.bufs.length);
+    return n > 16 ? (n - 16) * 16 : 0;
+  }
+
   /** Forgets the previous command's arguments (and, after a huge command, the room it took). */
   reset(): void {
     if (this.starts.length > 1024) {

@@ -70,14 +70,24 @@ export class RequestParser {
   /** For big arguments: chunks gathered so far and their total size. */
   private bigChunks: Buffer[] | null = null;
   private bigBytes = 0;
-  /** Bytes (plus per-argument overhead) of the arguments of the command being read. */
-  private argvBytes = 0;
+  /** Bytes (plus per-argument overhead) of the arguments of the command being read (CLIENT LIST argv-mem). */
+  argvBytes = 0;
 
   constructor(private readonly limits: ParserLimits) {}
 
   /** Bytes received but not yet turned into commands (the query buffer, for limits and CLIENT LIST). */
   get pendingBytes(): number {
     return this.buf.length - this.pos + this.bigBytes + this.argvBytes;
+  }
+
+  /**
+   * Bytes this parser keeps for its client: the query buffer (pendingBytes: input not run yet, the
+   * arguments of a command being read) and the argument arrays a many-argument command grew (the
+   * client's memory account, src/server/client-memory.ts). Bytes of commands already run in this
+   * batch are not counted: they go when the batch ends.
+   */
+  get heldBytes(): number {
+    return this.pendingBytes + this.argv.extraCapacityBytes;
   }
 
   feed(chunk: Buffer): void {

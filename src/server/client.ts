@@ -9,6 +9,7 @@ import { ProtocolError, RequestParser, UNAUTH_MAX_REQUEST_BYTES } from '../proto
 import type { Protocol, ReplyWriter } from '../protocol/reply-writer.js';
 import type { Server } from './server.js';
 import { errorText } from './tasks.js';
+import { ClientMemory, DEFERRED_CALL_BYTES, type AccountHolder } from './client-memory.js';
 import type { Transaction, Watching } from './transaction.js';
 
 /**
@@ -45,8 +46,10 @@ interface DeferredSlot {
   bytes: Buffer | null;
 }
 
-export class Client {
+export class Client implements AccountHolder {
   readonly parser: RequestParser;
+  /** Everything this client holds, counted where it changes (src/server/client-memory.ts). */
+  readonly memory = new ClientMemory();
   proto: Protocol = 2;
   name = '';
   libName = '';
@@ -62,6 +65,9 @@ export class Client {
   multi: Transaction | null = null;
   /** The keys WATCHed since the last EXEC/DISCARD/UNWATCH, or null. */
   watching: Watching | null = null;
+  /** Watches this client ended that are still being freed in slices (Server.releaseWatches), and their bytes. */
+  watchesFreeing = 0;
+  watchesFreeingBytes = 0;
   /** Set by QUIT, protocol errors and kills: no more commands run, the socket ends after the reply. */
   closing = false;
   /** Reading and executing stopped until the socket drains (backpressure, see above). */
@@ -100,11 +106,51 @@ export class Client {
 
   /** Leaves MULTI and drops every WATCH (DISCARD, EXEC, RESET, a closed connection), as Redis's discardTransaction. */
   discardTransaction(): void {
-    this.multi = null;
-    if (this.watching !== null) {
-      this.server.keyspace.unwatch(this.watching.keys);
-      this.watching = null;
+    if (this.multi !== null) {
+      this.multi = null;
+      this.server.clientsMemory.set(this, 'multi', 0);
     }
+    this.dropWatches();
+  }
+
+  /**
+   * Ends this client's WATCHes (UNWATCH, EXEC, DISCARD, RESET, a closed connection): from now on
+   * nothing marks it; a big set leaves the keyspace's watch index in slices (Server.releaseWatches).
+   */
+  dropWatches(): void {
+    const w = this.watching;
+    if (w === null) return;
+    this.watching = null;
+    this.server.releaseWatches(w, this);
+    this.accountWatches();
+  }
+
+  /** Accounts the watches: those held, and those ended but still being freed. */
+  accountWatches(): void {
+    this.server.clientsMemory.set(this, 'watch', (this.watching === null ? 0 : this.watching.bytes) + this.watchesFreeingBytes);
+  }
+
+  /** Accounts the name and library fields (CLIENT SETNAME, SETINFO, HELLO SETNAME): each a one-byte string. */
+  accountFields(): void {
+    const bytes = stringBytes(this.name) + stringBytes(this.libName) + stringBytes(this.libVer);
+    this.server.clientsMemory.set(this, 'fields', bytes);
+  }
+
+  /** Accounts the query buffer and the unsent output (after a read, a batch, and periodically). */
+  accountBuffers(): void {
+    const accounts = this.server.clientsMemory;
+    accounts.set(this, 'query', this.parser.heldBytes);
+    accounts.set(this, 'output', this.outputBytes);
+  }
+
+  /**
+   * Closed by client eviction (`maxmemory-clients`, see client-memory.ts): its account already left
+   * the sum. Logged at most once a second (an attack evicts many), counted in INFO evicted_clients.
+   */
+  evictForMemory(limitBytes: number): void {
+    const message = `Evicting client: id=${this.id} addr=${this.addr} name=${this.name.slice(0, 128)} tot-mem=${this.memory.total} (maxmemory-clients ${limitBytes})`;
+    this.server.tasks.warnLimited('client eviction', message, { id: this.id, addr: this.addr, totMem: this.memory.total, limit: limitBytes });
+    this.kill();
   }
 
   /** Unsent reply bytes (CLIENT LIST omem, output limits). */
@@ -122,6 +168,8 @@ export class Client {
     this.lastInteractionMs = Date.now();
     this.server.stats.netInputBytes += chunk.length;
     this.parser.feed(chunk);
+    this.server.clientsMemory.set(this, 'query', this.parser.heldBytes);
+    if (this.closing) return; // evicted: the input grew the clients' memory over maxmemory-clients
     if (this.waitingForDrain) return; // bytes already read when the socket was paused: run them on drain
     this.processGuarded();
   }
@@ -141,6 +189,7 @@ export class Client {
   private processGuarded(): void {
     try {
       this.processInput();
+      this.accountBuffers();
     } catch (e) {
       this.discardReplies();
       const reason = errorText(e);
@@ -375,6 +424,7 @@ export class Client {
     this.deferOffsets.push(this.server.writer.length);
     this.deferSlots.push(slot);
     this.deferred++;
+    this.server.clientsMemory.set(this, 'deferred', this.deferred * DEFERRED_CALL_BYTES);
     const proto = this.proto;
     return (write) => {
       if (slot.bytes !== null) return;
@@ -391,6 +441,7 @@ export class Client {
       slot.bytes = writer.take();
       this.server.stats.netOutputBytes += slot.bytes.length;
       this.deferred--;
+      this.server.clientsMemory.set(this, 'deferred', this.deferred * DEFERRED_CALL_BYTES);
       // The backend answers a pipeline's calls together: send them together at the end of the turn
       // (Server.flushLater), one socket write instead of one per reply.
       if (!this.queueReady) {
@@ -501,6 +552,11 @@ export class Client {
 function outputHardLimit(hardBytes: number, authenticated: boolean): number {
   if (authenticated) return hardBytes;
   return hardBytes > 0 ? Math.min(hardBytes, UNAUTH_OUTPUT_BYTES) : UNAUTH_OUTPUT_BYTES;
+}
+
+/** V8's one-byte string: a 16-byte header, the bytes rounded up to 8 (names are printable ASCII). */
+function stringBytes(s: string): number {
+  return s.length === 0 ? 0 : 16 + ((s.length + 7) & ~7);
 }
 
 function formatAddress(address: string | undefined, port: number | undefined): string {

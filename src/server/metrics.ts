@@ -110,6 +110,8 @@ export function metricsText(server: Server): string {
     family('cellgate_memory_used_bytes', 'gauge', 'Start-up memory plus the keys, what maxmemory is compared with (INFO used_memory).', [[null, server.memory.countedBytes]]),
     family('cellgate_memory_heap_bytes', 'gauge', 'V8 heap in use plus array buffers, measured now (INFO used_memory_heap).', [[null, m.heapUsed + m.arrayBuffers]]),
     family('cellgate_memory_rss_bytes', 'gauge', 'Resident set size of the process.', [[null, m.rss]]),
+    family('cellgate_clients_memory_bytes', 'gauge', 'The clients\' memory accounts together, what maxmemory-clients limits (INFO clients_total_memory).', [[null, server.clientsMemory.total]]),
+    family('cellgate_evicted_clients_total', 'counter', 'Clients closed because all clients together held more than maxmemory-clients.', [[null, server.clientsMemory.evictions]]),
     family('cellgate_net_input_bytes_total', 'counter', 'Bytes received from clients.', [[null, s.netInputBytes]]),
     family('cellgate_net_output_bytes_total', 'counter', 'Bytes sent to clients.', [[null, s.netOutputBytes]]),
     family('cellgate_auth_failures_total', 'counter', 'Failed AUTH and HELLO AUTH attempts.', [[null, s.authFailures]]),

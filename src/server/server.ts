@@ -19,6 +19,8 @@ import { aclClientInfo, loadAclFile } from '../commands/acl.js';
 import type { CommandContext, CommandSpec } from '../commands/types.js';
 import { Snapshotter, type SaveMode } from '../persistence/snapshotter.js';
 import { Client } from './client.js';
+import { ClientsMemory } from './client-memory.js';
+import { WATCH_FREE_CHECK_KEYS, WATCH_FREE_SLICE_KEYS, WATCH_FREE_SLICE_MS, watchBytes, type Watching } from './transaction.js';
 import { startMetrics } from './metrics.js';
 import { SlowLog } from './slowlog.js';
 import { MemoryGuard, OOM_MESSAGE } from './memory.js';
@@ -81,6 +83,17 @@ export class Server {
   backend: RedisBackend | null = null;
   private scratch: Keyspace | null = null
   readonly clients = new Map<number, Client>();
+  /** The clients' memory accounts and their sum, checked against maxmemory-clients (client-memory.ts). */
+  readonly clientsMemory = new ClientsMemory(() => this.clients.values());
+  /** Watch sets of clients that ended them, still to leave the keyspace's watch index (releaseWatches). */
+  private readonly watchesToFree: { watching: Watching; client: Client }[] = [];
+  /** Position in watchesToFree[0].keys of the next watch to free. */
+  private watchFreeAt = 0;
+  /** Watches in watchesToFree not freed yet (INFO lazyfree_pending_watches). */
+  pendingWatchFrees = 0;
+  /** Slices run to free watches (INFO lazyfree_watch_slices), and the longest one (µs). */
+  watchFreeSlices = 0;
+  watchFreeSliceMaxUs = 0;
   readonly runId = randomBytes(20).toString('hex');
   readonly startedMs = Date.now();
   /** maxmemory and eviction (src/server/memory.ts). */
@@ -392,6 +405,8 @@ export class Server {
     this.log.format = this.config.get('log-format') as 'human' | 'json';
     this.snapshots.refreshDenyWrites();
     this.maxmemoryBytes = this.config.int('maxmemory');
+    this.clientsMemory.limitBytes = clientsMemoryLimit(this.config.get('maxmemory-clients'), this.maxmemoryBytes);
+    this.clientsMemory.enforce();
     this.queryBufferLimit = this.config.int('client-query-buffer-limit');
     this.outputLimit = this.config.outputLimit('normal');
     this.slowlogThresholdUs = this.config.int('slowlog-log-slower-than');
@@ -542,6 +557,7 @@ export class Server {
     if (keepalive > 0 && unixPath === undefined) socket.setKeepAlive(true, keepalive * 1000);
     const client = new Client(this.nextClientId++, socket, this, unixPath);
     this.clients.set(client.id, client);
+    this.clientsMemory.join(client);
     // Redis's verbose lines: "Accepted 127.0.0.1:50312" / "Accepted connection to /tmp/x.sock".
     if (this.log.enabled('verbose')) {
       this.log.verbose(unixPath !== undefined ? `Accepted connection to ${unixPath}` : `Accepted ${client.addr}`, { id: client.id, addr: client.addr });
@@ -564,11 +580,75 @@ export class Server {
   }
 
   removeClient(client: Client): void {
+    this.clientsMemory.release(client);
     // Redis logs "Client closed connection id=... addr=..." at verbose when a client goes away.
     if (this.clients.delete(client.id) && this.log.enabled('verbose')) {
       this.log.verbose(`Client closed connection id=${client.id} addr=${client.addr}`, { id: client.id, addr: client.addr, laddr: client.laddr });
     }
   }
+
+  /** CONFIG RESETSTAT: the stats, and the counters kept beside them (Redis's resetServerStats). */
+  resetStats(): void {
+    this.stats.reset();
+    this.clientsMemory.evictions = 0;
+    this.watchFreeSlices = 0;
+    this.watchFreeSliceMaxUs = 0;
+  }
+
+  /**
+   * Ends a client's watch set. A small one leaves the keyspace's watch index now; a big one (a client
+   * may watch up to MAX_WATCHED_KEYS) in slices of at most WATCH_FREE_SLICE_KEYS and WATCH_FREE_SLICE_MS,
+   * one per event-loop turn, so
+   * other clients are served between slices instead of waiting for millions of index removals. The set
+   * is detached from its client first: whatever touches its keys meanwhile marks nobody that matters.
+   * Until they are freed, the watches stay in their client's memory account and count toward its
+   * WATCH cap (Client.watchesFreeing): a client cannot outrun the slices by watching and unwatching.
+   */
+  releaseWatches(w: Watching, client: Client): void {
+    if (w.keys.length <= WATCH_FREE_SLICE_KEYS && this.watchesToFree.length === 0) {
+      this.keyspace.unwatch(w.keys);
+      return;
+    }
+    this.watchesToFree.push({ watching: w, client });
+    client.watchesFreeing += w.keys.length;
+    client.watchesFreeingBytes += w.bytes;
+    this.pendingWatchFrees += w.keys.length;
+    if (this.watchesToFree.length === 1) this.tasks.soon('watch free', this.freeWatchSlice);
+  }
+
+  private readonly freeWatchSlice = (): void => {
+    this.watchFreeSlices++;
+    const started = performance.now();
+    let budget = WATCH_FREE_SLICE_KEYS;
+    const ks = this.keyspace;
+    // At most WATCH_FREE_SLICE_KEYS, and WATCH_FREE_SLICE_MS (checked every WATCH_FREE_CHECK_KEYS):
+    // on a busy machine 8,192 index removals can take far longer than their usual ~2 ms.
+    const deadline = started + WATCH_FREE_SLICE_MS;
+    while (budget > 0 && this.watchesToFree.length > 0 && performance.now() < deadline) {
+      const { watching, client } = this.watchesToFree[0];
+      const keys = watching.keys;
+      const end = Math.min(keys.length, this.watchFreeAt + Math.min(budget, WATCH_FREE_CHECK_KEYS));
+      let bytes = 0;
+      for (let i = this.watchFreeAt; i < end; i++) {
+        ks.unwatchOne(keys[i]);
+        bytes += watchBytes(keys[i].key);
+      }
+      const freed = end - this.watchFreeAt;
+      budget -= freed;
+      this.pendingWatchFrees -= freed;
+      client.watchesFreeing -= freed;
+      client.watchesFreeingBytes -= bytes;
+      client.accountWatches();
+      if (end === keys.length) {
+        this.watchesToFree.shift();
+        this.watchFreeAt = 0;
+      } else {
+        this.watchFreeAt = end;
+      }
+    }
+    this.watchFreeSliceMaxUs = Math.max(this.watchFreeSliceMaxUs, Math.round((performance.now() - started) * 1000));
+    if (this.watchesToFree.length > 0) this.tasks.soon('watch free', this.freeWatchSlice);
+  };
 
   /**
    * Marks the start of a batch of commands (one read from one client). Each command's duration for
@@ -793,7 +873,8 @@ export class Server {
       this.writer.error('ERR Command not allowed inside a transaction');
       return true;
     }
-    m.push(spec, argv);
+    this.clientsMemory.change(client, 'multi', m.push(spec, argv));
+    if (client.closing) return true; // evicted: the queue grew the clients' memory over maxmemory-clients
     const held = m.bytes + client.parser.pendingBytes;
     if (held > this.queryBufferLimit) {
       client.closeForQueryBuffer(held);
@@ -888,8 +969,9 @@ export class Server {
       if (client.lastInteractionMs < cutoff) {
         this.log.verbose('closing idle client', { id: client.id, addr: client.addr });
         client.kill();
-      } else {
-        client.checkSoftOutputLimit(now);
+      } else if (client.checkSoftOutputLimit(now)) {
+        // Sockets drain without a batch: the accounts follow here, as Redis's clientsCron.
+        client.accountBuffers();
       }
     }
   }
@@ -941,6 +1023,15 @@ export const PROTECTED_MODE_MESSAGE =
   'the server to start accepting connections from the outside.\r\n';
 
 const EXEC_ARITY_ABORT = "EXECABORT Transaction discarded because of: wrong number of arguments for 'exec' command";
+
+/**
+ * `maxmemory-clients` in bytes: a byte count, or a percentage of maxmemory (0 = off, and off for a
+ * percentage while maxmemory is 0), as Redis's getClientEvictionLimit.
+ */
+function clientsMemoryLimit(value: string, maxmemoryBytes: number): number {
+  if (value.endsWith('%')) return Math.floor((maxmemoryBytes * Number(value.slice(0, -1))) / 100);
+  return Number(value);
+}
 
 /** Redis's reject_cmd_on_oom in MULTI: anything but EXEC/DISCARD/QUIT/RESET, and EXEC holding a denyoom command. */
 function oomInMulti(client: Client, spec: CommandSpec): boolean {

@@ -241,12 +241,12 @@ describe('CLIENT KILL and CLIENT LIST', () => {
     return { checker, id, addr: /addr=(\S+)/.exec(info)![1], conn };
   }
 
-  it('CLIENT LIST has Redis 7.2 fields, in order', async () => {
+  it('CLIENT LIST has Redis 7.4 fields, in order', async () => {
     const c = await Checker.open(server.port);
     try {
       const list = String(await c.call('CLIENT', 'LIST', 'ID', String(await c.call('CLIENT', 'ID'))));
       const fields = list.trim().split(' ').map((kv) => kv.split('=')[0]);
-      expect(fields).toEqual(['id', 'addr', 'laddr', 'fd', 'name', 'age', 'idle', 'flags', 'db', 'sub', 'psub', 'ssub', 'multi', 'qbuf',
+      expect(fields).toEqual(['id', 'addr', 'laddr', 'fd', 'name', 'age', 'idle', 'flags', 'db', 'sub', 'psub', 'ssub', 'multi', 'watch', 'qbuf',
         'qbuf-free', 'argv-mem', 'multi-mem', 'rbs', 'rbp', 'obl', 'oll', 'omem', 'tot-mem', 'events', 'cmd', 'user', 'redir', 'resp',
         'lib-name', 'lib-ver']);
       expect(list).toMatch(/ events=r cmd=client\|list user=default /);

@@ -40,6 +40,9 @@ describe('metrics', () => {
       expect(text).toContain('cellgate_command_calls_total{command="cl.throttle"} 2\n');
       expect(text).toMatch(/\ncellgate_connected_clients 1\n/);
       expect(text).toMatch(/\ncellgate_memory_used_bytes \d+\n/);
+      // One client connected: its memory account (at least the connection's own cost) and no eviction.
+      expect(Number(/\ncellgate_clients_memory_bytes (\d+)\n/.exec(text)![1])).toBeGreaterThan(1000);
+      expect(text).toMatch(/\ncellgate_evicted_clients_total 0\n/);
       // Every sample line is `name{labels} number` or `name number`.
       for (const line of text.split('\n').filter((l) => l !== '' && !l.startsWith('#'))) {
         expect(line).toMatch(/^[a-z_]+(\{[a-z_]+="[^"]*"(,[a-z_]+="[^"]*")*\})? -?[\d.e+]+$/);

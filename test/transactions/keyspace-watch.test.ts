@@ -77,4 +77,25 @@ describe('Keyspace watches', () => {
     ks.delete('k', 0);
     expect(owner.dirty).toBe(false);
   });
+
+  it('one watcher per key is kept without a list; a second and a third make one, unwatching takes it back to one entry', () => {
+    const ks = new Keyspace();
+    keyWith(ks, 'k', 1000);
+    const owners: WatchOwner[] = [{ dirty: false }, { dirty: false }, { dirty: false }];
+    const watches = owners.map((o) => ks.watch(o, 'k', 0)!);
+    expect(ks.watch(owners[1], 'k', 0)).toBeNull(); // twice for the same owner is one watch
+    expect(ks.watchedKeyCount).toBe(1);
+    ks.unwatchOne(watches[0]);
+    ks.unwatch([watches[2]]);
+    ks.setState(ks.lookup('k', 0), 3, 4);
+    expect(owners.map((o) => o.dirty)).toEqual([false, true, false]);
+    // Unwatching a watch twice (a slice after a sync release) changes nothing.
+    ks.unwatchOne(watches[0]);
+    expect(ks.watchedKeyCount).toBe(1);
+    ks.unwatchOne(watches[1]);
+    expect(ks.watchedKeyCount).toBe(0);
+    owners[1].dirty = false;
+    ks.setState(ks.lookup('k', 0), 5, 6);
+    expect(owners[1].dirty).toBe(false);
+  });
 });
