@@ -14,6 +14,7 @@ import type { CommandArgs } from '../protocol/command-args.js';
 import { globMatch } from '../glob.js';
 import { replaceFileSync } from '../persistence/exclusive-file.js';
 import { isCategory } from './categories.js';
+import { loggedText } from '../log-text.js';
 
 /** Key access a pattern grants: bit 1 read, bit 2 write. */
 export const KEY_READ = 1;
@@ -255,6 +256,13 @@ export interface AclLogEntry {
 
 /** Redis's ACL_LOG_GROUPING_MAX_TIME_DELTA: a repeat of an entry within this is counted in it. */
 const LOG_GROUPING_MS = 60_000;
+/** Redis looks for a repeat among this many newest entries only (bounded work per denial). */
+const LOG_GROUPING_SCAN = 10;
+/**
+ * How much of a refused key or a user name an ACL LOG entry keeps (src/log-text.ts). Redis keeps
+ * them whole; 128 entries of a 512 MiB key each would be 64 GiB.
+ */
+export const ACL_LOG_TEXT_BYTES = 1024;
 /** Redis's acllog-max-len default. */
 const LOG_MAX_LEN = 128;
 
@@ -375,14 +383,22 @@ export class Acl {
     this.defaultUser.recompute();
   }
 
+  /**
+   * Adds an ACL LOG entry, or counts a repeat in one of the 10 newest (Redis's addACLLogEntry).
+   * `username` is kept cut to ACL_LOG_TEXT_BYTES (AUTH logs the unknown name a client sent);
+   * `object` (a refused key: loggedArg) and `clientInfo` (aclClientInfo) come already cut.
+   */
   addLog(reason: AclLogEntry['reason'], context: string, object: string, username: string, clientInfo: string, nowMs: number): void {
-    for (const e of this.log) {
+    username = loggedText(username, ACL_LOG_TEXT_BYTES);
+    const scan = Math.min(this.log.length, LOG_GROUPING_SCAN);
+    for (let i = 0; i < scan; i++) {
+      const e = this.log[i];
       if (e.reason === reason && e.context === context && e.object === object && e.username === username && nowMs - e.updatedMs < LOG_GROUPING_MS) {
         e.count++;
         e.updatedMs = nowMs;
         e.clientInfo = clientInfo;
         // The most recently updated entry comes first, as Redis moves it to the head.
-        this.log.splice(this.log.indexOf(e), 1);
+        this.log.splice(i, 1);
         this.log.unshift(e);
         return;
       }
