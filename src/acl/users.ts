@@ -7,7 +7,7 @@
  * the default user costs that one test), `allowed` (one byte per command id) and `allKeys`.
  */
 import { constants } from 'node:buffer';
-import { createHash, timingSafeEqual } from 'node:crypto';
+import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import type { CommandSpec } from '../commands/types.js';
 import type { CommandArgs } from '../protocol/command-args.js';
@@ -42,6 +42,8 @@ export class User {
   unrestricted = false;
   /** `keys` as aclCheck reads them (built by recompute()). */
   private keyMatchers: KeyMatcher[] = [];
+  /** `passwords` as AUTH compares them, 32-byte digests (built by recompute()). */
+  private passwordDigests: Buffer[] = [];
 
   constructor(
     readonly name: string,
@@ -176,6 +178,7 @@ export class User {
     this.acl.allowNoAuth(allowed);
     this.unrestricted = this.allKeys && allowed.every((b) => b === 1);
     this.keyMatchers = [...this.keys].map(([pattern, access]) => keyMatcher(pattern, access));
+    this.passwordDigests = this.passwords.map((p) => Buffer.from(p, 'hex'));
   }
 
   /**
@@ -226,17 +229,38 @@ export class User {
     return [this.allCommandsBase ? '+@all' : '-@all', ...this.rules].join(' ');
   }
 
-  /** Constant time per stored password: hashes are compared, never the passwords. */
-  passwordMatches(pass: Buffer): boolean {
+  /**
+   * Whether `given` (the SHA-256 digest of a password sent) is one of the user's: each stored digest
+   * is compared in constant time, never the passwords. A user with no password is compared with a
+   * dummy digest, so it costs what a user with one does (see Acl.authenticate).
+   */
+  digestMatches(given: Buffer): boolean {
     if (this.nopass) return true;
-    const given = createHash('sha256').update(pass).digest();
-    let ok = false;
-    for (const p of this.passwords) {
-      if (timingSafeEqual(given, Buffer.from(p, 'hex'))) ok = true;
+    const digests = this.passwordDigests;
+    if (digests.length === 0) {
+      compareDigests(given, UNKNOWN_USER_DIGEST);
+      return false;
     }
+    let ok = false;
+    for (let i = 0; i < digests.length; i++) if (compareDigests(given, digests[i])) ok = true;
     return ok;
   }
 }
+
+/** Compares two SHA-256 digests in constant time; every AUTH compares at least one pair. */
+function compareDigests(given: Buffer, stored: Buffer): boolean {
+  authDigestComparisons++;
+  return timingSafeEqual(given, stored);
+}
+
+/**
+ * How many digest comparisons AUTH made since start: the same for a name that exists and one that
+ * does not (test/acl/auth-timing.test.ts reads it).
+ */
+export let authDigestComparisons = 0;
+
+/** What an unknown user's password is compared with: random, so no password matches it. */
+const UNKNOWN_USER_DIGEST = randomBytes(32);
 
 function sha256Hex(bytes: Buffer): string {
   return createHash('sha256').update(bytes).digest('hex');
@@ -357,16 +381,19 @@ export class Acl {
     return { user: draft, created: true };
   }
 
-  /** `user` if it exists, is on and `pass` is one of its passwords (or it is nopass). */
+  /**
+   * `user` if it exists, is on and `pass` is one of its passwords (or it is nopass). A name that
+   * does not exist costs the same hash and digest comparison as one that does (a dummy digest), so
+   * the reply time does not tell which user names exist.
+   */
   authenticate(name: string, pass: Buffer): User | null {
     const u = this.users.get(name);
-    // Hash even for an unknown user, so the reply time does not tell which names exist.
+    const given = createHash('sha256').update(pass).digest();
     if (u === undefined) {
-      createHash('sha256').update(pass).digest();
+      compareDigests(given, UNKNOWN_USER_DIGEST);
       return null;
     }
-    const ok = u.passwordMatches(pass);
-    return ok && u.enabled ? u : null;
+    return u.digestMatches(given) && u.enabled ? u : null;
   }
 
   /**

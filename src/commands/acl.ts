@@ -308,7 +308,7 @@ export const aclCommands: CommandSpec[] = [
         { name: 'username', type: 'string' }, { name: 'rule', type: 'string', optional: true, multiple: true }]), secretArg: secretFrom(2) },
       sub('users', 2, ADMIN, 'Lists all ACL users.', users),
       sub('whoami', 2, PLAIN, 'Returns the authenticated username of the current connection.', (ctx) => ctx.reply.bulk(Buffer.from(ctx.client.user.name, 'latin1'))),
-      sub('help', 2, PLAIN, 'Returns helpful text about the different subcommands.', (ctx) => replyHelp(ctx, ACL_HELP)),
+      sub('help', 2, ['loading', 'stale'], 'Returns helpful text about the different subcommands.', (ctx) => replyHelp(ctx, ACL_HELP)),
     ] },
 ];
 

@@ -294,7 +294,7 @@ export const adminCommands: CommandSpec[] = [
         secretArg: (argv, i) => i >= 3 && i % 2 === 1 && isSensitiveConfig(argv.lower(i - 1)) },
       sub('rewrite', 2, 'Persists the effective configuration to file.', configRewrite),
       sub('resetstat', 2, 'Resets the server\'s statistics.', (ctx) => { ctx.server.stats.reset(); ctx.reply.ok(); }),
-      sub('help', 2, 'Returns helpful text about the different subcommands.', (ctx) => replyHelp(ctx, CONFIG_HELP)),
+      { ...sub('help', 2, 'Returns helpful text about the different subcommands.', (ctx) => replyHelp(ctx, CONFIG_HELP)), flags: ['loading', 'stale'] },
     ] },
   { name: 'time', arity: 1, flags: ['loading', 'stale', 'fast'], ...noKeys(), group: 'server', since: '2.6.0', complexity: 'O(1)',
     summary: 'Returns the server time.', args: [], run: time },

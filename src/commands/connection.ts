@@ -399,9 +399,9 @@ const sub = (name: string, arity: number, summary: string, run: CommandSpec['run
 export const connectionCommands: CommandSpec[] = [
   { name: 'ping', arity: -1, flags: ['fast'], ...noKeys(), group: 'connection', since: '1.0.0', complexity: 'O(1)',
     summary: 'Returns the server\'s liveliness response.', args: [{ name: 'message', type: 'string', optional: true }], run: ping },
-  { name: 'echo', arity: 2, flags: ['fast'], ...noKeys(), group: 'connection', since: '1.0.0', complexity: 'O(1)',
+  { name: 'echo', arity: 2, flags: ['fast', 'loading', 'stale'], ...noKeys(), group: 'connection', since: '1.0.0', complexity: 'O(1)',
     summary: 'Returns the given string.', args: [{ name: 'message', type: 'string' }], run: (ctx, argv) => ctx.reply.bulk(argv.buffer(1)) },
-  { name: 'quit', arity: -1, flags: ['no-auth', 'fast', 'allow-busy', 'loading', 'stale'], ...noKeys(), group: 'connection', since: '1.0.0', complexity: 'O(1)',
+  { name: 'quit', arity: -1, flags: ['no-auth', 'noscript', 'fast', 'allow-busy', 'loading', 'stale'], ...noKeys(), group: 'connection', since: '1.0.0', complexity: 'O(1)',
     summary: 'Closes the connection.', args: [],
     run: (ctx) => { ctx.reply.ok(); ctx.client.closing = true; } },
   { name: 'reset', arity: 1, flags: ['no-auth', 'fast', 'noscript', 'loading', 'stale'], ...noKeys(), group: 'connection', since: '6.2.0', complexity: 'O(1)',
@@ -449,11 +449,12 @@ export const connectionCommands: CommandSpec[] = [
           ] },
         ] },
       ]), flags: ['admin', 'noscript', 'loading', 'stale'] },
-      sub('list', -2, 'Lists open connections.', clientList, [
+      // Every client's name, address and last command: @admin and @dangerous, as Redis's CLIENT LIST.
+      { ...sub('list', -2, 'Lists open connections.', clientList, [
         { name: 'client-type', type: 'string', token: 'TYPE', optional: true },
         { name: 'client-id', type: 'integer', token: 'ID', optional: true, multiple: true },
-      ]),
-      sub('no-evict', 3, 'Sets the client eviction mode of the connection.', (ctx, argv) => {
+      ]), flags: ['admin', 'noscript', 'loading', 'stale'] },
+      { ...sub('no-evict', 3, 'Sets the client eviction mode of the connection.', (ctx, argv) => {
         const v = argv.lower(2);
         if (v !== 'on' && v !== 'off') {
           ctx.reply.error('ERR syntax error');
@@ -462,6 +463,7 @@ export const connectionCommands: CommandSpec[] = [
         ctx.client.noEvict = v === 'on';
         ctx.reply.ok();
       }, [{ name: 'enabled', type: 'oneof', arguments: [{ name: 'on', type: 'pure-token', token: 'ON' }, { name: 'off', type: 'pure-token', token: 'OFF' }] }]),
-      sub('help', 2, 'Returns helpful text about the different subcommands.', (ctx) => replyHelp(ctx, CLIENT_HELP)),
+      flags: ['admin', 'noscript', 'loading', 'stale'] },
+      { ...sub('help', 2, 'Returns helpful text about the different subcommands.', (ctx) => replyHelp(ctx, CLIENT_HELP)), flags: ['loading', 'stale'] },
     ] },
 ];

@@ -664,12 +664,8 @@ export class Server {
       const result = aclCheck(user, spec, argv, 0);
       if (result !== ACL_OK) {
         stat.rejectedCalls++;
-        this.stats.error('NOPERM');
         client.lastCommand = fullName; // the log's client-info names the refused command, as Redis's
-        if (result === ACL_DENIED_CMD) this.stats.aclDeniedCmd++;
-        else this.stats.aclDeniedKey++;
-        const object = result === ACL_DENIED_CMD ? fullName : loggedArg(argv, deniedKeyIndex, ACL_LOG_TEXT_BYTES);
-        this.acl.addLog(result === ACL_DENIED_CMD ? 'command' : 'key', 'toplevel', object, user.name, aclClientInfo(client), Date.now());
+        this.aclDenied(client, fullName, argv, result, 'toplevel');
         reply.error(noPermMessage(result, user, fullName));
         return;
       }
@@ -723,6 +719,19 @@ export class Server {
     const ended = performance.now();
     this.perfMark = ended;
     this.commandDone(client, spec, fullName, stat, argv, (ended - started) * 1000, nowUs, mark);
+  }
+
+  /**
+   * Counts and logs an ACL refusal (`result` from aclCheck) of `client`'s command: the INFO
+   * acl_access_denied_* counter, errorstats NOPERM, and an ACL LOG entry with `context` (toplevel,
+   * or multi for a queued command refused at EXEC). The caller writes the error reply.
+   */
+  aclDenied(client: Client, fullName: string, argv: CommandArgs, result: number, context: 'toplevel' | 'multi'): void {
+    this.stats.error('NOPERM');
+    if (result === ACL_DENIED_CMD) this.stats.aclDeniedCmd++;
+    else this.stats.aclDeniedKey++;
+    const object = result === ACL_DENIED_CMD ? fullName : loggedArg(argv, deniedKeyIndex, ACL_LOG_TEXT_BYTES);
+    this.acl.addLog(result === ACL_DENIED_CMD ? 'command' : 'key', context, object, client.user.name, aclClientInfo(client), Date.now());
   }
 
   /**
