@@ -110,7 +110,9 @@ export class User {
       this.allKeys = false;
       this.keys = new Map();
     } else if (rule.startsWith('~')) {
-      this.addKeyPattern(rule.slice(1), KEY_READ | KEY_WRITE);
+      const pattern = rule.slice(1);
+      if (hasSpaces(pattern)) throw new AclRuleError('Syntax error');
+      this.addKeyPattern(pattern, KEY_READ | KEY_WRITE);
     } else if (rule.startsWith('%')) {
       const tilde = rule.indexOf('~');
       if (tilde < 2) throw new AclRuleError('Syntax error');
@@ -121,6 +123,7 @@ export class User {
         else throw new AclRuleError('Syntax error');
       }
       const pattern = rule.slice(tilde + 1);
+      if (hasSpaces(pattern)) throw new AclRuleError('Syntax error');
       if (pattern === '*' && access === (KEY_READ | KEY_WRITE)) this.apply('~*');
       else this.addKeyPattern(pattern, access);
     } else if (lower === 'allchannels' || rule === '&*') {
@@ -132,6 +135,7 @@ export class User {
     } else if (rule.startsWith('&')) {
       if (this.allChannels) throw new AclRuleError("Adding a pattern after the * pattern (or the 'allchannels' flag) is not valid and does not have any effect. Try 'resetchannels' to start with an empty list of channels");
       const pattern = rule.slice(1);
+      if (hasSpaces(pattern)) throw new AclRuleError('Syntax error');
       this.channels.add(pattern);
     } else if (lower === 'allcommands' || lower === '+@all') {
       this.allCommandsBase = true;
@@ -466,9 +470,12 @@ export class Acl {
     const users = new Map<string, User>();
     const lines = text.split('\n');
     for (let n = 0; n < lines.length; n++) {
-      const line = lines[n].replace(/\r$/, '').trim();
+      const line = trimFileLine(lines[n]);
       if (line === '' || line.startsWith('#')) continue;
-      const words = line.split(/\s+/);
+      // Words are split at spaces only, as Redis's loader: no rule or name can hold a space
+      // (hasSpaces refuses them at SETUSER), so what ACL SAVE wrote splits back into the same
+      // rules, whatever other bytes they hold (a tab or a quote stays inside its rule).
+      const words = line.split(' ').filter((w) => w !== '');
       const where = `${path}:${n + 1}`;
       if (words[0] !== 'user' || words.length < 2) throw new AclRuleError(`${where}: line should start with user keyword`);
       const name = words[1];
@@ -509,7 +516,21 @@ export class Acl {
 
 /** Redis refuses usernames with spaces or NUL bytes. */
 export function validUserName(name: string): boolean {
-  return !/[\s\0]/.test(name) && name.length > 0;
+  return !hasSpaces(name) && name.length > 0;
+}
+
+/**
+ * Redis's ACLStringHasSpaces: a C isspace() byte (space, \t, \n, \v, \f, \r) or NUL. User names and
+ * key and channel patterns holding one are refused, so every rule is one word of the ACL file. Not
+ * JS's \s, which also takes the byte 0xA0 (NBSP in latin1): a binary-safe name may hold that.
+ */
+export function hasSpaces(text: string): boolean {
+  return /[ \t\n\v\f\r\0]/.test(text);
+}
+
+/** A line of the ACL file without the spaces, tabs and CR/LF around it (Redis's sdstrim " \t\r\n"). */
+function trimFileLine(line: string): string {
+  return line.replace(/^[ \t\r\n]+|[ \t\r\n]+$/g, '');
 }
 
 export const ACL_OK = 0;
