@@ -259,7 +259,7 @@ function compareDigests(given: Buffer, stored: Buffer): boolean {
 
 /**
  * How many digest comparisons AUTH made since start: the same for a name that exists and one that
- * does not (test/acl/auth-timing.test.ts reads it).
+ * does not (test/acl/acl-rules.test.ts reads it).
  */
 export let authDigestComparisons = 0;
 
