@@ -54,6 +54,7 @@ describe('ACL LOG entries are bounded whatever the client sends', () => {
     expect(await app.call('AUTH', 'app', 'app-pass')).toBe('OK');
     const rssBefore = vmRss(pid);
     expect(await app.call('CLIENT', 'SETNAME', 'n'.repeat(NAME_BYTES))).toBe('OK');
+    const rssNamed = vmRss(pid);
     for (let i = 0; i < FAILED_AUTHS; i++) {
       expect(await app.call('AUTH', `nobody-${i}`, 'wrong')).toEqual({ error: 'WRONGPASS invalid username-password pair or user is disabled.' });
     }
@@ -62,11 +63,15 @@ describe('ACL LOG entries are bounded whatever the client sends', () => {
     // So is a refused key (the app user may not touch keys outside its patterns: it has none).
     expect(await app.call('CL.THROTTLE', 'k'.repeat(1024 * 1024), '1', '1', '1')).toEqual({ error: 'NOPERM No permissions to access a key' });
     const rssAfter = vmRss(pid);
-    console.log(`[attack] ${FAILED_AUTHS} failed AUTHs with a ${NAME_BYTES}-byte client name: server RSS ${(rssBefore / 2 ** 20).toFixed(1)} MiB before the name, ${(rssAfter / 2 ** 20).toFixed(1)} MiB after`);
+    const mib = (n: number): string => (n / 2 ** 20).toFixed(1);
+    console.log(`[attack] ${FAILED_AUTHS} failed AUTHs with a ${NAME_BYTES}-byte client name: server RSS ${mib(rssBefore)} MiB before the name, ${mib(rssNamed)} MiB with it, ${mib(rssAfter)} MiB after the AUTHs (${mib(rssAfter - rssNamed)} MiB for them)`);
+    // Each AUTH used to copy the whole name into its entry (FAILED_AUTHS x the name). A generous
+    // bound: the entries themselves are ~200 KiB in all.
+    expect(rssAfter - rssNamed).toBeLessThan(Math.max(64 * 2 ** 20, NAME_BYTES / 2));
     expect(processAlive(server)).toBe(true);
 
     const log = entries(await admin.call('ACL', 'LOG'));
-    expect(log).toHaveLength(FAILED_AUTHS + 2);
+    expect(log).toHaveLength(Math.min(FAILED_AUTHS + 2, 128)); // acllog-max-len
     let largest = 0;
     for (const e of log) {
       const info = String(e.get('client-info'));
@@ -85,8 +90,9 @@ describe('ACL LOG entries are bounded whatever the client sends', () => {
     expect(longUser.get('reason')).toBe('auth');
     expect(longUser.get('username')).toBe(`${'u'.repeat(1024)}... (${1024 * 1024 - 1024} more bytes)`);
     expect(log[2].get('username')).toBe(`nobody-${FAILED_AUTHS - 1}`);
-    // CLIENT LIST itself still shows the whole name (as Redis): only what is kept is cut.
-    expect(await app.call('CLIENT', 'GETNAME')).toHaveLength(NAME_BYTES);
+    // The connection itself still has the whole name (as Redis): only what is kept is cut. (Not
+    // read back in the soak variant: a 200 MB reply is slow to parse here.)
+    if (!SOAK) expect(await app.call('CLIENT', 'GETNAME')).toHaveLength(NAME_BYTES);
     app.close();
   }, 120_000);
 
