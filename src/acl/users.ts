@@ -304,6 +304,11 @@ export class Acl {
   private readonly byName = new Map<string, CommandSpec>();
   private readonly byCategory = new Map<string, CommandSpec[]>();
   private readonly noAuth: CommandSpec[] = [];
+  /**
+   * What AUTH compares a password with for a user name that does not exist: a user (in no map) with
+   * one random password digest, so that path runs the very code a known user's does.
+   */
+  private readonly unknownUser: User;
   /** The requirepass last given to the default user (see syncRequirepass). */
   private requirepass: string | null = null;
 
@@ -323,6 +328,9 @@ export class Acl {
     }
     this.commandCount = count;
     this.defaultUser = this.newDefaultUser();
+    this.unknownUser = new User('', this);
+    this.unknownUser.apply('#' + UNKNOWN_USER_DIGEST.toString('hex'));
+    this.unknownUser.recompute();
     this.users.set('default', this.defaultUser);
   }
 
@@ -394,7 +402,7 @@ export class Acl {
     const u = this.users.get(name);
     const given = createHash('sha256').update(pass).digest();
     if (u === undefined) {
-      compareDigests(given, UNKNOWN_USER_DIGEST);
+      this.unknownUser.digestMatches(given);
       return null;
     }
     return u.digestMatches(given) && u.enabled ? u : null;

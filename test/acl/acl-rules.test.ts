@@ -166,21 +166,25 @@ describe('AUTH costs the same for a user name that exists and one that does not'
       await c.call('AUTH', 'nosuchuser', 'wrong');
     }
     const totals = { known: 0, unknown: 0 };
+    const ratios: number[] = [];
     for (let r = 0; r < rounds; r++) {
+      const round = { known: 0, unknown: 0 };
       // Alternate which goes first, so a drift of the machine's load favours neither.
       for (const which of r % 2 === 0 ? (['known', 'unknown'] as const) : (['unknown', 'known'] as const)) {
         const name = which === 'known' ? 'timed' : 'nosuchuser';
         const before = await authUsec();
         for (let i = 0; i < perRound; i++) await c.call('AUTH', name, 'wrong');
-        totals[which] += (await authUsec()) - before;
+        round[which] = (await authUsec()) - before;
+        totals[which] += round[which];
       }
+      ratios.push(round.known / round.unknown);
     }
     const calls = rounds * perRound;
-    const ratio = totals.known / totals.unknown;
-    console.log(`[attack] AUTH failing, ${calls} each, server time per call: known user ${(totals.known / calls).toFixed(2)} µs, unknown ${(totals.unknown / calls).toFixed(2)} µs, ratio ${ratio.toFixed(3)}`);
-    // Times on a shared machine: only a sanity bound; the mechanism is the test above.
-    expect(ratio).toBeGreaterThan(0.5);
-    expect(ratio).toBeLessThan(2);
+    const median = ratios.sort((a, b) => a - b)[rounds / 2];
+    console.log(`[attack] AUTH failing, ${calls} each, server time per call: known user ${(totals.known / calls).toFixed(2)} µs, unknown ${(totals.unknown / calls).toFixed(2)} µs; median ratio of ${rounds} rounds ${median.toFixed(3)}`);
+    // Times on a shared machine: only a generous sanity bound; the mechanism is the test above.
+    expect(median).toBeGreaterThan(0.4);
+    expect(median).toBeLessThan(2.5);
     c.close();
   }, 60_000);
 });
