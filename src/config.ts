@@ -36,8 +36,12 @@ interface ConfigDef {
   default: string;
   /** CONFIG SET may change it at run time. */
   mutable: boolean;
-  /** Hidden from CONFIG GET * when true (secrets are still readable by name, as Redis does). */
   help: string;
+  /**
+   * A secret (Redis's SENSITIVE_CONFIG): the value of CONFIG SET for it shows as `(redacted)` in the
+   * slow log (isSensitiveConfig).
+   */
+  sensitive?: true;
 }
 
 /**
@@ -58,7 +62,7 @@ const DEFS: ConfigDef[] = [
   { name: 'daemonize', kind: { type: 'enum', values: ['no'] }, default: 'no', mutable: false, help: 'always no: run it under a supervisor or a container runtime' },
   { name: 'bind', kind: { type: 'addresses' }, default: '127.0.0.1 ::1', mutable: true, help: 'addresses to listen on' },
   { name: 'protected-mode', kind: { type: 'bool' }, default: 'yes', mutable: true, help: 'refuse non-loopback clients when no password is set' },
-  { name: 'requirepass', kind: { type: 'bytes' }, default: '', mutable: true, help: 'password for the default user' },
+  { name: 'requirepass', kind: { type: 'bytes' }, default: '', mutable: true, sensitive: true, help: 'password for the default user' },
   { name: 'aclfile', kind: { type: 'string' }, default: '', mutable: false, help: 'ACL users file (ACL LOAD/SAVE), loaded at start' },
   { name: 'requirepass-file', kind: { type: 'string' }, default: '', mutable: false, help: 'read requirepass from this file at start (container secrets)' },
   { name: 'maxclients', kind: { type: 'int', min: 1, max: 1_000_000 }, default: '10000', mutable: true, help: 'most connected clients' },
@@ -76,11 +80,11 @@ const DEFS: ConfigDef[] = [
   { name: 'tls-port', kind: { type: 'int', min: 0, max: 65535 }, default: '0', mutable: false, help: 'TLS port (0 = no TLS)' },
   { name: 'tls-cert-file', kind: { type: 'string' }, default: '', mutable: true, help: 'server certificate (PEM)' },
   { name: 'tls-key-file', kind: { type: 'string' }, default: '', mutable: true, help: 'server private key (PEM)' },
-  { name: 'tls-key-file-pass', kind: { type: 'string' }, default: '', mutable: true, help: 'passphrase of tls-key-file' },
+  { name: 'tls-key-file-pass', kind: { type: 'string' }, default: '', mutable: true, sensitive: true, help: 'passphrase of tls-key-file' },
   { name: 'tls-ca-cert-file', kind: { type: 'string' }, default: '', mutable: true, help: 'CA certificates that sign client certificates (PEM)' },
   { name: 'tls-auth-clients', kind: { type: 'enum', values: ['yes', 'no', 'optional'] }, default: 'yes', mutable: false, help: 'require client certificates' },
   { name: 'tls-handshake-timeout', kind: { type: 'int', min: 1, max: 600_000 }, default: '10000', mutable: false, help: 'close TLS connections whose handshake takes longer than this many milliseconds' },
-  { name: 'backend', kind: { type: 'string' }, default: '', mutable: false, help: 'where limiter state lives: empty = this process; redis://[[user]:password@]host:port[/db], rediss://... (TLS) or redis-cluster://[[user]:password@]host:port[,host:port...] (docs/backend.md)' },
+  { name: 'backend', kind: { type: 'string' }, default: '', mutable: false, sensitive: true, help: 'where limiter state lives: empty = this process; redis://[[user]:password@]host:port[/db], rediss://... (TLS) or redis-cluster://[[user]:password@]host:port[,host:port...] (docs/backend.md)' },
   { name: 'backend-prefix', kind: { type: 'string' }, default: 'cellgate:', mutable: false, help: 'prefix of every key cellgate writes to the backend' },
   { name: 'backend-timeout', kind: { type: 'int', min: 1, max: 600_000 }, default: '100', mutable: true, help: 'milliseconds a limiter call waits for the backend before it is answered by backend-unavailable' },
   { name: 'backend-unavailable', kind: { type: 'enum', values: ['local', 'allow', 'deny'] }, default: 'local', mutable: true, help: 'answer while the backend is down or slow: local (decide in this process), allow (fail open) or deny (fail closed)' },
@@ -297,6 +301,17 @@ const REFUSED: Record<string, string> = {
   'io-threads': 'cellgate serves every client on one thread',
   'unixsocketgroup': 'cellgate cannot change the unix socket\'s group (use unixsocketperm and the folder\'s group)',
 };
+
+/** Redis's secrets among the REFUSED directives: a CONFIG SET of one is redacted all the same. */
+const REFUSED_SENSITIVE = new Set(['masterauth', 'masteruser']);
+
+/**
+ * Whether `name` (lowercase) is a secret whose CONFIG SET value the slow log must not keep, as
+ * Redis's configSetCommand redacts SENSITIVE_CONFIG values: set or refused, the value was sent.
+ */
+export function isSensitiveConfig(name: string): boolean {
+  return BY_NAME.get(name)?.sensitive === true || REFUSED_SENSITIVE.has(name);
+}
 
 /** Values of implemented directives that cellgate refuses, with the reason. */
 const REFUSED_VALUES: Record<string, string> = {

@@ -7,13 +7,14 @@
  * the default user costs that one test), `allowed` (one byte per command id) and `allKeys`.
  */
 import { constants } from 'node:buffer';
-import { createHash, timingSafeEqual } from 'node:crypto';
+import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import type { CommandSpec } from '../commands/types.js';
 import type { CommandArgs } from '../protocol/command-args.js';
 import { globMatch } from '../glob.js';
 import { replaceFileSync } from '../persistence/exclusive-file.js';
 import { isCategory } from './categories.js';
+import { loggedText } from '../log-text.js';
 
 /** Key access a pattern grants: bit 1 read, bit 2 write. */
 export const KEY_READ = 1;
@@ -41,6 +42,8 @@ export class User {
   unrestricted = false;
   /** `keys` as aclCheck reads them (built by recompute()). */
   private keyMatchers: KeyMatcher[] = [];
+  /** `passwords` as AUTH compares them, 32-byte digests (built by recompute()). */
+  private passwordDigests: Buffer[] = [];
 
   constructor(
     readonly name: string,
@@ -107,7 +110,9 @@ export class User {
       this.allKeys = false;
       this.keys = new Map();
     } else if (rule.startsWith('~')) {
-      this.addKeyPattern(rule.slice(1), KEY_READ | KEY_WRITE);
+      const pattern = rule.slice(1);
+      if (hasSpaces(pattern)) throw new AclRuleError('Syntax error');
+      this.addKeyPattern(pattern, KEY_READ | KEY_WRITE);
     } else if (rule.startsWith('%')) {
       const tilde = rule.indexOf('~');
       if (tilde < 2) throw new AclRuleError('Syntax error');
@@ -118,6 +123,7 @@ export class User {
         else throw new AclRuleError('Syntax error');
       }
       const pattern = rule.slice(tilde + 1);
+      if (hasSpaces(pattern)) throw new AclRuleError('Syntax error');
       if (pattern === '*' && access === (KEY_READ | KEY_WRITE)) this.apply('~*');
       else this.addKeyPattern(pattern, access);
     } else if (lower === 'allchannels' || rule === '&*') {
@@ -129,6 +135,7 @@ export class User {
     } else if (rule.startsWith('&')) {
       if (this.allChannels) throw new AclRuleError("Adding a pattern after the * pattern (or the 'allchannels' flag) is not valid and does not have any effect. Try 'resetchannels' to start with an empty list of channels");
       const pattern = rule.slice(1);
+      if (hasSpaces(pattern)) throw new AclRuleError('Syntax error');
       this.channels.add(pattern);
     } else if (lower === 'allcommands' || lower === '+@all') {
       this.allCommandsBase = true;
@@ -175,6 +182,7 @@ export class User {
     this.acl.allowNoAuth(allowed);
     this.unrestricted = this.allKeys && allowed.every((b) => b === 1);
     this.keyMatchers = [...this.keys].map(([pattern, access]) => keyMatcher(pattern, access));
+    this.passwordDigests = this.passwords.map((p) => Buffer.from(p, 'hex'));
   }
 
   /**
@@ -225,17 +233,38 @@ export class User {
     return [this.allCommandsBase ? '+@all' : '-@all', ...this.rules].join(' ');
   }
 
-  /** Constant time per stored password: hashes are compared, never the passwords. */
-  passwordMatches(pass: Buffer): boolean {
+  /**
+   * Whether `given` (the SHA-256 digest of a password sent) is one of the user's: each stored digest
+   * is compared in constant time, never the passwords. A user with no password is compared with a
+   * dummy digest, so it costs what a user with one does (see Acl.authenticate).
+   */
+  digestMatches(given: Buffer): boolean {
     if (this.nopass) return true;
-    const given = createHash('sha256').update(pass).digest();
-    let ok = false;
-    for (const p of this.passwords) {
-      if (timingSafeEqual(given, Buffer.from(p, 'hex'))) ok = true;
+    const digests = this.passwordDigests;
+    if (digests.length === 0) {
+      compareDigests(given, UNKNOWN_USER_DIGEST);
+      return false;
     }
+    let ok = false;
+    for (let i = 0; i < digests.length; i++) if (compareDigests(given, digests[i])) ok = true;
     return ok;
   }
 }
+
+/** Compares two SHA-256 digests in constant time; every AUTH compares at least one pair. */
+function compareDigests(given: Buffer, stored: Buffer): boolean {
+  authDigestComparisons++;
+  return timingSafeEqual(given, stored);
+}
+
+/**
+ * How many digest comparisons AUTH made since start: the same for a name that exists and one that
+ * does not (test/acl/acl-rules.test.ts reads it).
+ */
+export let authDigestComparisons = 0;
+
+/** What an unknown user's password is compared with: random, so no password matches it. */
+const UNKNOWN_USER_DIGEST = randomBytes(32);
 
 function sha256Hex(bytes: Buffer): string {
   return createHash('sha256').update(bytes).digest('hex');
@@ -255,6 +284,13 @@ export interface AclLogEntry {
 
 /** Redis's ACL_LOG_GROUPING_MAX_TIME_DELTA: a repeat of an entry within this is counted in it. */
 const LOG_GROUPING_MS = 60_000;
+/** Redis looks for a repeat among this many newest entries only (bounded work per denial). */
+const LOG_GROUPING_SCAN = 10;
+/**
+ * How much of a refused key or a user name an ACL LOG entry keeps (src/log-text.ts). Redis keeps
+ * them whole; 128 entries of a 512 MiB key each would be 64 GiB.
+ */
+export const ACL_LOG_TEXT_BYTES = 1024;
 /** Redis's acllog-max-len default. */
 const LOG_MAX_LEN = 128;
 
@@ -268,6 +304,11 @@ export class Acl {
   private readonly byName = new Map<string, CommandSpec>();
   private readonly byCategory = new Map<string, CommandSpec[]>();
   private readonly noAuth: CommandSpec[] = [];
+  /**
+   * What AUTH compares a password with for a user name that does not exist: a user (in no map) with
+   * one random password digest, so that path runs the very code a known user's does.
+   */
+  private readonly unknownUser: User;
   /** The requirepass last given to the default user (see syncRequirepass). */
   private requirepass: string | null = null;
 
@@ -287,6 +328,9 @@ export class Acl {
     }
     this.commandCount = count;
     this.defaultUser = this.newDefaultUser();
+    this.unknownUser = new User('', this);
+    this.unknownUser.apply('#' + UNKNOWN_USER_DIGEST.toString('hex'));
+    this.unknownUser.recompute();
     this.users.set('default', this.defaultUser);
   }
 
@@ -349,16 +393,19 @@ export class Acl {
     return { user: draft, created: true };
   }
 
-  /** `user` if it exists, is on and `pass` is one of its passwords (or it is nopass). */
+  /**
+   * `user` if it exists, is on and `pass` is one of its passwords (or it is nopass). A name that
+   * does not exist costs the same hash and digest comparison as one that does (a dummy digest), so
+   * the reply time does not tell which user names exist.
+   */
   authenticate(name: string, pass: Buffer): User | null {
     const u = this.users.get(name);
-    // Hash even for an unknown user, so the reply time does not tell which names exist.
+    const given = createHash('sha256').update(pass).digest();
     if (u === undefined) {
-      createHash('sha256').update(pass).digest();
+      this.unknownUser.digestMatches(given);
       return null;
     }
-    const ok = u.passwordMatches(pass);
-    return ok && u.enabled ? u : null;
+    return u.digestMatches(given) && u.enabled ? u : null;
   }
 
   /**
@@ -375,14 +422,22 @@ export class Acl {
     this.defaultUser.recompute();
   }
 
+  /**
+   * Adds an ACL LOG entry, or counts a repeat in one of the 10 newest (Redis's addACLLogEntry).
+   * `username` is kept cut to ACL_LOG_TEXT_BYTES (AUTH logs the unknown name a client sent);
+   * `object` (a refused key: loggedArg) and `clientInfo` (aclClientInfo) come already cut.
+   */
   addLog(reason: AclLogEntry['reason'], context: string, object: string, username: string, clientInfo: string, nowMs: number): void {
-    for (const e of this.log) {
+    username = loggedText(username, ACL_LOG_TEXT_BYTES);
+    const scan = Math.min(this.log.length, LOG_GROUPING_SCAN);
+    for (let i = 0; i < scan; i++) {
+      const e = this.log[i];
       if (e.reason === reason && e.context === context && e.object === object && e.username === username && nowMs - e.updatedMs < LOG_GROUPING_MS) {
         e.count++;
         e.updatedMs = nowMs;
         e.clientInfo = clientInfo;
         // The most recently updated entry comes first, as Redis moves it to the head.
-        this.log.splice(this.log.indexOf(e), 1);
+        this.log.splice(i, 1);
         this.log.unshift(e);
         return;
       }
@@ -423,9 +478,12 @@ export class Acl {
     const users = new Map<string, User>();
     const lines = text.split('\n');
     for (let n = 0; n < lines.length; n++) {
-      const line = lines[n].replace(/\r$/, '').trim();
+      const line = trimFileLine(lines[n]);
       if (line === '' || line.startsWith('#')) continue;
-      const words = line.split(/\s+/);
+      // Words are split at spaces only, as Redis's loader: no rule or name can hold a space
+      // (hasSpaces refuses them at SETUSER), so what ACL SAVE wrote splits back into the same
+      // rules, whatever other bytes they hold (a tab or a quote stays inside its rule).
+      const words = line.split(' ').filter((w) => w !== '');
       const where = `${path}:${n + 1}`;
       if (words[0] !== 'user' || words.length < 2) throw new AclRuleError(`${where}: line should start with user keyword`);
       const name = words[1];
@@ -466,7 +524,21 @@ export class Acl {
 
 /** Redis refuses usernames with spaces or NUL bytes. */
 export function validUserName(name: string): boolean {
-  return !/[\s\0]/.test(name) && name.length > 0;
+  return !hasSpaces(name) && name.length > 0;
+}
+
+/**
+ * Redis's ACLStringHasSpaces: a C isspace() byte (space, \t, \n, \v, \f, \r) or NUL. User names and
+ * key and channel patterns holding one are refused, so every rule is one word of the ACL file. Not
+ * JS's \s, which also takes the byte 0xA0 (NBSP in latin1): a binary-safe name may hold that.
+ */
+export function hasSpaces(text: string): boolean {
+  return /[ \t\n\v\f\r\0]/.test(text);
+}
+
+/** A line of the ACL file without the spaces, tabs and CR/LF around it (Redis's sdstrim " \t\r\n"). */
+function trimFileLine(line: string): string {
+  return line.replace(/^[ \t\r\n]+|[ \t\r\n]+$/g, '');
 }
 
 export const ACL_OK = 0;

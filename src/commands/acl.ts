@@ -11,7 +11,7 @@ import type { Client } from '../server/client.js';
 import type { Server } from '../server/server.js';
 import { clientInfoLine, replyHelp } from './connection.js';
 import { lookupCommand, lookupSubcommand } from './table.js';
-import { noKeys, type CommandContext, type CommandSpec } from './types.js';
+import { noKeys, secretFrom, type CommandContext, type CommandSpec } from './types.js';
 
 const NO_ACL_FILE =
   'ERR This Redis instance is not configured to use an ACL file. You may want to specify users via the ACL SETUSER command ' +
@@ -294,25 +294,25 @@ export const aclCommands: CommandSpec[] = [
   { name: 'acl', arity: -2, flags: [], ...noKeys(), group: 'server', since: '6.0.0', summary: 'A container for Access List Control commands.', args: [],
     subcommands: [
       sub('cat', -2, PLAIN, 'Lists the ACL categories, or the commands inside a category.', cat, [{ name: 'category', type: 'string', optional: true }]),
-      sub('deluser', -3, ADMIN, 'Deletes ACL users, and terminates their connections.', delUser, [{ name: 'username', type: 'string', multiple: true }]),
+      { ...sub('deluser', -3, ADMIN, 'Deletes ACL users, and terminates their connections.', delUser, [{ name: 'username', type: 'string', multiple: true }]), secretArg: secretFrom(2) },
       { ...sub('dryrun', -4, ADMIN, 'Simulates the execution of a command by a user, without executing the command.', dryRun, [
         { name: 'username', type: 'string' }, { name: 'command', type: 'string' }, { name: 'arg', type: 'string', optional: true, multiple: true }]), since: '7.0.0' },
       sub('genpass', -2, PLAIN, 'Generates a pseudorandom, secure password that can be used to identify ACL users.', genPass, [{ name: 'bits', type: 'integer', optional: true }]),
-      sub('getuser', 3, ADMIN, 'Lists the ACL rules of a user.', getUser, [{ name: 'username', type: 'string' }]),
+      { ...sub('getuser', 3, ADMIN, 'Lists the ACL rules of a user.', getUser, [{ name: 'username', type: 'string' }]), secretArg: secretFrom(2) },
       sub('list', 2, ADMIN, 'Dumps the effective rules in ACL file format.', list),
       sub('load', 2, ADMIN, 'Reloads the rules from the configured ACL file.', load),
       sub('log', -2, ADMIN, 'Lists recent security events generated due to ACL rules.', log, [{ name: 'operation', type: 'oneof', optional: true, arguments: [
         { name: 'count', type: 'integer' }, { name: 'reset', type: 'pure-token', token: 'RESET' }] }]),
       sub('save', 2, ADMIN, 'Saves the effective ACL rules in the configured ACL file.', save),
-      sub('setuser', -3, ADMIN, 'Creates and modifies an ACL user and its rules.', setUser, [
-        { name: 'username', type: 'string' }, { name: 'rule', type: 'string', optional: true, multiple: true }]),
+      { ...sub('setuser', -3, ADMIN, 'Creates and modifies an ACL user and its rules.', setUser, [
+        { name: 'username', type: 'string' }, { name: 'rule', type: 'string', optional: true, multiple: true }]), secretArg: secretFrom(2) },
       sub('users', 2, ADMIN, 'Lists all ACL users.', users),
       sub('whoami', 2, PLAIN, 'Returns the authenticated username of the current connection.', (ctx) => ctx.reply.bulk(Buffer.from(ctx.client.user.name, 'latin1'))),
-      sub('help', 2, PLAIN, 'Returns helpful text about the different subcommands.', (ctx) => replyHelp(ctx, ACL_HELP)),
+      sub('help', 2, ['loading', 'stale'], 'Returns helpful text about the different subcommands.', (ctx) => replyHelp(ctx, ACL_HELP)),
     ] },
 ];
 
-/** For the ACL log: the client's CLIENT LIST line. */
+/** For the ACL log: the client's CLIENT LIST line, with the fields a client sets cut (src/log-text.ts). */
 export function aclClientInfo(client: Client): string {
-  return clientInfoLine(client, Date.now());
+  return clientInfoLine(client, Date.now(), true);
 }

@@ -6,7 +6,8 @@ import { REDIS_VERSION } from '../server/server.js';
 import type { Client } from '../server/client.js';
 import type { User } from '../acl/users.js';
 import { lower, parseRedisInteger, str } from './args.js';
-import { noKeys, type CommandContext, type CommandSpec } from './types.js';
+import { loggedField } from '../log-text.js';
+import { noKeys, secretFrom, type CommandContext, type CommandSpec } from './types.js';
 
 const WRONGPASS = 'WRONGPASS invalid username-password pair or user is disabled.';
 const DEFAULT_USER = Buffer.from('default');
@@ -23,7 +24,7 @@ function authenticate(ctx: CommandContext, user: Buffer, pass: Buffer): boolean 
   const u = acl.authenticate(name, pass);
   if (u === null) {
     ctx.server.stats.authFailures++;
-    acl.addLog('auth', 'toplevel', 'auth', name, clientInfoLine(ctx.client, Date.now()), Date.now());
+    acl.addLog('auth', 'toplevel', 'auth', name, clientInfoLine(ctx.client, Date.now(), true), Date.now());
     ctx.reply.error(WRONGPASS);
     return false;
   }
@@ -129,6 +130,23 @@ function hello(ctx: CommandContext, argv: CommandArgs): void {
   r.arrayHeader(0);
 }
 
+/** HELLO's AUTH username and password, found as hello() parses its options. */
+function helloSecretArg(argv: CommandArgs, i: number): boolean {
+  for (let j = 2; j < i; j++) {
+    const opt = argv.lower(j);
+    const left = argv.length - j - 1;
+    if (opt === 'auth' && left >= 2) {
+      if (i <= j + 2) return true;
+      j += 2;
+    } else if (opt === 'setname' && left >= 1) {
+      j += 1;
+    } else {
+      return false;
+    }
+  }
+  return false;
+}
+
 function reset(ctx: CommandContext): void {
   const c = ctx.client;
   c.proto = 2;
@@ -167,21 +185,30 @@ function validName(name: string): boolean {
   return true;
 }
 
-/** One CLIENT LIST line with Redis 7's fields (memory fields are this server's approximations). */
-export function clientInfoLine(client: Client, nowMs: number): string {
+/**
+ * One CLIENT LIST line with Redis 7's fields (memory fields are this server's approximations).
+ * `forLog`: the line is kept (ACL LOG's client-info), so the fields a client sets (name, lib-name,
+ * lib-ver) are cut to LOGGED_TEXT_BYTES, as is the user name.
+ */
+export function clientInfoLine(client: Client, nowMs: number, forLog = false): string {
+  const field = forLog ? loggedField : same;
   const qbuf = client.parser.pendingBytes;
   client.accountBuffers(); // the running command's own bytes are not in it: the same figures in CLIENT INFO and LIST
   const mem = client.memory;
   const fd = (client.socket as unknown as { _handle?: { fd?: number } })._handle?.fd ?? -1;
   return [
-    `id=${client.id}`, `addr=${client.addr}`, `laddr=${client.laddr}`, `fd=${fd}`, `name=${client.name}`,
+    `id=${client.id}`, `addr=${client.addr}`, `laddr=${client.laddr}`, `fd=${fd}`, `name=${field(client.name)}`,
     `age=${Math.floor((nowMs - client.createdMs) / 1000)}`, `idle=${Math.floor((nowMs - client.lastInteractionMs) / 1000)}`,
     `flags=${clientFlags(client)}`, 'db=0', 'sub=0', 'psub=0', 'ssub=0', `multi=${client.multi === null ? -1 : client.multi.commands.length}`,
     `watch=${client.watching === null ? 0 : client.watching.keys.length}`, `qbuf=${qbuf}`, 'qbuf-free=0',
     `argv-mem=${client.parser.argvBytes}`, `multi-mem=${mem.multi}`, 'rbs=0', 'rbp=0', 'obl=0', 'oll=0', `omem=${client.outputBytes}`,
-    `tot-mem=${mem.released ? 0 : mem.total}`, `events=${client.readPaused ? '' : 'r'}${client.outputBytes > 0 ? 'w' : ''}`, `cmd=${client.lastCommand}`, `user=${client.user.name}`, 'redir=-1',
-    `resp=${client.proto}`, `lib-name=${client.libName}`, `lib-ver=${client.libVer}`,
+    `tot-mem=${mem.released ? 0 : mem.total}`, `events=${client.readPaused ? '' : 'r'}${client.outputBytes > 0 ? 'w' : ''}`, `cmd=${client.lastCommand}`, `user=${field(client.user.name)}`, 'redir=-1',
+    `resp=${client.proto}`, `lib-name=${field(client.libName)}`, `lib-ver=${field(client.libVer)}`,
   ].join(' ');
+}
+
+function same(value: string): string {
+  return value;
 }
 
 /** CLIENT LIST flags in Redis's order: x in MULTI, d a WATCHed key changed, e no-evict; N for none. */
@@ -396,9 +423,9 @@ const sub = (name: string, arity: number, summary: string, run: CommandSpec['run
 export const connectionCommands: CommandSpec[] = [
   { name: 'ping', arity: -1, flags: ['fast'], ...noKeys(), group: 'connection', since: '1.0.0', complexity: 'O(1)',
     summary: 'Returns the server\'s liveliness response.', args: [{ name: 'message', type: 'string', optional: true }], run: ping },
-  { name: 'echo', arity: 2, flags: ['fast'], ...noKeys(), group: 'connection', since: '1.0.0', complexity: 'O(1)',
+  { name: 'echo', arity: 2, flags: ['fast', 'loading', 'stale'], ...noKeys(), group: 'connection', since: '1.0.0', complexity: 'O(1)',
     summary: 'Returns the given string.', args: [{ name: 'message', type: 'string' }], run: (ctx, argv) => ctx.reply.bulk(argv.buffer(1)) },
-  { name: 'quit', arity: -1, flags: ['no-auth', 'fast', 'allow-busy', 'loading', 'stale'], ...noKeys(), group: 'connection', since: '1.0.0', complexity: 'O(1)',
+  { name: 'quit', arity: -1, flags: ['no-auth', 'noscript', 'fast', 'allow-busy', 'loading', 'stale'], ...noKeys(), group: 'connection', since: '1.0.0', complexity: 'O(1)',
     summary: 'Closes the connection.', args: [],
     run: (ctx) => { ctx.reply.ok(); ctx.client.closing = true; } },
   { name: 'reset', arity: 1, flags: ['no-auth', 'fast', 'noscript', 'loading', 'stale'], ...noKeys(), group: 'connection', since: '6.2.0', complexity: 'O(1)',
@@ -410,9 +437,10 @@ export const connectionCommands: CommandSpec[] = [
       { name: 'auth', type: 'block', token: 'AUTH', optional: true, arguments: [{ name: 'username', type: 'string' }, { name: 'password', type: 'string' }] },
       { name: 'clientname', type: 'string', token: 'SETNAME', optional: true },
     ] }],
-    run: hello },
+    run: hello, secretArg: helloSecretArg },
   { name: 'auth', arity: -2, flags: ['no-auth', 'fast', 'noscript', 'loading', 'stale'], ...noKeys(), group: 'connection', since: '1.0.0', complexity: 'O(N) where N is the number of passwords defined for the user',
-    summary: 'Authenticates the connection.', args: [{ name: 'username', type: 'string', optional: true }, { name: 'password', type: 'string' }], run: auth },
+    summary: 'Authenticates the connection.', args: [{ name: 'username', type: 'string', optional: true }, { name: 'password', type: 'string' }], run: auth,
+    secretArg: secretFrom(1) },
   { name: 'select', arity: 2, flags: ['fast', 'loading', 'stale'], ...noKeys(), group: 'connection', since: '1.0.0', complexity: 'O(1)',
     summary: 'Changes the selected database (only 0 exists).', args: [{ name: 'index', type: 'integer' }], run: select },
   { name: 'client', arity: -2, flags: [], ...noKeys(), group: 'connection', since: '2.4.0', summary: 'A container for client connection commands.', args: [],
@@ -450,11 +478,12 @@ export const connectionCommands: CommandSpec[] = [
           ] },
         ] },
       ]), flags: ['admin', 'noscript', 'loading', 'stale'] },
-      sub('list', -2, 'Lists open connections.', clientList, [
+      // Every client's name, address and last command: @admin and @dangerous, as Redis's CLIENT LIST.
+      { ...sub('list', -2, 'Lists open connections.', clientList, [
         { name: 'client-type', type: 'string', token: 'TYPE', optional: true },
         { name: 'client-id', type: 'integer', token: 'ID', optional: true, multiple: true },
-      ]),
-      sub('no-evict', 3, 'Sets the client eviction mode of the connection.', (ctx, argv) => {
+      ]), flags: ['admin', 'noscript', 'loading', 'stale'] },
+      { ...sub('no-evict', 3, 'Sets the client eviction mode of the connection.', (ctx, argv) => {
         const v = argv.lower(2);
         if (v !== 'on' && v !== 'off') {
           ctx.reply.error('ERR syntax error');
@@ -463,6 +492,7 @@ export const connectionCommands: CommandSpec[] = [
         ctx.client.noEvict = v === 'on';
         ctx.reply.ok();
       }, [{ name: 'enabled', type: 'oneof', arguments: [{ name: 'on', type: 'pure-token', token: 'ON' }, { name: 'off', type: 'pure-token', token: 'OFF' }] }]),
-      sub('help', 2, 'Returns helpful text about the different subcommands.', (ctx) => replyHelp(ctx, CLIENT_HELP)),
+      flags: ['admin', 'noscript', 'loading', 'stale'] },
+      { ...sub('help', 2, 'Returns helpful text about the different subcommands.', (ctx) => replyHelp(ctx, CLIENT_HELP)), flags: ['loading', 'stale'] },
     ] },
 ];

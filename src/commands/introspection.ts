@@ -180,7 +180,7 @@ function commandList(ctx: CommandContext, argv: CommandArgs): void {
 }
 
 const sub = (name: string, arity: number, summary: string, run: CommandSpec['run'], args: CommandSpec['args'] = []): CommandSpec => ({
-  name, arity, flags: ['loading', 'stale'], ...noKeys(), group: 'server', since: '2.8.13', summary, args, run,
+  name, arity, flags: ['loading', 'stale'], aclExtra: ['connection'], ...noKeys(), group: 'server', since: '2.8.13', summary, args, run,
 });
 
 export const introspectionCommands: CommandSpec[] = [

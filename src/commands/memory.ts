@@ -129,6 +129,6 @@ export const memoryCommands: CommandSpec[] = [
       sub('doctor', 2, 'Outputs a memory problems report.', memoryDoctor),
       sub('malloc-stats', 2, 'Returns the allocator statistics.', (ctx) => ctx.reply.bulk('Stats not supported for the current allocator')),
       sub('purge', 2, 'Asks the allocator to release memory.', (ctx) => ctx.reply.ok()),
-      sub('help', 2, 'Returns helpful text about the different subcommands.', (ctx) => replyHelp(ctx, MEMORY_HELP)),
+      sub('help', 2, 'Returns helpful text about the different subcommands.', (ctx) => replyHelp(ctx, MEMORY_HELP), [], ['loading', 'stale']),
     ] },
 ];

@@ -47,7 +47,7 @@ export const persistenceCommands: CommandSpec[] = [
     complexity: 'O(N) where N is the total number of keys in all databases',
     summary: 'Asynchronously saves the database(s) to disk.',
     args: [{ name: 'schedule', type: 'pure-token', token: 'SCHEDULE', optional: true }], run: bgsave },
-  { name: 'lastsave', arity: 1, flags: ['loading', 'stale', 'fast'], ...noKeys(), group: 'server', since: '1.0.0', complexity: 'O(1)',
+  { name: 'lastsave', arity: 1, flags: ['loading', 'stale', 'fast'], aclExtra: ['admin', 'dangerous'], ...noKeys(), group: 'server', since: '1.0.0', complexity: 'O(1)',
     summary: 'Returns the Unix timestamp of the last successful save to disk.', args: [],
     run: (ctx) => ctx.reply.integer(Math.floor(ctx.server.snapshots.lastSaveMs / 1000)) },
 ];

@@ -82,10 +82,23 @@ function where(limitNo: number): string {
   return limitNo === 0 ? '' : ` in limit ${limitNo}`;
 }
 
-function invalid(ctx: CommandContext, name: string, text: string, limitNo: number, rule: string): void {
-  ctx.reply.error(`ERR invalid ${name} '${text}'${where(limitNo)}: ${rule}`);
+/**
+ * The parsers below never reply: they return −1 (or null) and leave the error reply's text here,
+ * because the ACL check runs the same parse (RL.ALL's keys are where its parse finds them) and must
+ * not write a reply. The text is made only for an error.
+ */
+let parseError = '';
+
+function fail(message: string): -1 {
+  parseError = message;
+  return -1;
 }
 
+function invalid(name: string, text: string, limitNo: number, rule: string): -1 {
+  return fail(`ERR invalid ${name} '${text}'${where(limitNo)}: ${rule}`);
+}
+
+const SYNTAX_ERROR = 'ERR syntax error';
 const KEYWORD_BURST = Buffer.from('burst');
 const KEYWORD_COST = Buffer.from('cost');
 /** Each algorithm's name, lowercase, for algoAt. */
@@ -109,19 +122,19 @@ function algoAt(argv: CommandArgs, i: number): Algorithm | undefined {
   return undefined;
 }
 
-/** An integer argument in [min, max], or null after an error reply naming it. */
-function integerArg(ctx: CommandContext, argv: CommandArgs, i: number, name: string, limitNo: number, min: number, max: number): number | null {
+/** An integer argument in [min, max], or null with parseError naming it. */
+function integerArg(argv: CommandArgs, i: number, name: string, limitNo: number, min: number, max: number): number | null {
   const n = argv.redisInteger(i);
   if (n === null) {
-    invalid(ctx, name, argv.text(i), limitNo, 'not an integer');
+    invalid(name, argv.text(i), limitNo, 'not an integer');
     return null;
   }
   if (n < min) {
-    invalid(ctx, name, argv.text(i), limitNo, `must be >= ${min}`);
+    invalid(name, argv.text(i), limitNo, `must be >= ${min}`);
     return null;
   }
   if (n > max) {
-    invalid(ctx, name, argv.text(i), limitNo, `must be <= ${max}`);
+    invalid(name, argv.text(i), limitNo, `must be <= ${max}`);
     return null;
   }
   return n;
@@ -132,42 +145,38 @@ let parsedCost = 1;
 
 /**
  * Parses `limit period_ms [BURST n] [COST n]` at argv[i..] into `l`; returns the index after them,
- * or −1 after an error reply. For RL.ALL (`costAllowed` false) it stops at the first argument that
- * is not `BURST`: the next limit's key, or the trailing COST.
+ * or −1 with parseError. Each option may come once: a repeated one is a syntax error. For RL.ALL
+ * (`costAllowed` false) it stops at the first argument that is not `BURST`: the next limit's key,
+ * or the trailing COST; a second `BURST` is a syntax error there too, never the next limit's key.
  */
-function parseLimit(ctx: CommandContext, argv: CommandArgs, i: number, l: Limit, limitNo: number, costAllowed: boolean): number {
+function parseLimit(argv: CommandArgs, i: number, l: Limit, limitNo: number, costAllowed: boolean): number {
   const algo = l.algo;
   const limitIndex = i;
-  const limit = integerArg(ctx, argv, i, 'limit', limitNo, 1, algo.type === KeyType.SlidingLog ? MAX_SLIDING_LOG_LIMIT : MAX_SCALED);
+  const limit = integerArg(argv, i, 'limit', limitNo, 1, algo.type === KeyType.SlidingLog ? MAX_SLIDING_LOG_LIMIT : MAX_SCALED);
   if (limit === null) return -1;
-  const periodMs = integerArg(ctx, argv, i + 1, 'period_ms', limitNo, 1, MAX_PERIOD_MS);
+  const periodMs = integerArg(argv, i + 1, 'period_ms', limitNo, 1, MAX_PERIOD_MS);
   if (periodMs === null) return -1;
   let burst = limit;
   let burstIndex = -1;
+  let costSeen = false;
   i += 2;
   while (i < argv.length) {
     if (isKeyword(argv, i, KEYWORD_BURST)) {
-      if (!algo.acceptsBurst || i + 1 >= argv.length) {
-        ctx.reply.error('ERR syntax error');
-        return -1;
-      }
-      const b = integerArg(ctx, argv, i + 1, 'BURST', limitNo, 1, MAX_SCALED);
+      if (!algo.acceptsBurst || burstIndex !== -1 || i + 1 >= argv.length) return fail(SYNTAX_ERROR);
+      const b = integerArg(argv, i + 1, 'BURST', limitNo, 1, MAX_SCALED);
       if (b === null) return -1;
       burst = b;
       burstIndex = i + 1;
       i += 2;
     } else if (costAllowed && isKeyword(argv, i, KEYWORD_COST)) {
-      if (i + 1 >= argv.length) {
-        ctx.reply.error('ERR syntax error');
-        return -1;
-      }
-      const c = integerArg(ctx, argv, i + 1, 'COST', limitNo, 0, Number.MAX_SAFE_INTEGER);
+      if (costSeen || i + 1 >= argv.length) return fail(SYNTAX_ERROR);
+      const c = integerArg(argv, i + 1, 'COST', limitNo, 0, Number.MAX_SAFE_INTEGER);
       if (c === null) return -1;
       parsedCost = c;
+      costSeen = true;
       i += 2;
     } else if (costAllowed) {
-      ctx.reply.error('ERR syntax error');
-      return -1;
+      return fail(SYNTAX_ERROR);
     } else {
       break; // RL.ALL: the next limit, or the trailing COST
     }
@@ -175,22 +184,14 @@ function parseLimit(ctx: CommandContext, argv: CommandArgs, i: number, l: Limit,
   // Products the integer arithmetic needs below 2^52 (see src/limiters/rate-decision.ts).
   if (algo.type === KeyType.TokenBucket || algo.type === KeyType.LeakyBucket) {
     if (burst * periodMs > MAX_SCALED) {
-      invalid(ctx, burstIndex === -1 ? 'limit' : 'BURST', argv.text(burstIndex === -1 ? limitIndex : burstIndex), limitNo, `BURST x period_ms must be <= ${MAX_SCALED} (BURST defaults to limit)`);
-      return -1;
+      return invalid(burstIndex === -1 ? 'limit' : 'BURST', argv.text(burstIndex === -1 ? limitIndex : burstIndex), limitNo, `BURST x period_ms must be <= ${MAX_SCALED} (BURST defaults to limit)`);
     }
   } else if (algo.type === KeyType.Gcra) {
     const error = gcraMsParams(limit, periodMs, burst, l.gcra);
-    if (error === 'zero-interval') {
-      ctx.reply.error(`ERR invalid limit${where(limitNo)}: more than 10^9 per second (the emission interval would be 0 ns)`);
-      return -1;
-    }
-    if (error !== null) {
-      ctx.reply.error(`ERR invalid BURST/period_ms${where(limitNo)}: the burst tolerance (period_ms / limit * BURST) exceeds 100 years`);
-      return -1;
-    }
+    if (error === 'zero-interval') return fail(`ERR invalid limit${where(limitNo)}: more than 10^9 per second (the emission interval would be 0 ns)`);
+    if (error !== null) return fail(`ERR invalid BURST/period_ms${where(limitNo)}: the burst tolerance (period_ms / limit * BURST) exceeds 100 years`);
   } else if (limit * periodMs > MAX_SCALED) {
-    ctx.reply.error(`ERR invalid limit/period_ms${where(limitNo)}: limit x period_ms must be <= ${MAX_SCALED}`);
-    return -1;
+    return fail(`ERR invalid limit/period_ms${where(limitNo)}: limit x period_ms must be <= ${MAX_SCALED}`);
   }
   l.limit = limit;
   l.periodMs = periodMs;
@@ -296,7 +297,10 @@ function single(algo: Algorithm): (ctx: CommandContext, argv: CommandArgs) => vo
     const l = limits[0];
     l.algo = algo;
     parsedCost = 1;
-    if (parseLimit(ctx, argv, 2, l, 0, true) === -1) return;
+    if (parseLimit(argv, 2, l, 0, true) === -1) {
+      ctx.reply.error(parseError);
+      return;
+    }
     const cost = parsedCost;
     l.keyArg = 1;
     if (ctx.backend !== null) {
@@ -357,41 +361,48 @@ function insertKey(argv: CommandArgs, n: number): boolean {
   return true;
 }
 
-function rlAll(ctx: CommandContext, argv: CommandArgs): void {
-  const count = integerArg(ctx, argv, 1, 'numlimits', 0, 1, MAX_LIMITS);
-  if (count === null) return;
+/** RL.ALL's trailing COST, set by parseAll. */
+let allCost = 1;
+
+/**
+ * Parses RL.ALL's arguments (its name at argument `base`: 0, or 3 for ACL DRYRUN) into `limits`
+ * and allCost; returns the number of limits, or −1 with parseError. The only walk of RL.ALL's
+ * arguments: the command spends the keys it finds here, and the ACL checks exactly these
+ * (forEachKey), so no argument vector can show the ACL other keys than those spent.
+ */
+function parseAll(argv: CommandArgs, base: number): number {
+  const count = integerArg(argv, base + 1, 'numlimits', 0, 1, MAX_LIMITS);
+  if (count === null) return -1;
   while (limits.length < count) limits.push(newLimit());
-  let i = 2;
+  let i = base + 2;
   for (let n = 0; n < count; n++) {
-    if (i + 4 > argv.length) {
-      ctx.reply.error(`ERR wrong number of arguments for 'rl.all' command: limit ${n + 1} of ${count} needs key ALGO limit period_ms`);
-      return;
-    }
+    if (i + 4 > argv.length) return fail(`ERR wrong number of arguments for 'rl.all' command: limit ${n + 1} of ${count} needs key ALGO limit period_ms`);
     const l = limits[n];
     const algo = algoAt(argv, i + 1);
-    if (algo === undefined) {
-      invalid(ctx, 'ALGO', argv.text(i + 1), n + 1, `expected ${ALGO_LIST}`);
-      return;
-    }
+    if (algo === undefined) return invalid('ALGO', argv.text(i + 1), n + 1, `expected ${ALGO_LIST}`);
     l.algo = algo;
     l.keyArg = i;
-    if (!insertKey(argv, n)) {
-      ctx.reply.error(`ERR duplicate key '${argv.text(i)}'${where(n + 1)}: each limit needs its own key`);
-      return;
-    }
-    i = parseLimit(ctx, argv, i + 2, l, n + 1, false);
-    if (i === -1) return;
+    if (!insertKey(argv, n)) return fail(`ERR duplicate key '${argv.text(i)}'${where(n + 1)}: each limit needs its own key`);
+    i = parseLimit(argv, i + 2, l, n + 1, false);
+    if (i === -1) return -1;
   }
-  let cost = 1;
+  allCost = 1;
   if (i < argv.length) {
-    if (!isKeyword(argv, i, KEYWORD_COST) || i + 2 !== argv.length) {
-      ctx.reply.error('ERR syntax error');
-      return;
-    }
-    const c = integerArg(ctx, argv, i + 1, 'COST', 0, 0, Number.MAX_SAFE_INTEGER);
-    if (c === null) return;
-    cost = c;
+    if (!isKeyword(argv, i, KEYWORD_COST) || i + 2 !== argv.length) return fail(SYNTAX_ERROR);
+    const c = integerArg(argv, i + 1, 'COST', 0, 0, Number.MAX_SAFE_INTEGER);
+    if (c === null) return -1;
+    allCost = c;
   }
+  return count;
+}
+
+function rlAll(ctx: CommandContext, argv: CommandArgs): void {
+  const count = parseAll(argv, 0);
+  if (count === -1) {
+    ctx.reply.error(parseError);
+    return;
+  }
+  const cost = allCost;
   if (ctx.backend !== null) {
     const all: ScriptLimit[] = [];
     const keyArgs: number[] = [];
@@ -468,15 +479,11 @@ export const rateLimitCommands: CommandSpec[] = [
       { name: 'cost', type: 'integer', token: 'COST', optional: true },
     ],
     run: rlAll,
-    // For ACL key patterns: each limit's key, then ALGO limit period_ms [BURST n].
+    // For ACL key patterns: the keys parseAll finds, the ones rlAll spends; none when the
+    // arguments do not parse (the command then spends nothing either).
     forEachKey: (argv, base, visit) => {
-      const count = argv.redisInteger(base + 1) ?? 0;
-      let i = base + 2;
-      for (let n = 0; n < count && i < argv.length; n++) {
-        if (!visit(i)) return;
-        i += 4;
-        if (i < argv.length && argv.lower(i) === 'burst') i += 2;
-      }
+      const count = parseAll(argv, base);
+      for (let n = 0; n < count; n++) if (!visit(limits[n].keyArg)) return;
     },
   },
 ];

@@ -55,6 +55,6 @@ export const slowlogCommands: CommandSpec[] = [
       sub('get', -2, 'Returns the slow log\'s entries.', slowlogGet, [{ name: 'count', type: 'integer', optional: true }]),
       sub('len', 2, 'Returns the number of entries in the slow log.', (ctx) => ctx.reply.integer(ctx.server.slowlog.length)),
       sub('reset', 2, 'Clears all entries from the slow log.', (ctx) => { ctx.server.slowlog.reset(); ctx.reply.ok(); }),
-      sub('help', 2, 'Show helpful text about the different subcommands.', (ctx) => replyHelp(ctx, SLOWLOG_HELP)),
+      { ...sub('help', 2, 'Show helpful text about the different subcommands.', (ctx) => replyHelp(ctx, SLOWLOG_HELP)), flags: ['loading', 'stale'] },
     ] },
 ];

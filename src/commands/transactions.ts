@@ -7,6 +7,7 @@
  */
 import { CommandArgs } from '../protocol/command-args.js';
 import { MAX_WATCHED_KEYS, queuedArgs, Transaction, Watching, watchBytes } from '../server/transaction.js';
+import { ACL_DENIED_CMD, ACL_OK, aclCheck } from '../acl/users.js';
 import { noKeys, type CommandContext, type CommandSpec } from './types.js';
 
 /** The commands a client in MULTI runs at once instead of queuing (Redis's processCommand list). */
@@ -74,12 +75,30 @@ function exec(ctx: CommandContext): void {
   reply.arrayHeader(m.commands.length);
   const nowUs = ctx.nowUs;
   try {
-    for (const c of m.commands) server.callQueued(client, c.spec, queuedArgs(c, execArgs), nowUs);
+    for (const c of m.commands) {
+      // The user's ACL may have changed since the command was queued (ACL SETUSER, ACL LOAD from
+      // another connection): each command is checked again against the rules now, as Redis's
+      // execCommand does, and one refused now gets its error in its place of the reply.
+      const args = queuedArgs(c, execArgs);
+      const user = client.user;
+      const result = user.unrestricted ? ACL_OK : aclCheck(user, c.spec, args, 0);
+      if (result !== ACL_OK) {
+        server.aclDenied(client, c.spec.fullName ?? c.spec.name, args, result, 'multi');
+        reply.error(result === ACL_DENIED_CMD ? EXEC_DENIED_CMD : EXEC_DENIED_KEY);
+        continue;
+      }
+      server.callQueued(client, c.spec, args, nowUs);
+    }
   } finally {
     execArgs.release();
     client.discardTransaction();
   }
 }
+
+/** Redis's execCommand texts for a queued command its user may no longer run. */
+const EXEC_DENIED = 'NOPERM ACLs rules changed between the moment the transaction was accumulated and the EXEC call. This command is no longer allowed for the following reason: ';
+const EXEC_DENIED_CMD = `${EXEC_DENIED}no permission to execute the command or subcommand`;
+const EXEC_DENIED_KEY = `${EXEC_DENIED}no permission to touch the specified keys`;
 
 function dropWatches(ctx: CommandContext): void {
   ctx.client.dropWatches();

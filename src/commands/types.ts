@@ -78,6 +78,17 @@ export interface CommandSpec {
    * users whose key patterns are restricted.
    */
   forEachKey?: (argv: CommandArgs, base: number, visit: (index: number) => boolean) => void;
+  /**
+   * Whether argument `i` is a secret (a password, a user name, a sensitive config's value): the slow
+   * log keeps `(redacted)` in its place, as Redis's commands redact theirs (redactClientCommandArgument).
+   * Read only when an entry is written.
+   */
+  secretArg?: (argv: CommandArgs, i: number) => boolean;
+}
+
+/** secretArg for commands whose every argument from `first` on is secret (AUTH, ACL SETUSER). */
+export function secretFrom(first: number): (argv: CommandArgs, i: number) => boolean {
+  return (_argv, i) => i >= first;
 }
 
 /** Shorthand for the common case of a command without keys. */

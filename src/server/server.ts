@@ -14,7 +14,8 @@ import type { Logger } from '../log.js';
 import { Keyspace } from '../keyspace/keyspace.js';
 import { ReplyWriter } from '../protocol/reply-writer.js';
 import { allCommands, lookupCommand, lookupSubcommand } from '../commands/table.js';
-import { Acl, aclCheck, ACL_DENIED_CMD, ACL_OK, deniedKeyIndex, noPermMessage } from '../acl/users.js';
+import { Acl, aclCheck, ACL_DENIED_CMD, ACL_LOG_TEXT_BYTES, ACL_OK, deniedKeyIndex, noPermMessage } from '../acl/users.js';
+import { loggedArg } from '../log-text.js';
 import { aclClientInfo, loadAclFile } from '../commands/acl.js';
 import type { CommandContext, CommandSpec } from '../commands/types.js';
 import { Snapshotter, type SaveMode } from '../persistence/snapshotter.js';
@@ -36,8 +37,6 @@ import { LIMITER_SCRIPT, TYPE_SCRIPT } from '../backend/limiter-script.js';
 export const VERSION = '0.2.0';
 /** The reply to a command queued in MULTI. */
 const QUEUED_REPLY = Buffer.from('+QUEUED\r\n');
-/** How much of a refused key ACL LOG keeps as its object (the whole key, up to this). */
-const ACL_LOG_KEY_BYTES = 64 * 1024;
 /** The Redis version whose protocol and replies cellgate matches (INFO redis_version, HELLO). */
 export const REDIS_VERSION = '7.2.4';
 
@@ -745,12 +744,8 @@ export class Server {
       const result = aclCheck(user, spec, argv, 0);
       if (result !== ACL_OK) {
         stat.rejectedCalls++;
-        this.stats.error('NOPERM');
         client.lastCommand = fullName; // the log's client-info names the refused command, as Redis's
-        if (result === ACL_DENIED_CMD) this.stats.aclDeniedCmd++;
-        else this.stats.aclDeniedKey++;
-        const object = result === ACL_DENIED_CMD ? fullName : argv.text(deniedKeyIndex, ACL_LOG_KEY_BYTES);
-        this.acl.addLog(result === ACL_DENIED_CMD ? 'command' : 'key', 'toplevel', object, user.name, aclClientInfo(client), Date.now());
+        this.aclDenied(client, fullName, argv, result, 'toplevel');
         reply.error(noPermMessage(result, user, fullName));
         return;
       }
@@ -807,6 +802,19 @@ export class Server {
   }
 
   /**
+   * Counts and logs an ACL refusal (`result` from aclCheck) of `client`'s command: the INFO
+   * acl_access_denied_* counter, errorstats NOPERM, and an ACL LOG entry with `context` (toplevel,
+   * or multi for a queued command refused at EXEC). The caller writes the error reply.
+   */
+  aclDenied(client: Client, fullName: string, argv: CommandArgs, result: number, context: 'toplevel' | 'multi'): void {
+    this.stats.error('NOPERM');
+    if (result === ACL_DENIED_CMD) this.stats.aclDeniedCmd++;
+    else this.stats.aclDeniedKey++;
+    const object = result === ACL_DENIED_CMD ? fullName : loggedArg(argv, deniedKeyIndex, ACL_LOG_TEXT_BYTES);
+    this.acl.addLog(result === ACL_DENIED_CMD ? 'command' : 'key', context, object, client.user.name, aclClientInfo(client), Date.now());
+  }
+
+  /**
    * The bookkeeping after a command ran, directly or queued in EXEC: commandstats and the latency
    * histogram, the slow log, and the failed-call counters (a reply that begins with '-' is an error,
    * counted as Redis's failed_calls / errorstats do).
@@ -816,9 +824,7 @@ export class Server {
     stat.usec += durationUs;
     recordDuration(stat, durationUs);
     if (durationUs >= this.slowlogThresholdUs && this.slowlogThresholdUs >= 0 && !spec.flags.includes('skip_slowlog')) {
-      // ACL SETUSER carries passwords too (`>secret`), as AUTH and HELLO do.
-      const redact = spec === lookupCommand('auth') || spec === lookupCommand('hello') || fullName === 'acl|setuser';
-      this.slowlog.consider(this.slowlogThresholdUs, this.slowlogMaxLen, durationUs, argv, redact, nowUs, client.addr, client.name);
+      this.slowlog.consider(this.slowlogThresholdUs, this.slowlogMaxLen, durationUs, argv, spec.secretArg, nowUs, client.addr, client.name);
     }
     stat.calls++;
     this.stats.totalCommands++;

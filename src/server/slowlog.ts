@@ -2,12 +2,13 @@
  * The slow log, as Redis's (src/slowlog.c): commands that ran at least `slowlog-log-slower-than`
  * microseconds (negative: never; 0: every command), newest first, at most `slowlog-max-len`
  * entries. An entry keeps at most 32 arguments of at most 128 bytes each, marked as Redis marks
- * what it cut, so a huge command cannot make the log huge.
+ * what it cut, so a huge command cannot make the log huge; the client name is cut likewise.
  */
 import type { CommandArgs } from '../protocol/command-args.js';
+import type { CommandSpec } from '../commands/types.js';
+import { loggedArg, loggedField } from '../log-text.js';
 
 const MAX_ARGC = 32;
-const MAX_STRING = 128;
 
 export interface SlowlogEntry {
   id: number;
@@ -29,10 +30,12 @@ export class SlowLog {
   }
 
   /**
-   * Records a command if it was slow enough; cheap when it was not (one comparison). With `redact`
-   * (AUTH, HELLO: their arguments carry passwords) the arguments show as `(redacted)`, as Redis 7.
+   * Records a command if it was slow enough; cheap when it was not (one comparison). The arguments
+   * `secretArg` names (passwords, user names, sensitive config values: the command table's
+   * CommandSpec.secretArg) show as `(redacted)`, as Redis 7. The client name is kept cut
+   * (src/log-text.ts).
    */
-  consider(thresholdUs: number, maxLen: number, durationUs: number, argv: CommandArgs, redact: boolean, nowUs: number, clientAddr: string, clientName: string): void {
+  consider(thresholdUs: number, maxLen: number, durationUs: number, argv: CommandArgs, secretArg: CommandSpec['secretArg'], nowUs: number, clientAddr: string, clientName: string): void {
     if (thresholdUs < 0 || durationUs < thresholdUs) return;
     const argc = Math.min(argv.length, MAX_ARGC);
     const args: string[] = [];
@@ -41,15 +44,13 @@ export class SlowLog {
         args.push(`... (${argv.length - argc + 1} more arguments)`);
         break;
       }
-      if (redact && i > 0) {
+      if (secretArg !== undefined && i > 0 && secretArg(argv, i)) {
         args.push('(redacted)');
         continue;
       }
-      const length = argv.byteLength(i);
-      const text = argv.text(i, MAX_STRING); // cut before converting: the argument may be 512 MiB
-      args.push(length > MAX_STRING ? `${text}... (${length - MAX_STRING} more bytes)` : text);
+      args.push(loggedArg(argv, i)); // cut before converting: the argument may be 512 MiB
     }
-    this.entries.unshift({ id: this.nextId++, timestamp: Math.floor(nowUs / 1e6), durationUs: Math.round(durationUs), args, clientAddr, clientName });
+    this.entries.unshift({ id: this.nextId++, timestamp: Math.floor(nowUs / 1e6), durationUs: Math.round(durationUs), args, clientAddr, clientName: loggedField(clientName) });
     if (this.entries.length > maxLen) this.entries.length = Math.max(0, maxLen);
   }
 

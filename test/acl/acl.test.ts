@@ -207,7 +207,7 @@ describe('other subcommands', () => {
     expect(await admin.call('CONFIG', 'SET', 'slowlog-log-slower-than', '10000')).toBe('OK');
     const entries = (await admin.call('SLOWLOG', 'GET', '10')) as Reply[][];
     const setuser = entries.find((e) => (e[3] as string[])[0] === 'ACL')!;
-    expect(setuser[3]).toEqual(['ACL', '(redacted)', '(redacted)', '(redacted)', '(redacted)']);
+    expect(setuser[3]).toEqual(['ACL', 'SETUSER', '(redacted)', '(redacted)', '(redacted)']);
     expect(JSON.stringify(entries)).not.toContain('very-secret');
   });
 
