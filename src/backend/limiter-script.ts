@@ -23,7 +23,7 @@ import { KeyType } from '../keyspace/keyspace.js';
 export type ScriptLimit =
   | { kind: 'cl.throttle'; params: CellParams; quantity: number }
   | { kind: 'gcra'; params: GcraParams }
-  | { kind: 'rl'; type: KeyType; limit: number; periodMs: number; burst: number; gcra: CellParams; cost: number };
+  | { kind: 'rl'; type: KeyType; limit: number; periodMs: number; burst: number; gcra: CellParams; cost: number; /** REFUND n (≥ 1) instead of a cost; absent or 0: a decision. */ refund?: number };
 
 export interface LimitOutcome {
   /** The reply integers exactly as the local command writes them: 5 for cl.throttle/gcra, 6 for rl. */
@@ -61,7 +61,8 @@ export const BACKEND_LOG_LIMIT_ERROR = `ERR RL.SLIDINGLOG limit above ${MAX_BACK
  *
  * ARGV (limiterScriptArgv) is one binary string: a flags byte (1: all-or-nothing, 2: the debug clock
  * is given), the debug clock in µs as a little-endian double, then per limit 49 bytes: the op code
- * and six little-endian doubles. One element, as each costs the sidecar's client CPU to send, and
+ * and six little-endian doubles. An RL.* op code in uppercase (single-limit calls only) is a
+ * `REFUND n`, n in the cost's place. One element, as each costs the sidecar's client CPU to send, and
  * binary, as one struct.unpack is cheaper in Redis than parsing and tonumber of decimal strings.
  *
  * The reply is flat: the call's limited flag, then per limit its reply integers (6 or 7 for rl) and
@@ -565,10 +566,121 @@ if n == 1 then
   -- The single-limit call: no table but the reply.
   local op, x1, x2, x3, x4, x5, x6 = struct.unpack('<c1dddddd', args, 10)
   local key = KEYS[1]
+  -- An uppercase op is REFUND of the units in the cost field.
+  local refund = string.byte(op) < 97
+  if refund then op = string.lower(op) end
   local t = type_of(op)
   local st, sexp, sa, sb, sc, sv, slen = load(key, op == 's', t)
   if st < 0 then return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value') end
   local has = st == 1
+  if refund then
+    -- The refunds of rate-decision.ts's modules (tokenBucketRefund, ...): effect 0 nothing, 1 store
+    -- na/nb/nc expiring at nexp, 2 delete (as full as a fresh key). Then the reply is a COST 0 peek
+    -- on the new state, as locally.
+    if has then
+      local limit, period, units = x1, x2, x4
+      if op == 'r' then units = x6 end
+      local function ceil_div(a, b)
+        local q = ceil(a / b)
+        if q * b < a then q = q + 1 elseif q > 0 and (q - 1) * b >= a then q = q - 1 end
+        return q
+      end
+      local effect, na, nb, nc, nexp = 0, 0, 0, 0, 0
+      if op == 't' or op == 'l' then
+        local atMs = nowMs
+        if sa > nowMs then atMs = sa end
+        local deficit = 0
+        if sb ~= 0 then
+          local elapsed = 0
+          if atMs > sa then elapsed = atMs - sa end
+          if elapsed < ceil_div(sb, limit) then deficit = sb - elapsed * limit end
+        end
+        if units >= ceil_div(deficit, period) then effect = 2
+        else
+          effect = 1; na = atMs; nb = deficit - units * period; nexp = atMs + ceil_div(nb, limit)
+        end
+      elseif op == 'f' then
+        local ws = nowMs - fmod(nowMs, period)
+        if sa > ws then ws = sa end
+        if sa == ws and sb ~= 0 then
+          if units >= sb then effect = 2 else effect = 1; na = ws; nb = sb - units; nexp = ws + period end
+        end
+      elseif op == 'w' then
+        local atMs = nowMs
+        if sa > nowMs then atMs = sa end
+        local ws = atMs - fmod(atMs, period)
+        if sa == ws and sb ~= 0 then
+          if units < sb then effect = 1; na = ws; nb = sb - units; nc = sc; nexp = ws + 2 * period
+          elseif sc == 0 then effect = 2
+          else effect = 1; na = ws - period; nb = sc; nexp = ws + period end
+        end
+      elseif op == 'r' then
+        local iUs, iNs = x2, x3
+        local aheadUs = sa - nowUs
+        if aheadUs > 0 or (aheadUs == 0 and sb > 0) then
+          if units * (iUs + iNs / 1000) > aheadUs + 1 + iUs + 1 then effect = 2
+          else
+            local thousands = floor(units / 1000)
+            local unitsNs = iNs * (units - thousands * 1000)
+            local us = sa - (iUs * units + iNs * thousands + floor(unitsNs / 1000))
+            local ns = sb - fmod(unitsNs, 1000)
+            if ns < 0 then ns = ns + 1000; us = us - 1 end
+            if us < nowUs or (us == nowUs and ns == 0) then effect = 2
+            else
+              effect = 1; na = us; nb = ns
+              local r = us - nowUs
+              if ns > 0 then r = r + 1 end
+              nexp = nowMs + ceil_div(r, 1000)
+            end
+          end
+        end
+      else
+        -- The sliding log (header A entries slid out, then B entries (ms, running total)): the newest
+        -- units are dropped, the log rewritten from its first live entry. Read whole (at most
+        -- MAX_LOG entries): a refund is O(limit) here.
+        local v = sv
+        if not v then v = redis.call('GET', key) end
+        local function ent(k) return struct.unpack('<dd', v, HEADER + 1 + 16 * (sa + k)) end
+        local _, newestTotal = ent(sb - 1)
+        local offset = newestTotal - sc
+        local atMs = nowMs
+        local newestMs = ent(sb - 1)
+        if newestMs > atMs then atMs = newestMs end
+        local lo, hi = 0, sb
+        while lo < hi do
+          local mid = floor((lo + hi) / 2)
+          if ent(mid) <= atMs - period then lo = mid + 1 else hi = mid end
+        end
+        local first = lo
+        local expiredUnits = 0
+        if first > 0 then local _, total = ent(first - 1); expiredUnits = total - offset end
+        local live = sc - expiredUnits
+        if live > 0 and units >= live then effect = 2
+        elseif live > 0 then
+          local target = expiredUnits + live - units
+          lo, hi = first, sb - 1
+          while lo < hi do
+            local mid = floor((lo + hi) / 2)
+            local _, total = ent(mid)
+            if total - offset >= target then hi = mid else lo = mid + 1 end
+          end
+          local kMs = ent(lo)
+          nexp = kMs + period
+          local body = string.sub(v, HEADER + 1 + 16 * (sa + first), HEADER + 16 * (sa + lo)) .. struct.pack('<dd', kMs, target + offset)
+          redis.call('SET', key, struct.pack('<BBdddd', MAGIC, 5, nexp, 0, lo - first + 1, live - units) .. body, 'PXAT', string.format('%.0f', nexp))
+        end
+      end
+      if effect == 2 then redis.call('DEL', key)
+      elseif effect == 1 and op ~= 's' then
+        redis.call('SET', key, struct.pack('<BBdddd', MAGIC, t, nexp, na, nb, nc), 'PXAT', string.format('%.0f', nexp))
+      end
+      if effect ~= 0 then
+        st, sexp, sa, sb, sc, sv, slen = load(key, op == 's', t)
+        has = st == 1
+      end
+    end
+    if op == 'r' then x6 = 0 else x4 = 0 end
+  end
   local limited, limit, remaining, retry, reset, delay, write, a, b, c, exp, first, commit =
     decide(op, x1, x2, x3, x4, x5, x6, key, has, sa, sb, sc, sv, slen)
   if limited == nil then return redis.error_reply('${BACKEND_WIDE_ERROR}') end
@@ -691,10 +803,14 @@ export function limiterScriptArgv(limits: readonly ScriptLimit[], allOrNothing: 
       put(out, at, 'g', p.limit, p.emissionUs, p.varianceUs, p.incrementUs, 0, 0);
     } else if (l.type === KeyType.Gcra) {
       const p = l.gcra;
-      put(out, at, 'r', p.limit, p.intervalUs, p.intervalNs, p.toleranceUs, p.toleranceNs, l.cost);
+      const refund = l.refund ?? 0;
+      put(out, at, refund > 0 ? 'R' : 'r', p.limit, p.intervalUs, p.intervalNs, p.toleranceUs, p.toleranceNs, refund > 0 ? refund : l.cost);
     } else {
       if (l.type === KeyType.SlidingLog && l.limit > MAX_BACKEND_SLIDING_LOG_LIMIT) return { error: BACKEND_LOG_LIMIT_ERROR };
-      put(out, at, RL_OPS[l.type], l.limit, l.periodMs, l.burst, l.cost, 0, 0);
+      const refund = l.refund ?? 0;
+      // A refund (single-limit calls only) is the op in uppercase, with the units where the cost goes.
+      const op = RL_OPS[l.type];
+      put(out, at, refund > 0 ? op.toUpperCase() : op, l.limit, l.periodMs, l.burst, refund > 0 ? refund : l.cost, 0, 0);
     }
     at += LIMIT_BYTES;
   }

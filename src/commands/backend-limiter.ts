@@ -49,6 +49,11 @@ export interface BackendLimiterCall {
   /** The local handler (policy local, allow). */
   local: CommandHandler;
   counter: LimiterCounter;
+  /**
+   * The call gives units back (REFUND): it can make a refusal false, so every sidecar's cached
+   * refusals of the key are dropped (as after DEL) before the reply.
+   */
+  resetsRefusals?: boolean;
 }
 
 /** Whether a limit's reply has 5 fields (redis-cell / Redis GCRA: seconds) or 6 (RL.*: ms). */
@@ -122,6 +127,13 @@ export function runOnBackend(ctx: CommandContext, argv: CommandArgs, backend: Re
         if (refusedForUs > 0) cache.store(cacheKey, call.signature, call.cost, sentAtUs, refusedForUs, outcome.limits[0].values, epoch);
       }
       call.counter.count(server.stats, outcome.limited);
+      if (call.resetsRefusals === true) {
+        // This sidecar forgets at once; the reply waits for the others (or backend-timeout).
+        const clientKey = keys[0].subarray(prefix.length);
+        cache.invalidateKey(clientKey.toString('latin1'));
+        backend.invalidate([clientKey]).then(() => resolve((w) => writeOutcome(w, call, outcome)));
+        return;
+      }
       resolve((w) => writeOutcome(w, call, outcome));
       return;
     }

@@ -1,6 +1,6 @@
 /**
  * The `RL.*` family (docs/algorithms.md): one command per algorithm, `RL.<ALGO> key limit period_ms
- * [BURST n] [COST n]`, and `RL.ALL`, several limits checked and spent all-or-nothing.
+ * [BURST n] [COST n | REFUND n]` (REFUND gives n spent units back), and `RL.ALL`, several limits checked and spent all-or-nothing.
  *
  * Each call parses every argument first (an error leaves every key untouched), looks its key up
  * (WRONGTYPE for a key of another algorithm), asks the pure limiter in src/limiters/ for a decision,
@@ -20,13 +20,13 @@ import type { ReplyWriter } from '../protocol/reply-writer.js';
 import { createKeyArg, lookupKeyArg } from './args.js';
 import { KeyType, type Keyspace } from '../keyspace/keyspace.js';
 import type { CellParams } from '../limiters/cell-throttle.js';
-import { fixedWindowDecide } from '../limiters/fixed-window.js';
-import { gcraMsDecide, gcraMsParams, newGcraMsParams } from '../limiters/gcra-ms.js';
-import { leakyBucketDecide } from '../limiters/leaky-bucket.js';
-import { MAX_SCALED, newRateDecision, type RateDecision } from '../limiters/rate-decision.js';
-import { MAX_SLIDING_LOG_LIMIT, slidingLogDecide, slidingLogRecord } from '../limiters/sliding-log.js';
-import { slidingWindowDecide } from '../limiters/sliding-window.js';
-import { tokenBucketDecide } from '../limiters/token-bucket.js';
+import { fixedWindowDecide, fixedWindowRefund } from '../limiters/fixed-window.js';
+import { gcraMsDecide, gcraMsParams, gcraMsRefund, newGcraMsParams } from '../limiters/gcra-ms.js';
+import { leakyBucketDecide, leakyBucketRefund } from '../limiters/leaky-bucket.js';
+import { MAX_SCALED, newRateDecision, RefundEffect, type RateDecision } from '../limiters/rate-decision.js';
+import { MAX_SLIDING_LOG_LIMIT, slidingLogDecide, slidingLogRecord, slidingLogRefund, slidingLogRefunded } from '../limiters/sliding-log.js';
+import { slidingWindowDecide, slidingWindowRefund } from '../limiters/sliding-window.js';
+import { tokenBucketDecide, tokenBucketRefund } from '../limiters/token-bucket.js';
 import { WRONGTYPE } from './throttle.js';
 import { firstKeyOnly, type ArgDoc, type CommandContext, type CommandSpec } from './types.js';
 import { LimiterCounter } from '../server/stats.js';
@@ -101,6 +101,7 @@ function invalid(name: string, text: string, limitNo: number, rule: string): -1 
 const SYNTAX_ERROR = 'ERR syntax error';
 const KEYWORD_BURST = Buffer.from('burst');
 const KEYWORD_COST = Buffer.from('cost');
+const KEYWORD_REFUND = Buffer.from('refund');
 /** Each algorithm's name, lowercase, for algoAt. */
 const ALGO_NAMES = ALGORITHMS.map((a) => Buffer.from(a.name.toLowerCase()));
 
@@ -142,10 +143,13 @@ function integerArg(argv: CommandArgs, i: number, name: string, limitNo: number,
 
 /** The COST a single-algorithm command asked for (set by parseLimit). */
 let parsedCost = 1;
+/** The REFUND a single-algorithm command asked for, 0 when none (set by parseLimit). */
+let parsedRefund = 0;
 
 /**
- * Parses `limit period_ms [BURST n] [COST n]` at argv[i..] into `l`; returns the index after them,
- * or −1 with parseError. Each option may come once: a repeated one is a syntax error. For RL.ALL
+ * Parses `limit period_ms [BURST n] [COST n | REFUND n]` at argv[i..] into `l`; returns the index
+ * after them, or −1 with parseError. Each option may come once, and COST and REFUND exclude each
+ * other: a repeated or second one is a syntax error. For RL.ALL
  * (`costAllowed` false) it stops at the first argument that is not `BURST`: the next limit's key,
  * or the trailing COST; a second `BURST` is a syntax error there too, never the next limit's key.
  */
@@ -173,6 +177,13 @@ function parseLimit(argv: CommandArgs, i: number, l: Limit, limitNo: number, cos
       const c = integerArg(argv, i + 1, 'COST', limitNo, 0, Number.MAX_SAFE_INTEGER);
       if (c === null) return -1;
       parsedCost = c;
+      costSeen = true;
+      i += 2;
+    } else if (costAllowed && isKeyword(argv, i, KEYWORD_REFUND)) {
+      if (costSeen || i + 1 >= argv.length) return fail(SYNTAX_ERROR);
+      const n = integerArg(argv, i + 1, 'REFUND', limitNo, 1, Number.MAX_SAFE_INTEGER);
+      if (n === null) return -1;
+      parsedRefund = n;
       costSeen = true;
       i += 2;
     } else if (costAllowed) {
@@ -257,6 +268,51 @@ function commit(ks: Keyspace, argv: CommandArgs, l: Limit, cost: number, nowMs: 
   l.slot = slot;
 }
 
+/**
+ * `REFUND n`: gives n units back to the key (docs/algorithms.md, "Refunds"), through the same
+ * keyspace writes a decision uses (or a delete, when the key is fresh again), then decides a COST 0
+ * peek on the new state into `l.decision`: the reply is the state after the refund. An absent key
+ * stays absent.
+ */
+function refund(ctx: CommandContext, argv: CommandArgs, l: Limit, units: number): void {
+  const ks = ctx.keyspace;
+  const slot = l.slot;
+  const has = slot !== -1;
+  const a = has ? ks.getA(slot) : 0;
+  const b = has ? ks.getB(slot) : 0;
+  const c = has ? ks.getC(slot) : 0;
+  const d = l.decision;
+  let effect: RefundEffect;
+  switch (l.algo.type) {
+    case KeyType.TokenBucket:
+      effect = tokenBucketRefund(l.limit, l.periodMs, units, has, a, b, ctx.nowMs, d);
+      break;
+    case KeyType.LeakyBucket:
+      effect = leakyBucketRefund(l.limit, l.periodMs, units, has, a, b, ctx.nowMs, d);
+      break;
+    case KeyType.FixedWindow:
+      effect = fixedWindowRefund(l.periodMs, units, has, a, b, ctx.nowMs, d);
+      break;
+    case KeyType.SlidingWindow:
+      effect = slidingWindowRefund(l.periodMs, units, has, a, b, c, ctx.nowMs, d);
+      break;
+    case KeyType.SlidingLog:
+      effect = slidingLogRefund(l.periodMs, units, has, a, b, c, has ? ks.getBlob(slot) : undefined, ctx.nowMs, d);
+      if (effect === RefundEffect.Write) ks.setBlob(slot, slidingLogRefunded.log);
+      break;
+    default:
+      effect = gcraMsRefund(l.gcra, units, has, a, b, ctx.nowUs, d);
+  }
+  if (effect === RefundEffect.Write) {
+    ks.setState(slot, d.a, d.b, d.c);
+    ks.setExpireAtMs(slot, d.expireAtMs);
+  } else if (effect === RefundEffect.Delete) {
+    ks.deleteKey(argv.source(l.keyArg), argv.start(l.keyArg), argv.end(l.keyArg), ctx.nowMs);
+    l.slot = -1;
+  }
+  decide(ks, l, 0, ctx.nowMs, ctx.nowUs);
+}
+
 function replySix(ctx: CommandContext, d: RateDecision): void {
   writeSix(ctx.reply, d.limited ? 1 : 0, d.limit, d.remaining, d.retryAfterMs, d.resetAfterMs, d.delayMs);
 }
@@ -297,21 +353,31 @@ function single(algo: Algorithm): (ctx: CommandContext, argv: CommandArgs) => vo
     const l = limits[0];
     l.algo = algo;
     parsedCost = 1;
+    parsedRefund = 0;
     if (parseLimit(argv, 2, l, 0, true) === -1) {
       ctx.reply.error(parseError);
       return;
     }
     const cost = parsedCost;
+    const refundUnits = parsedRefund;
     l.keyArg = 1;
     if (ctx.backend !== null) {
+      // A refund is never answered from (nor stored in) the refusal cache: it makes refusals false.
       runOnBackend(ctx, argv, ctx.backend, {
-        limits: [scriptLimit(l, cost)], keyArgs: [1], allOrNothing: false, cost,
-        signature: `${algo.name} ${l.limit} ${l.periodMs} ${l.burst}`, local: handler, counter,
+        limits: [scriptLimit(l, cost, refundUnits)], keyArgs: [1], allOrNothing: false, cost,
+        signature: refundUnits === 0 ? `${algo.name} ${l.limit} ${l.periodMs} ${l.burst}` : '', local: handler, counter,
+        resetsRefusals: refundUnits !== 0,
       });
       return;
     }
     if (!lookupLimit(ctx, argv, l)) return;
     const ks = ctx.keyspace;
+    if (refundUnits !== 0) {
+      refund(ctx, argv, l, refundUnits);
+      counter.count(ctx.server.stats, false);
+      replySix(ctx, l.decision);
+      return;
+    }
     decide(ks, l, cost, ctx.nowMs, ctx.nowUs);
     if (l.decision.write) commit(ks, argv, l, cost, ctx.nowMs);
     counter.count(ctx.server.stats, l.decision.limited);
@@ -321,8 +387,8 @@ function single(algo: Algorithm): (ctx: CommandContext, argv: CommandArgs) => vo
 }
 
 /** A parsed limit as the backend's script takes it (a copy: the call outlives this turn). */
-function scriptLimit(l: Limit, cost: number): ScriptLimit {
-  return { kind: 'rl', type: l.algo.type, limit: l.limit, periodMs: l.periodMs, burst: l.burst, gcra: { ...l.gcra }, cost };
+function scriptLimit(l: Limit, cost: number, refundUnits = 0): ScriptLimit {
+  return { kind: 'rl', type: l.algo.type, limit: l.limit, periodMs: l.periodMs, burst: l.burst, gcra: { ...l.gcra }, cost, refund: refundUnits };
 }
 
 const ALGO_LIST = 'TOKENBUCKET, LEAKYBUCKET, FIXEDWINDOW, SLIDINGLOG, SLIDINGWINDOW or GCRA';
@@ -445,7 +511,12 @@ function argDocs(algo: Algorithm): ArgDoc[] {
     { name: 'limit', type: 'integer' },
     { name: 'period_ms', type: 'integer' },
     ...(algo.acceptsBurst ? [{ name: 'burst', type: 'integer', token: 'BURST', optional: true } as ArgDoc] : []),
-    { name: 'cost', type: 'integer', token: 'COST', optional: true },
+    {
+      name: 'spend', type: 'oneof', optional: true, arguments: [
+        { name: 'cost', type: 'integer', token: 'COST' },
+        { name: 'refund', type: 'integer', token: 'REFUND' },
+      ],
+    },
   ];
 }
 

@@ -5,7 +5,7 @@
  * State: A = start of the window the count belongs to (ms), B = units admitted in it. The key
  * expires at the end of that window; a count from an older window reads as 0.
  */
-import { peekDecision, type RateDecision } from './rate-decision.js';
+import { peekDecision, RefundEffect, type RateDecision } from './rate-decision.js';
 
 export function fixedWindowDecide(
   limit: number, periodMs: number, cost: number,
@@ -43,4 +43,24 @@ export function fixedWindowDecide(
     out.retryAfterMs = cost > limit ? -1 : untilEndMs;
     out.resetAfterMs = count > 0 ? untilEndMs : 0;
   }
+}
+
+/**
+ * Gives `units` (≥ 1) back to the current window: its count minus units, never below 0. A count of
+ * an older window (or of another period) is not this window's: nothing changes.
+ */
+export function fixedWindowRefund(
+  periodMs: number, units: number,
+  hasKey: boolean, a: number, b: number, nowMs: number, out: RateDecision,
+): RefundEffect {
+  if (!hasKey) return RefundEffect.None;
+  let windowStartMs = nowMs - (nowMs % periodMs);
+  if (a > windowStartMs) windowStartMs = a;
+  if (a !== windowStartMs || b === 0) return RefundEffect.None;
+  if (units >= b) return RefundEffect.Delete;
+  out.a = windowStartMs;
+  out.b = b - units;
+  out.c = 0;
+  out.expireAtMs = windowStartMs + periodMs;
+  return RefundEffect.Write;
 }

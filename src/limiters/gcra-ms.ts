@@ -14,7 +14,7 @@
  * and the key expires at ⌊now⌋ms + reset_after_ms, so TTL equals reset_after_ms.
  */
 import { cellThrottle, newCellDecision, MAX_TOLERANCE_US, type CellParams } from './cell-throttle.js';
-import { ceilDiv, type RateDecision } from './rate-decision.js';
+import { ceilDiv, RefundEffect, type RateDecision } from './rate-decision.js';
 
 /** Why RL.GCRA parameters are refused: more than 10^9 per second, or τ beyond 100 years. */
 export type GcraMsParamsError = 'zero-interval' | 'tolerance-overflow';
@@ -135,4 +135,34 @@ export function gcraMsDecide(
     out.c = 0;
     out.expireAtMs = Math.floor(nowUs / 1000) + out.resetAfterMs;
   }
+}
+
+/**
+ * Gives `units` (≥ 1) back to a GCRA key (RL.GCRA's, CL.THROTTLE's and GCRA's: they share the TAT):
+ * the TAT moves back by units emission intervals, never before now (a TAT at or before now is a fresh
+ * key, so the key is deleted). The new TAT goes in `out.a` (µs) / `out.b` (ns), expiring at
+ * ⌊now⌋ms + ⌈(TAT − now) / 1 ms⌉, as gcraMsDecide stores it.
+ */
+export function gcraMsRefund(
+  p: CellParams, units: number, hasKey: boolean, tatUs: number, tatNs: number, nowUs: number, out: RateDecision,
+): RefundEffect {
+  if (!hasKey) return RefundEffect.None;
+  const aheadUs = tatUs - nowUs;
+  if (aheadUs < 0 || (aheadUs === 0 && tatNs === 0)) return RefundEffect.None;
+  // T·units is formed exactly only when it can be below the TAT's lead (T ≥ 1 ns, so a float
+  // estimate one interval above the lead settles it): otherwise the key is full again.
+  if (units * (p.intervalUs + p.intervalNs / 1000) > aheadUs + 1 + p.intervalUs + 1) return RefundEffect.Delete;
+  timesInterval(p, units);
+  let us = tatUs - scratch[0];
+  let ns = tatNs - scratch[1];
+  if (ns < 0) {
+    ns += 1000;
+    us--;
+  }
+  if (us < nowUs || (us === nowUs && ns === 0)) return RefundEffect.Delete;
+  out.a = us;
+  out.b = ns;
+  out.c = 0;
+  out.expireAtMs = Math.floor(nowUs / 1000) + ceilMs(us - nowUs, ns);
+  return RefundEffect.Write;
 }

@@ -14,7 +14,13 @@
  * wait until the first of them comes up.
  */
 import { ceilDiv, type RateDecision } from './rate-decision.js';
-import { drainedDeficit, tokenBucketDecide } from './token-bucket.js';
+import { drainedDeficit, tokenBucketDecide, tokenBucketRefund } from './token-bucket.js';
+
+/**
+ * Frees `units` queued places (the backlog shrinks by units·period_ms, never below empty): the token
+ * bucket's refund, as the meter is the same.
+ */
+export const leakyBucketRefund = tokenBucketRefund;
 
 export function leakyBucketDecide(
   limit: number, periodMs: number, burst: number, cost: number,

@@ -65,3 +65,15 @@ export function peekDecision(out: RateDecision, limit: number, remaining: number
   out.delayMs = 0;
   out.write = false;
 }
+
+/**
+ * What a refund (giving back spent units, `REFUND n`) does to a key: nothing (absent, or nothing of
+ * this limit spent), store the new state (`out.a`/`b`/`c`, expiring at `out.expireAtMs`), or delete
+ * the key because the refund made it as full as a fresh one (a fresh key and an absent one are the
+ * same thing, and a stored fresh state would be a key with nothing to expire for).
+ */
+export enum RefundEffect {
+  None = 0,
+  Write = 1,
+  Delete = 2,
+}

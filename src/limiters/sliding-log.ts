@@ -25,7 +25,7 @@
  *
  * `slidingLogDecide` only reads the log; when it allows, `slidingLogRecord` prunes and appends.
  */
-import { MAX_SCALED, peekDecision, type RateDecision } from './rate-decision.js';
+import { MAX_SCALED, peekDecision, RefundEffect, type RateDecision } from './rate-decision.js';
 
 /**
  * The largest sliding log limit: the log keeps up to `limit` 16-byte entries per key (the snapshot
@@ -246,6 +246,54 @@ export function slidingLogRecord(
   }
   viewLog = undefined;
   return result;
+}
+
+/** The blob slidingLogRefund leaves to store (undefined: the inline layout), reused between calls. */
+export const slidingLogRefunded: { log: Float64Array | undefined } = { log: undefined };
+
+/**
+ * Gives `units` (≥ 1) back: the newest `units` units still in the window are dropped (whole entries,
+ * newest first, and the last one touched only in part), and what slid out is dropped with them. When
+ * it writes, the new A/B/C and expiry (the newest kept entry's time + period_ms, as after a decision)
+ * go in `out` and the blob to store in `slidingLogRefunded.log` (the same ring, changed in place, or
+ * undefined when one entry is left). O(log n).
+ */
+export function slidingLogRefund(
+  periodMs: number, units: number,
+  hasKey: boolean, a: number, b: number, c: number, log: Float64Array | undefined, nowMs: number,
+  out: RateDecision,
+): RefundEffect {
+  const entries = load(hasKey, a, b, c, log);
+  let effect = RefundEffect.None;
+  if (entries > 0) {
+    let atMs = msAt(entries - 1);
+    if (nowMs > atMs) atMs = nowMs;
+    const first = countExpired(entries, atMs - periodMs);
+    const expiredUnits = first > 0 ? unitsThrough(first - 1) : 0;
+    const live = c - expiredUnits;
+    if (live > 0 && units >= live) effect = RefundEffect.Delete;
+    else if (live > 0) {
+      const keep = live - units;
+      // The newest kept entry: the first whose running total reaches the units kept.
+      const k = firstReaching(first, entries, expiredUnits + keep);
+      const kept = k - first + 1;
+      out.c = keep;
+      out.b = kept;
+      out.expireAtMs = msAt(k) + periodMs;
+      if (kept === 1) {
+        out.a = msAt(k);
+        slidingLogRefunded.log = undefined;
+      } else {
+        // Entries after k are left in the ring's memory, past the B counted ones: never read.
+        (log as Float64Array)[2 * ((viewHead + k) % viewCapacity) + 1] = expiredUnits + keep + viewOffset;
+        out.a = (viewHead + first) % viewCapacity;
+        slidingLogRefunded.log = log;
+      }
+      effect = RefundEffect.Write;
+    }
+  }
+  viewLog = undefined;
+  return effect;
 }
 
 /**

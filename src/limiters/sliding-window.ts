@@ -12,7 +12,7 @@
  * the window before it. A key written in window k lives to the end of window k+1, when both counts
  * have slid out.
  */
-import { ceilDiv, floorDiv, peekDecision, type RateDecision } from './rate-decision.js';
+import { ceilDiv, floorDiv, peekDecision, RefundEffect, type RateDecision } from './rate-decision.js';
 
 export function slidingWindowDecide(
   limit: number, periodMs: number, cost: number,
@@ -76,4 +76,34 @@ export function slidingWindowDecide(
   // In the next window the current count becomes the previous one and the new count starts at 0.
   const nextElapsedMs = current === 0 ? 0 : Math.max(0, periodMs - floorDiv((limit - cost) * periodMs, current));
   out.retryAfterMs = windowStartMs + periodMs + nextElapsedMs - nowMs;
+}
+
+/**
+ * Gives `units` (≥ 1) back to the current window: its count minus units, never below 0; the previous
+ * window's count is history and stays. When the current count reaches 0 the state is stored as the
+ * previous window's alone (A = its start, B = its count, C = 0), the form a decision in that window
+ * would have left, expiring when it slides out; with both counts 0 the key is fresh and deleted.
+ */
+export function slidingWindowRefund(
+  periodMs: number, units: number,
+  hasKey: boolean, a: number, b: number, c: number, nowMs: number, out: RateDecision,
+): RefundEffect {
+  if (!hasKey) return RefundEffect.None;
+  const atMs = a > nowMs ? a : nowMs;
+  const windowStartMs = atMs - (atMs % periodMs);
+  // Only a key written in this window holds a current count.
+  if (a !== windowStartMs || b === 0) return RefundEffect.None;
+  if (units < b) {
+    out.a = windowStartMs;
+    out.b = b - units;
+    out.c = c;
+    out.expireAtMs = windowStartMs + 2 * periodMs;
+    return RefundEffect.Write;
+  }
+  if (c === 0) return RefundEffect.Delete;
+  out.a = windowStartMs - periodMs;
+  out.b = c;
+  out.c = 0;
+  out.expireAtMs = windowStartMs + periodMs;
+  return RefundEffect.Write;
 }

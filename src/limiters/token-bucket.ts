@@ -12,7 +12,7 @@
  * The leaky bucket (leaky-bucket.ts) is this same meter read the other way round (the deficit is the
  * queue), plus the delay each accepted request is told.
  */
-import { ceilDiv, floorDiv, peekDecision, type RateDecision } from './rate-decision.js';
+import { ceilDiv, floorDiv, peekDecision, RefundEffect, type RateDecision } from './rate-decision.js';
 
 /** The deficit at `nowMs` of a bucket that had `deficit` at `sinceMs`, drained at `limit` per ms. */
 export function drainedDeficit(deficit: number, sinceMs: number, nowMs: number, limit: number): number {
@@ -73,4 +73,27 @@ export function tokenBucketDecide(
  */
 function spendableUnits(capacity: number, deficit: number, periodMs: number): number {
   return deficit < capacity ? floorDiv(capacity - deficit, periodMs) : 0;
+}
+
+/**
+ * Gives `units` (≥ 1) tokens back: the deficit shrinks by units·period_ms scaled units, never below 0
+ * (a bucket is never fuller than BURST). The new state goes in `out.a`/`out.b`, with its expiry in
+ * `out.expireAtMs`, exactly as a decision leaving that deficit would store it. Also the leaky bucket's
+ * refund (the same meter: `units` queued places are freed).
+ */
+export function tokenBucketRefund(
+  limit: number, periodMs: number, units: number,
+  hasKey: boolean, a: number, b: number, nowMs: number, out: RateDecision,
+): RefundEffect {
+  if (!hasKey) return RefundEffect.None;
+  const atMs = a > nowMs ? a : nowMs;
+  const deficit = drainedDeficit(b, a, atMs, limit);
+  // units·period_ms is formed only when it is below the deficit (plus one token), so it stays exact.
+  if (units >= ceilDiv(deficit, periodMs)) return RefundEffect.Delete;
+  const left = deficit - units * periodMs;
+  out.a = atMs;
+  out.b = left;
+  out.c = 0;
+  out.expireAtMs = atMs + ceilDiv(left, limit);
+  return RefundEffect.Write;
 }

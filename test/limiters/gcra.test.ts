@@ -7,7 +7,7 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { cellParams, cellThrottle, newCellDecision } from '../../src/limiters/cell-throttle.ts';
 import { gcraMsParams, newGcraMsParams } from '../../src/limiters/gcra-ms.ts';
-import { caseArb, FakeKey, replay, T0, type Model, type Params } from './rl-harness.ts';
+import { caseArb, FakeKey, refundCaseArb, replay, T0, type Model, type Params } from './rl-harness.ts';
 
 class TextbookGcra implements Model {
   private tat: bigint | null = null;
@@ -31,9 +31,30 @@ class TextbookGcra implements Model {
   isFresh(t: number): boolean {
     return this.tat === null || this.tat <= BigInt(t) * 1_000_000n;
   }
+  /** The TAT moves back by units·T, not before now. */
+  refund(units: number, t: number): void {
+    if (this.tat === null) return;
+    const now = BigInt(t) * 1_000_000n;
+    const back = this.tat - this.interval * BigInt(units);
+    this.tat = back > now ? back : now;
+  }
 }
 
 describe('RL.GCRA (pure)', () => {
+  it('REFUND agrees with a textbook GCRA (TAT back by n·T, not before now) on random timelines', () => {
+    fc.assert(fc.property(refundCaseArb(true), ({ p, startMs, steps }) => {
+      expect(replay('gcra', p, new TextbookGcra(p), startMs, steps)).toBeNull();
+    }), { numRuns: 300 });
+  });
+
+  it('REFUND of a huge n on a key far ahead deletes it without forming n·T', () => {
+    const k = new FakeKey('gcra', { limit: 1, periodMs: 1e9, burst: 100 });
+    k.call(50, T0);
+    expect(k.refund(Number.MAX_SAFE_INTEGER, T0)).toMatchObject({ remaining: 100, resetAfterMs: 0, effect: 2 });
+    k.call(50, T0);
+    expect(k.refund(49, T0)).toMatchObject({ remaining: 99, resetAfterMs: 1e9, effect: 1 });
+  });
+
   it('agrees with a textbook GCRA in nanoseconds on random timelines', () => {
     fc.assert(fc.property(caseArb(true), ({ p, startMs, steps }) => {
       expect(replay('gcra', p, new TextbookGcra(p), startMs, steps)).toBeNull();

@@ -5,7 +5,7 @@
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { caseArb, FakeKey, replay, T0, type Model, type Params } from './rl-harness.ts';
+import { caseArb, FakeKey, refundCaseArb, replay, T0, type Model, type Params } from './rl-harness.ts';
 
 /** Times in ticks of 1/limit ms, so the drain interval period_ms/limit is exactly period_ms ticks. */
 class Queue implements Model {
@@ -35,9 +35,20 @@ class Queue implements Model {
   delay(_cost: number, t: number): number {
     return Math.ceil((this.firstTurn(t) - t * this.p.limit) / this.p.limit);
   }
+  /** The newest `units` places still taken are freed (turns are back to back while any is taken). */
+  refund(units: number, t: number): void {
+    const drop = Math.min(units, this.occupied(t));
+    this.turns.splice(this.turns.length - drop, drop);
+  }
 }
 
 describe('RL.LEAKYBUCKET (pure)', () => {
+  it('REFUND agrees with the literal queue (the newest places freed) on random timelines', () => {
+    fc.assert(fc.property(refundCaseArb(true), ({ p, startMs, steps }) => {
+      expect(replay('leakybucket', p, new Queue(p), startMs, steps)).toBeNull();
+    }), { numRuns: 300 });
+  });
+
   it('agrees with a literal queue on random timelines (replies, delay_ms, TTL, exact retry/reset)', () => {
     fc.assert(fc.property(caseArb(true), ({ p, startMs, steps }) => {
       expect(replay('leakybucket', p, new Queue(p), startMs, steps)).toBeNull();

@@ -4,13 +4,13 @@
  * Shared by the pure tests in this directory.
  */
 import fc from 'fast-check';
-import { fixedWindowDecide } from '../../src/limiters/fixed-window.ts';
-import { gcraMsDecide, gcraMsParams, newGcraMsParams } from '../../src/limiters/gcra-ms.ts';
-import { leakyBucketDecide } from '../../src/limiters/leaky-bucket.ts';
-import { newRateDecision, type RateDecision } from '../../src/limiters/rate-decision.ts';
-import { slidingLogDecide, slidingLogRecord } from '../../src/limiters/sliding-log.ts';
-import { slidingWindowDecide } from '../../src/limiters/sliding-window.ts';
-import { tokenBucketDecide } from '../../src/limiters/token-bucket.ts';
+import { fixedWindowDecide, fixedWindowRefund } from '../../src/limiters/fixed-window.ts';
+import { gcraMsDecide, gcraMsParams, gcraMsRefund, newGcraMsParams } from '../../src/limiters/gcra-ms.ts';
+import { leakyBucketDecide, leakyBucketRefund } from '../../src/limiters/leaky-bucket.ts';
+import { newRateDecision, RefundEffect, type RateDecision } from '../../src/limiters/rate-decision.ts';
+import { slidingLogDecide, slidingLogRecord, slidingLogRefund, slidingLogRefunded } from '../../src/limiters/sliding-log.ts';
+import { slidingWindowDecide, slidingWindowRefund } from '../../src/limiters/sliding-window.ts';
+import { tokenBucketDecide, tokenBucketRefund } from '../../src/limiters/token-bucket.ts';
 
 export type Algo = 'tokenbucket' | 'leakybucket' | 'fixedwindow' | 'slidinglog' | 'slidingwindow' | 'gcra';
 
@@ -93,6 +93,39 @@ export class FakeKey {
     return replyOf(d);
   }
 
+  /**
+   * `REFUND units` at `nowMs`, as src/commands/ratelimit.ts does it: the pure refund, its effect on
+   * the key (store, delete or nothing), then a COST 0 peek for the reply. Returns the reply and the
+   * effect.
+   */
+  refund(units: number, nowMs: number, nowUs = nowMs * 1000): Reply & { effect: RefundEffect } {
+    const has = this.lookup(nowMs);
+    const { limit, periodMs } = this.p;
+    const d = this.d;
+    let effect: RefundEffect;
+    switch (this.algo) {
+      case 'tokenbucket': effect = tokenBucketRefund(limit, periodMs, units, has, this.a, this.b, nowMs, d); break;
+      case 'leakybucket': effect = leakyBucketRefund(limit, periodMs, units, has, this.a, this.b, nowMs, d); break;
+      case 'fixedwindow': effect = fixedWindowRefund(periodMs, units, has, this.a, this.b, nowMs, d); break;
+      case 'slidingwindow': effect = slidingWindowRefund(periodMs, units, has, this.a, this.b, this.c, nowMs, d); break;
+      case 'slidinglog':
+        effect = slidingLogRefund(periodMs, units, has, this.a, this.b, this.c, this.blob, nowMs, d);
+        if (effect === RefundEffect.Write) this.blob = slidingLogRefunded.log;
+        break;
+      case 'gcra': effect = gcraMsRefund(this.gcra, units, has, this.a, this.b, nowUs, d); break;
+    }
+    if (effect === RefundEffect.Write) {
+      this.a = d.a;
+      this.b = d.b;
+      this.c = d.c;
+      this.expireAtMs = d.expireAtMs;
+    } else if (effect === RefundEffect.Delete) {
+      this.exists = false;
+      this.blob = undefined;
+    }
+    return { ...replyOf(this.decide(0, nowMs, nowUs)), effect };
+  }
+
   /** PTTL after a call: −2 when there is no key. */
   pttl(nowMs: number): number {
     return this.lookup(nowMs) ? this.expireAtMs - nowMs : -2;
@@ -142,6 +175,8 @@ export interface Model {
   isFresh(t: number): boolean;
   /** Leaky bucket: ms until an allowed request's turn. */
   delay?(cost: number, t: number): number;
+  /** The textbook meaning of giving `units` spent units back at t (docs/algorithms.md, "Refunds"). */
+  refund?(units: number, t: number): void;
 }
 
 /** The reply the model gives, recording the request when it is allowed. */
@@ -171,6 +206,8 @@ export function modelCall(m: Model, capacity: number, cost: number, t: number, h
 export interface Step {
   gapMs: number;
   cost: number;
+  /** `REFUND max(cost, 1)` instead of a call of `cost` (the model must have `refund`). */
+  refund?: boolean;
 }
 
 /**
@@ -188,9 +225,21 @@ export function replay(
   let t = startMs;
   for (let i = 0; i < steps.length; i++) {
     t += steps[i].gapMs;
-    const cost = steps[i].cost;
-    const got = key.call(cost, t);
-    const want = modelCall(model, capacity, cost, t, horizonMs);
+    let cost = steps[i].cost;
+    let got: Reply;
+    let want: Reply;
+    if (steps[i].refund === true) {
+      const units = Math.max(1, cost);
+      const { effect: _effect, ...reply } = key.refund(units, t);
+      got = reply;
+      model.refund!(units, t);
+      // The reply is the state after the refund: a COST 0 peek, with its timing properties.
+      cost = 0;
+      want = modelCall(model, capacity, 0, t, horizonMs);
+    } else {
+      got = key.call(cost, t);
+      want = modelCall(model, capacity, cost, t, horizonMs);
+    }
     if (JSON.stringify(got) !== JSON.stringify(want)) {
       return `step ${i} at +${t - startMs} ms, cost ${cost}: got ${JSON.stringify(got)}, model ${JSON.stringify(want)}`;
     }
@@ -228,4 +277,12 @@ export function timelineArb(p: Params): fc.Arbitrary<{ startMs: number; steps: S
 /** Params, then a timeline for them. */
 export function caseArb(withBurst: boolean) {
   return paramsArb(withBurst).chain((p) => timelineArb(p).map((tl) => ({ p, ...tl })));
+}
+
+/** Params, then a timeline for them where about one step in four is a REFUND. */
+export function refundCaseArb(withBurst: boolean) {
+  return paramsArb(withBurst).chain((p) => fc.record({
+    tl: timelineArb(p),
+    refunds: fc.array(fc.integer({ min: 0, max: 3 }), { minLength: 40, maxLength: 40 }),
+  }).map(({ tl, refunds }) => ({ p, startMs: tl.startMs, steps: tl.steps.map((s, i) => ({ ...s, refund: refunds[i] === 0 })) })));
 }

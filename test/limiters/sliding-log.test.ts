@@ -8,7 +8,7 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { newRateDecision } from '../../src/limiters/rate-decision.ts';
 import { slidingLogDecide, slidingLogStateError } from '../../src/limiters/sliding-log.ts';
-import { caseArb, FakeKey, replay, T0, type Model, type Params } from './rl-harness.ts';
+import { caseArb, FakeKey, refundCaseArb, replay, T0, type Model, type Params } from './rl-harness.ts';
 
 class Log implements Model {
   readonly stamps: number[] = [];
@@ -25,9 +25,51 @@ class Log implements Model {
   isFresh(t: number): boolean {
     return this.live(t) === 0;
   }
+  /** The newest `units` units still in the window are dropped. */
+  refund(units: number, t: number): void {
+    for (let i = this.stamps.length - 1; i >= 0 && units > 0; i--) {
+      if (this.stamps[i] > t - this.p.periodMs && this.stamps[i] <= t) {
+        this.stamps.splice(i, 1);
+        units--;
+      }
+    }
+  }
 }
 
 describe('RL.SLIDINGLOG (pure)', () => {
+  it('REFUND agrees with the textbook log (the newest n units dropped), short and long timelines', () => {
+    fc.assert(fc.property(refundCaseArb(false), ({ p, startMs, steps }) => {
+      expect(replay('slidinglog', p, new Log(p), startMs, steps)).toBeNull();
+    }), { numRuns: 300 });
+    const arb = fc.record({ limit: fc.integer({ min: 2, max: 24 }), periodMs: fc.integer({ min: 5, max: 60 }) }).chain((q) => fc.record({
+      p: fc.constant({ ...q, burst: q.limit }),
+      steps: fc.array(fc.record({
+        gapMs: fc.oneof(fc.constant(0), fc.integer({ min: 1, max: 4 }), fc.integer({ min: 0, max: 2 * q.periodMs })),
+        cost: fc.oneof(fc.constant(1), fc.integer({ min: 0, max: q.limit + 1 })),
+        refund: fc.integer({ min: 0, max: 4 }).map((n) => n === 0),
+      }), { minLength: 50, maxLength: 200 }),
+    }));
+    fc.assert(fc.property(arb, ({ p, steps }) => {
+      expect(replay('slidinglog', p, new Log(p), T0, steps)).toBeNull();
+    }), { numRuns: 60 });
+  });
+
+  it('REFUND keeps a valid stored state (ring or inline) and expires with its newest kept entry', () => {
+    const p = { limit: 10, periodMs: 100, burst: 10 };
+    const k = new FakeKey('slidinglog', p);
+    k.call(2, T0);
+    k.call(3, T0 + 10);
+    k.call(1, T0 + 20);
+    // Drops the unit at +20 and 2 of the 3 at +10: left 2 at +0 and 1 at +10.
+    expect(k.refund(3, T0 + 30)).toEqual({ limited: 0, limit: 10, remaining: 7, retryAfterMs: -1, resetAfterMs: 80, delayMs: 0, effect: 1 });
+    expect(slidingLogStateError(k.a, k.b, k.c, k.blob)).toBeNull();
+    expect(k.pttl(T0 + 30)).toBe(80);
+    expect(k.refund(1, T0 + 30)).toMatchObject({ remaining: 8, resetAfterMs: 70, effect: 1 });
+    expect(k.blob).toBeUndefined(); // one entry left: inline
+    expect(slidingLogStateError(k.a, k.b, k.c, k.blob)).toBeNull();
+    expect(k.refund(2, T0 + 30)).toMatchObject({ remaining: 10, resetAfterMs: 0, effect: 2 });
+  });
+
   it('agrees with the textbook log; never more than limit in any period_ms interval', () => {
     fc.assert(fc.property(caseArb(false), ({ p, startMs, steps }) => {
       const admitted: number[] = [];

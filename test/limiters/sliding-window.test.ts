@@ -5,7 +5,7 @@
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { caseArb, FakeKey, replay, T0, type Model, type Params } from './rl-harness.ts';
+import { caseArb, FakeKey, refundCaseArb, replay, T0, type Model, type Params } from './rl-harness.ts';
 
 class Estimate implements Model {
   readonly admitted: { t: number; cost: number }[] = [];
@@ -27,9 +27,35 @@ class Estimate implements Model {
     const w = Math.floor(t / this.p.periodMs);
     return this.count(w) === 0 && this.count(w - 1) === 0;
   }
+  /** The current window's count minus `units`, floor 0; the previous window is history. */
+  refund(units: number, t: number): void {
+    const w = Math.floor(t / this.p.periodMs);
+    for (let i = this.admitted.length - 1; i >= 0 && units > 0; i--) {
+      const a = this.admitted[i];
+      if (Math.floor(a.t / this.p.periodMs) !== w) continue;
+      const back = Math.min(units, a.cost);
+      a.cost -= back;
+      units -= back;
+    }
+  }
 }
 
 describe('RL.SLIDINGWINDOW (pure)', () => {
+  it('REFUND agrees with the estimate recomputed from the full history (current window minus n)', () => {
+    fc.assert(fc.property(refundCaseArb(false), ({ p, startMs, steps }) => {
+      expect(replay('slidingwindow', p, new Estimate(p), startMs, steps)).toBeNull();
+    }), { numRuns: 300 });
+  });
+
+  it('REFUND of the whole current count keeps the previous window until it slides out', () => {
+    const k = new FakeKey('slidingwindow', { limit: 4, periodMs: 1000, burst: 4 });
+    k.call(2, T0 + 500);
+    expect(k.call(2, T0 + 1200).limited).toBe(0);
+    // prev 2 weighted 0.7 = 1.4, current 0: remaining ⌊4 − 1.4⌋ = 2; fresh when the previous slides out.
+    expect(k.refund(3, T0 + 1300)).toEqual({ limited: 0, limit: 4, remaining: 2, retryAfterMs: -1, resetAfterMs: 700, delayMs: 0, effect: 1 });
+    expect(k.pttl(T0 + 1300)).toBe(700);
+  });
+
   it('agrees with the estimate recomputed from the full history', () => {
     fc.assert(fc.property(caseArb(false), ({ p, startMs, steps }) => {
       expect(replay('slidingwindow', p, new Estimate(p), startMs, steps)).toBeNull();

@@ -5,7 +5,7 @@
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { caseArb, FakeKey, replay, T0, type Model, type Params } from './rl-harness.ts';
+import { caseArb, FakeKey, refundCaseArb, replay, T0, type Model, type Params } from './rl-harness.ts';
 
 /** tokens(t) = min(burst, tokens(s) + (t − s)·limit/period) after the last request at s. */
 class TextbookBucket implements Model {
@@ -29,9 +29,32 @@ class TextbookBucket implements Model {
   isFresh(t: number): boolean {
     return this.tokensAt(t) === this.p.burst * this.p.periodMs;
   }
+  /** Tokens come back, up to BURST. */
+  refund(units: number, t: number): void {
+    if (this.lastMs === -Infinity) return;
+    this.tokensScaled = Math.min(this.p.burst * this.p.periodMs, this.tokensAt(t) + units * this.p.periodMs);
+    this.lastMs = t;
+  }
 }
 
 describe('RL.TOKENBUCKET (pure)', () => {
+  it('REFUND agrees with the textbook bucket (tokens back up to BURST) on random timelines', () => {
+    fc.assert(fc.property(refundCaseArb(true), ({ p, startMs, steps }) => {
+      expect(replay('tokenbucket', p, new TextbookBucket(p), startMs, steps)).toBeNull();
+    }), { numRuns: 300 });
+  });
+
+  it('REFUND gives tokens back, never above BURST, deletes a key it makes full, creates none', () => {
+    const k = new FakeKey('tokenbucket', { limit: 2, periodMs: 1000, burst: 4 });
+    expect(k.refund(3, T0)).toEqual({ limited: 0, limit: 4, remaining: 4, retryAfterMs: -1, resetAfterMs: 0, delayMs: 0, effect: 0 });
+    expect(k.exists).toBe(false);
+    k.call(4, T0);
+    expect(k.refund(1, T0)).toEqual({ limited: 0, limit: 4, remaining: 1, retryAfterMs: -1, resetAfterMs: 1500, delayMs: 0, effect: 1 });
+    expect(k.pttl(T0)).toBe(1500);
+    expect(k.refund(100, T0 + 10)).toMatchObject({ remaining: 4, resetAfterMs: 0, effect: 2 });
+    expect(k.exists).toBe(false);
+  });
+
   it('agrees with the textbook bucket on random timelines (replies, TTL, exact retry/reset)', () => {
     fc.assert(fc.property(caseArb(true), ({ p, startMs, steps }) => {
       expect(replay('tokenbucket', p, new TextbookBucket(p), startMs, steps)).toBeNull();
