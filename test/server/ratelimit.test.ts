@@ -9,7 +9,7 @@ import { Redis } from 'ioredis';
 import fc from 'fast-check';
 import { startServer, type RunningServer } from '../helpers/server.js';
 import { errorOf } from '../helpers/replies.js';
-import { caseArb, FakeKey, type Algo } from '../limiters/rl-harness.js';
+import { FakeKey, refundCaseArb, type Algo } from '../limiters/rl-harness.js';
 
 let server: RunningServer;
 let r2: Redis;
@@ -36,6 +36,11 @@ async function raw(payload: string, done: (s: string) => boolean): Promise<strin
     sock.on('error', reject);
     sock.write(payload);
   });
+}
+
+/** The first n fields of a reply. */
+function head(reply: unknown, n: number): unknown[] {
+  return (reply as unknown[]).slice(0, n);
 }
 
 const FIELDS = ['limited', 'limit', 'remaining', 'retry_after_ms', 'reset_after_ms', 'delay_ms'];
@@ -218,6 +223,73 @@ describe('RL.* errors', () => {
   });
 });
 
+describe('RL.* REFUND', () => {
+  it('gives units back on every algorithm; the reply is the state after it; TTL follows it', async () => {
+    const cases: [string, string[]][] = [
+      ['RL.TOKENBUCKET', ['4', '1000']], ['RL.LEAKYBUCKET', ['4', '1000']], ['RL.FIXEDWINDOW', ['4', '1000']],
+      ['RL.SLIDINGLOG', ['4', '1000']], ['RL.SLIDINGWINDOW', ['4', '1000']], ['RL.GCRA', ['4', '1000']],
+    ];
+    for (const [cmd, args] of cases) {
+      const key = `k:${cmd}`;
+      await r2.call(cmd, key, ...args, 'COST', '4');
+      expect(head(await r2.call(cmd, key, ...args), 1)).toEqual([1]);
+      const reply = (await r2.call(cmd, key, ...args, 'REFUND', '1')) as number[];
+      expect([cmd, reply[0], reply[2], reply[3]]).toEqual([cmd, 0, 1, -1]);
+      expect(await r2.pttl(key)).toBe(reply[4]);
+      expect(head(await r2.call(cmd, key, ...args), 3)).toEqual([0, 4, 0]);
+      // More than was spent: as fresh, and the key is gone.
+      expect(await r2.call(cmd, key, ...args, 'refund', '100')).toEqual([0, 4, 4, -1, 0, 0]);
+      expect(await r2.exists(key)).toBe(0);
+    }
+  });
+
+  it('on an absent key: the fresh state, and no key is created; RESP3 map', async () => {
+    expect(await r2.call('RL.TOKENBUCKET', 'none', '10', '1000', 'REFUND', '3')).toEqual([0, 10, 10, -1, 0, 0]);
+    expect(await r3.call('RL.SLIDINGLOG', 'none', '10', '1000', 'REFUND', '3')).toEqual(asMap([0, 10, 10, -1, 0, 0]));
+    expect(await r2.exists('none')).toBe(0);
+  });
+
+  it('shares the TAT of CL.THROTTLE keys (RL.GCRA REFUND moves it back)', async () => {
+    // CL.THROTTLE g 1 1 1: burst 2, 1 per second.
+    await r2.call('CL.THROTTLE', 'g', '1', '1', '1', '2');
+    expect(head(await r2.call('CL.THROTTLE', 'g', '1', '1', '1'), 1)).toEqual([1]);
+    expect(await r2.call('RL.GCRA', 'g', '1', '1000', 'BURST', '2', 'REFUND', '1')).toEqual([0, 2, 1, -1, 1000, 0]);
+    expect(head(await r2.call('CL.THROTTLE', 'g', '1', '1', '1'), 3)).toEqual([0, 2, 0]);
+  });
+
+  it('errors name REFUND; COST and REFUND exclude each other; not in RL.ALL; the key is untouched', async () => {
+    await r2.call('RL.TOKENBUCKET', 'k', '10', '1000', 'COST', '5');
+    const before = await r2.pttl('k');
+    const cases: [string[], string][] = [
+      [['RL.TOKENBUCKET', 'k', '10', '1000', 'REFUND', '0'], "ERR invalid REFUND '0': must be >= 1"],
+      [['RL.TOKENBUCKET', 'k', '10', '1000', 'REFUND', 'x'], "ERR invalid REFUND 'x': not an integer"],
+      [['RL.TOKENBUCKET', 'k', '10', '1000', 'REFUND', '9007199254740992'], "ERR invalid REFUND '9007199254740992': must be <= 9007199254740991"],
+      [['RL.TOKENBUCKET', 'k', '10', '1000', 'REFUND'], 'ERR syntax error'],
+      [['RL.TOKENBUCKET', 'k', '10', '1000', 'REFUND', '1', 'REFUND', '1'], 'ERR syntax error'],
+      [['RL.TOKENBUCKET', 'k', '10', '1000', 'COST', '1', 'REFUND', '1'], 'ERR syntax error'],
+      [['RL.TOKENBUCKET', 'k', '10', '1000', 'REFUND', '1', 'COST', '1'], 'ERR syntax error'],
+      [['RL.ALL', '1', 'k', 'TOKENBUCKET', '10', '1000', 'REFUND', '1'], 'ERR syntax error'],
+    ];
+    for (const [argv, message] of cases) expect(await errorOf(r2.call(argv[0], ...argv.slice(1)))).toBe(message);
+    expect(await r2.pttl('k')).toBe(before);
+    expect(await errorOf(r2.call('RL.FIXEDWINDOW', 'k', '10', '1000', 'REFUND', '1'))).toBe('WRONGTYPE Operation against a key holding the wrong kind of value');
+  });
+
+  it('is a write for ACL key patterns, as the other RL.* calls', async () => {
+    await r2.call('ACL', 'SETUSER', 'ro', 'on', '>pw', '%R~*', '+@all');
+    await r2.call('RL.TOKENBUCKET', 'k', '10', '1000', 'COST', '5');
+    const u = new Redis({ port: server.port, host: '127.0.0.1', username: 'ro', password: 'pw', lazyConnect: true });
+    await u.connect();
+    try {
+      expect(await errorOf(u.call('RL.TOKENBUCKET', 'k', '10', '1000', 'REFUND', '1'))).toMatch(/^NOPERM/);
+    } finally {
+      u.disconnect();
+      await r2.call('ACL', 'DELUSER', 'ro');
+    }
+    expect(head(await r2.call('RL.TOKENBUCKET', 'k', '10', '1000', 'COST', '0'), 3)).toEqual([0, 10, 5]);
+  });
+});
+
 describe('RL.ALL', () => {
   const perSecondAndHour = ['u:s', 'SLIDINGLOG', '3', '1000', 'u:h', 'TOKENBUCKET', '5', '3600000'];
 
@@ -280,8 +352,8 @@ describe('RL.* over TCP equals the pure limiters', () => {
     ['slidinglog', 'RL.SLIDINGLOG', false], ['slidingwindow', 'RL.SLIDINGWINDOW', false], ['gcra', 'RL.GCRA', true],
   ];
   for (const [algo, cmd, withBurst] of algos) {
-    it(`${cmd}: replies and PTTL over random timelines, pipelined`, async () => {
-      await fc.assert(fc.asyncProperty(caseArb(withBurst), async ({ p, startMs, steps }) => {
+    it(`${cmd}: replies and PTTL over random timelines with refunds, pipelined`, async () => {
+      await fc.assert(fc.asyncProperty(refundCaseArb(withBurst), async ({ p, startMs, steps }) => {
         const pure = new FakeKey(algo, p);
         const args = [String(p.limit), String(p.periodMs), ...(withBurst ? ['BURST', String(p.burst)] : [])];
         const pipe = r2.pipeline().flushall();
@@ -289,8 +361,9 @@ describe('RL.* over TCP equals the pure limiters', () => {
         let t = startMs;
         for (const step of steps) {
           t += step.gapMs;
-          pipe.call('DEBUG', 'CLOCK', 'SET', String(t)).call(cmd, 'k', ...args, 'COST', String(step.cost)).pttl('k');
-          const reply = pure.call(step.cost, t);
+          const units = Math.max(1, step.cost);
+          pipe.call('DEBUG', 'CLOCK', 'SET', String(t)).call(cmd, 'k', ...args, ...(step.refund ? ['REFUND', String(units)] : ['COST', String(step.cost)])).pttl('k');
+          const reply = step.refund ? pure.refund(units, t) : pure.call(step.cost, t);
           want.push(['OK', [reply.limited, reply.limit, reply.remaining, reply.retryAfterMs, reply.resetAfterMs, reply.delayMs], pure.pttl(t)]);
         }
         const results = (await pipe.exec())!.slice(1).map(([err, value]) => err?.message ?? value);
