@@ -668,6 +668,7 @@ if n == 1 then
           nexp = kMs + period
           local body = string.sub(v, HEADER + 1 + 16 * (sa + first), HEADER + 16 * (sa + lo)) .. struct.pack('<dd', kMs, target + offset)
           redis.call('SET', key, struct.pack('<BBdddd', MAGIC, 5, nexp, 0, lo - first + 1, live - units) .. body, 'PXAT', string.format('%.0f', nexp))
+          effect = 1
         end
       end
       if effect == 2 then redis.call('DEL', key)

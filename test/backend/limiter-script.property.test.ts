@@ -6,7 +6,8 @@
  * Redis: PEXPIRETIME, a key whose stored expiry is before now counting as absent) and the same TYPE.
  * Keys are reused across algorithms (WRONGTYPE, and the gcra family sharing its keys), parameters
  * change within a timeline (a key read with other limits than the ones that wrote it), costs include
- * 0 and more than the capacity, time steps include 0, sub-ms, big jumps and steps back.
+ * 0 and more than the capacity, time steps include 0, sub-ms, big jumps and steps back; about one RL.*
+ * call in five is a `REFUND n` instead.
  *
  * Each refusal's refusedForUs is checked too, on a copy of the key taken right after the call: the
  * same call at now + refusedForUs is refused, at now + refusedForUs + 1 allowed.
@@ -204,6 +205,20 @@ function singleCall(spec: Spec, key: string, cost: number): Call {
   return { command, keys: [key], limits: [spec.limit(cost)], all: false };
 }
 
+/** An RL.* `REFUND units` call (single-limit only). */
+function refundCall(spec: Spec, key: string, units: number): Call {
+  return {
+    command: [`RL.${RL_NAMES[spec.family]}`, key, ...spec.args(0), 'REFUND', String(units)],
+    keys: [key], limits: [{ ...spec.limit(0), refund: units } as ScriptLimit], all: false,
+  };
+}
+
+/** An RL.* call on `key`: a decision of a random cost, or about one in five a refund. */
+function rlOrRefundCall(r: Rand, spec: Spec, key: string): Call {
+  if (spec.family !== 'cl' && spec.family !== 'gcra' && r() < 0.2) return refundCall(spec, key, Math.max(1, costFor(r, spec.capacity, spec.family)));
+  return singleCall(spec, key, costFor(r, spec.capacity, spec.family));
+}
+
 function allCall(specs: Spec[], keys: string[], cost: number): Call {
   const command = ['RL.ALL', String(specs.length)];
   specs.forEach((s, i) => command.push(keys[i], RL_NAMES[s.family], ...s.args(cost)));
@@ -248,13 +263,13 @@ function timeline(seed: number, main: Family | null, steps: number): { calls: Ca
         calls.push(allCall(specs, chosen.map((k) => keyNames[k]), cost));
       } else {
         const spec = other(pick(r, RL_FAMILIES));
-        calls.push(singleCall(spec, pick(r, keyNames), costFor(r, spec.capacity, spec.family)));
+        calls.push(rlOrRefundCall(r, spec, pick(r, keyNames)));
       }
       continue;
     }
     const key = keyNames[int(r, 0, 2)];
     const spec = r() < 0.82 ? mainSpecs[r() < 0.8 ? 0 : 1] : other(pick(r, ALL_FAMILIES));
-    calls.push(singleCall(spec, key, costFor(r, spec.capacity, spec.family)));
+    calls.push(rlOrRefundCall(r, spec, key));
   }
   return { calls, start, deltas };
 }

@@ -1,0 +1,86 @@
+/**
+ * `REFUND n` with a shared backend: two cellgate sidecars on one real redis-server and one
+ * local-mode cellgate, clocks frozen at the same instants (DEBUG CLOCK SET). For every RL.*
+ * algorithm the same sequence of spends and refunds gives the same replies and the same PTTL
+ * through the backend as locally; and a refund through one sidecar lifts a refusal another sidecar
+ * has cached (the reply waits for every sidecar to drop it, as DEL's does).
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { RedisNode } from '../helpers/redis.js';
+import { backendInfo, freezeClocks, frozenInstant, limited, pollUntil, startSidecar, stopSidecars, type Sidecar } from './helpers.js';
+
+const T0 = frozenInstant();
+let redis: RedisNode;
+let local: Sidecar;
+let sidecars: Sidecar[] = [];
+
+beforeAll(async () => {
+  redis = await RedisNode.start();
+  [local, ...sidecars] = await Promise.all([startSidecar('', { conns: 0 }), ...[0, 1].map(() => startSidecar(redis.url, { conns: 0 }))]);
+}, 60_000);
+
+afterAll(async () => {
+  await stopSidecars([local, ...sidecars]);
+  await redis?.destroy();
+});
+
+const FAMILY: [string, string[]][] = [
+  ['RL.TOKENBUCKET', ['4', '10000', 'BURST', '6']],
+  ['RL.LEAKYBUCKET', ['4', '10000', 'BURST', '6']],
+  ['RL.FIXEDWINDOW', ['6', '10000']],
+  ['RL.SLIDINGLOG', ['6', '10000']],
+  ['RL.SLIDINGWINDOW', ['6', '10000']],
+  ['RL.GCRA', ['4', '10000', 'BURST', '6']],
+];
+
+/** [ms after T0, extra arguments]: spends, refunds partial and beyond what was spent, a refund of an absent key. */
+const SCRIPT: [number, string[]][] = [
+  [0, ['REFUND', '2']],
+  [0, ['COST', '3']],
+  [700, ['COST', '2']],
+  [1300, ['REFUND', '1']],
+  [1300, ['COST', '4']],
+  [2100, ['REFUND', '2']],
+  [2100, ['COST', '0']],
+  [9999, ['REFUND', '1']],
+  [10500, ['COST', '1']],
+  [10800, ['REFUND', '9']],
+  [10800, ['COST', '0']],
+];
+
+describe('REFUND through a backend', () => {
+  for (const [cmd, args] of FAMILY) {
+    it(`${cmd}: replies and PTTL equal the local server's, step by step`, async () => {
+      const key = `refund:${cmd}`;
+      const steps: unknown[] = [];
+      for (const [dt, extra] of SCRIPT) {
+        await freezeClocks([local, ...sidecars], T0 + dt);
+        const via = sidecars[steps.length % 2];
+        const [b, l] = await Promise.all([via.admin.call(cmd, key, ...args, ...extra), local.admin.call(cmd, key, ...args, ...extra)]);
+        const [bt, lt] = await Promise.all([via.admin.pttl(key), local.admin.pttl(key)]);
+        expect([dt, extra, b, bt], `${cmd} at +${dt} ${extra.join(' ')}`).toEqual([dt, extra, l, lt]);
+        steps.push(b);
+      }
+      // Every decision was the backend's.
+      for (const s of sidecars) expect((await backendInfo(s)).backend_policy_decisions).toBe('0');
+    });
+  }
+
+  it('a refund through one sidecar lifts the refusal another sidecar cached', async () => {
+    await freezeClocks(sidecars, T0 + 60_000);
+    const [a, c] = sidecars;
+    const argv = ['RL.FIXEDWINDOW', 'refund:cached', '1', '60000'];
+    for (const s of sidecars) await pollUntil(async () => (await backendInfo(s)).backend_cache_enabled === '1', 'refusal cache enabled');
+    expect(limited(await a.admin.call(argv[0], ...argv.slice(1)))).toBe(0);
+    expect(limited(await c.admin.call(argv[0], ...argv.slice(1)))).toBe(1);
+    const hits = Number((await backendInfo(c)).backend_cache_hits);
+    expect(limited(await c.admin.call(argv[0], ...argv.slice(1)))).toBe(1);
+    expect(Number((await backendInfo(c)).backend_cache_hits)).toBe(hits + 1); // c now answers from its cache
+    const received = Number((await backendInfo(c)).backend_invalidations_received);
+    expect(await a.admin.call(argv[0], ...argv.slice(1), 'REFUND', '1')).toEqual([0, 1, 1, -1, 0, 0]);
+    // The refund's reply came after c acknowledged: its next call goes to the backend and is allowed.
+    expect(Number((await backendInfo(c)).backend_invalidations_received)).toBe(received + 1);
+    expect(limited(await c.admin.call(argv[0], ...argv.slice(1)))).toBe(0);
+    expect(limited(await a.admin.call(argv[0], ...argv.slice(1)))).toBe(1);
+  });
+});
