@@ -57,6 +57,17 @@ export interface CallOptions {
   timeoutMs?: number;
 }
 
+/** The limit a `reward()` or `penalty()` applies to: the same parameters the key is spent with. */
+export interface LimitParams {
+  algorithm: Algorithm;
+  limit: number;
+  periodMs: number;
+  /** Capacity (token bucket, leaky bucket, GCRA only); default `limit`. */
+  burst?: number;
+  /** Overrides the client's timeout for this call (`penalty()`: for each of its calls). */
+  timeoutMs?: number;
+}
+
 /** One limit of an `all()` call. */
 export interface LimitSpec {
   key: string;
@@ -223,6 +234,36 @@ export class CellgateClient {
    */
   get(algorithm: Algorithm, key: string, limit: number, periodMs: number, options: Omit<RlOptions, 'cost'> = {}): Promise<Decision> {
     return this.rl(algorithm, key, limit, periodMs, { ...options, cost: 0 });
+  }
+
+  /**
+   * Gives `units` spent units back (`RL.<ALGO> ... REFUND units`, docs/algorithms.md "Refunds"): a
+   * token bucket gets tokens back up to its burst, a window's current count goes down (never below
+   * 0), a sliding log drops its newest units, a GCRA or leaky bucket key moves back by `units`
+   * emission intervals (never before now). A key never becomes fuller than fresh, and an absent key
+   * stays absent. Resolves to the state after the refund (allowed, as a `get()` would show it).
+   */
+  async reward(key: string, units: number, params: LimitParams): Promise<Decision> {
+    const args = [commandOf(params.algorithm), key];
+    pushLimit(args, { key, algorithm: params.algorithm, limit: params.limit, periodMs: params.periodMs, burst: params.burst });
+    checkInt('REFUND', units, 1);
+    args.push('REFUND', String(units));
+    return fromRl(await this.call(args, params.timeoutMs), args[0]);
+  }
+
+  /**
+   * Spends `units` as a penalty, even when that takes the key to its limit (`COST units`). When fewer
+   * than `units` are left, it spends what is left instead (a second call with `COST remaining`), so
+   * the key ends at its limit: a key is never spent beyond its capacity, and a key already at its
+   * limit is left as it is. Between the two calls another client may spend, so the second can be
+   * refused too; the decision returned is the last call's (`limited` false when units were spent).
+   */
+  async penalty(key: string, units: number, params: LimitParams): Promise<Decision> {
+    checkInt('COST', units, 1);
+    const options = { burst: params.burst, timeoutMs: params.timeoutMs };
+    const first = await this.rl(params.algorithm, key, params.limit, params.periodMs, { ...options, cost: units });
+    if (!first.limited || first.remaining <= 0) return first;
+    return this.rl(params.algorithm, key, params.limit, params.periodMs, { ...options, cost: first.remaining });
   }
 
   /** Forgets a key (`DEL`): its next call starts from a fresh state. Resolves to whether it existed. */

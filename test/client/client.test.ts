@@ -148,6 +148,36 @@ describe('errors', () => {
   });
 });
 
+describe('reward() and penalty()', () => {
+  it('reward() gives units back on every algorithm and never makes a key fuller than fresh; penalty() spends up to the limit', async () => {
+    for (const [name, c] of await variants()) {
+      for (const algorithm of ['tokenbucket', 'leakybucket', 'fixedwindow', 'slidinglog', 'slidingwindow', 'gcra'] as const) {
+        const key = `rw:${name}:${algorithm}`;
+        const params = { algorithm, limit: 5, periodMs: 60_000 };
+        // An absent key: nothing to give back, nothing created.
+        expect(await c.reward(key, 2, params), `${name} ${algorithm}`).toMatchObject({ limited: false, remaining: 5, resetAfterMs: 0 });
+        expect(await c.reset(key)).toBe(false);
+        await c.rl(algorithm, key, 5, 60_000, { cost: 4 });
+        expect(await c.reward(key, 2, params), `${name} ${algorithm}`).toMatchObject({ limited: false, remaining: 3 });
+        expect(await c.reward(key, 50, params), `${name} ${algorithm}`).toMatchObject({ remaining: 5, resetAfterMs: 0 });
+        expect(await c.reset(key)).toBe(false); // full again: the refund deleted it
+        // penalty: 3 fit; then 4 asked with 2 left: the 2 left are spent; then at the limit nothing is.
+        expect(await c.penalty(key, 3, params)).toMatchObject({ limited: false, remaining: 2 });
+        expect(await c.penalty(key, 4, params)).toMatchObject({ limited: false, remaining: 0 });
+        expect(await c.penalty(key, 1, params)).toMatchObject({ limited: true, remaining: 0 });
+      }
+    }
+  });
+
+  it('reward() and penalty() refuse a count below 1 before sending', async () => {
+    const [[, c]] = await variants();
+    const err = await c.reward('rw:e', 0, { algorithm: 'gcra', limit: 1, periodMs: 1000 }).catch((e: unknown) => e);
+    expect((err as CellgateArgumentError).argument).toBe('REFUND');
+    const pen = await c.penalty('rw:e', 0, { algorithm: 'gcra', limit: 1, periodMs: 1000 }).catch((e: unknown) => e);
+    expect((pen as CellgateArgumentError).argument).toBe('COST');
+  });
+});
+
 describe('which replies are an outage', () => {
   it('LOADING, BUSY, TRYAGAIN, CLUSTERDOWN, MASTERDOWN, NOREPLICAS and maxclients are unavailability; WRONGTYPE, NOPERM, CROSSSLOT are not', () => {
     for (const text of ['LOADING Redis is loading the dataset in memory', 'BUSY Redis is busy running a script', 'TRYAGAIN Multiple keys request during rehashing of slot',
