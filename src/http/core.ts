@@ -82,6 +82,15 @@ export interface RateLimitOptions<Req = RequestLike> {
   timeoutMs?: number;
   /** Requests that are not counted at all (no fields, no call). */
   skip?: (req: Req) => boolean | Promise<boolean>;
+  /**
+   * Counts a request on the way in, then gives its units back (`REFUND`, on each policy it spent)
+   * once the response has failed: a status >= 400, or the response errored or closed before it was
+   * finished (default false). The refund never delays the response; its errors are counted in
+   * `stats.refundErrors`, never thrown.
+   */
+  skipFailedRequests?: boolean;
+  /** The same for a response that succeeded: a status < 400, finished (default false). */
+  skipSuccessfulRequests?: boolean;
   /** The RateLimit fields' syntax (default 'draft-11'; 'draft-8' is the same syntax), or false for none. */
   standardHeaders?: HeaderDraft | false;
   /** Also send `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset` (epoch seconds), as express-rate-limit does (default false). */
@@ -103,6 +112,10 @@ export interface LimiterStats {
   unavailable: number;
   /** Requests handed to the framework's error path (a key/cost/policy function's bug, a wrong setup). */
   errors: number;
+  /** Requests whose units were given back (`skipFailedRequests` / `skipSuccessfulRequests`). */
+  refunded: number;
+  /** Refunds that failed (cellgate unavailable, timed out, or refused them): the units stay spent. */
+  refundErrors: number;
   /** The last unavailability, for a log line or a health check. */
   lastError: CellgateError | undefined;
 }
@@ -139,6 +152,30 @@ export interface Outcome {
   body: ProblemDetails | Record<string, unknown> | undefined;
   /** Undefined when the request was skipped or cellgate was unavailable. */
   info: RateLimitInfo | undefined;
+  /**
+   * Set when the request spent units that `skipFailedRequests` / `skipSuccessfulRequests` may give
+   * back: the adapter calls it once the response is done, with its status, or with undefined when it
+   * errored or closed before finishing (see `settleWhenDone`). Later calls do nothing.
+   */
+  settle?: (status: number | undefined) => void;
+}
+
+/** What settleWhenDone uses of a node:http response (Express's and Fastify's `reply.raw` are one). */
+export interface ResponseEvents {
+  statusCode: number;
+  writableFinished: boolean;
+  once(event: 'finish' | 'close', listener: () => void): unknown;
+}
+
+/**
+ * Calls `outcome.settle` when `res` is done: at 'finish' with its status, or at 'close' without a
+ * finish (the client went away, or the response errored) as failed.
+ */
+export function settleWhenDone(res: ResponseEvents, outcome: Outcome): void {
+  const settle = outcome.settle;
+  if (settle === undefined) return;
+  res.once('finish', () => settle(res.statusCode));
+  res.once('close', () => settle(res.writableFinished ? res.statusCode : undefined));
 }
 
 export interface ProblemDetails {
@@ -191,6 +228,7 @@ export interface SharedClient {
 const KNOWN_OPTIONS: ReadonlySet<string> = new Set([
   'client', 'policy', 'cost', 'key', 'ipv6Subnet', 'prefix', 'onUnavailable', 'timeoutMs', 'skip',
   'standardHeaders', 'legacyHeaders', 'statusCode', 'message', 'log', 'handler',
+  'skipFailedRequests', 'skipSuccessfulRequests',
 ]);
 
 /** ready()'s default wait: a TCP connection, the ready check and a PING, on a busy host. */
@@ -214,7 +252,7 @@ export function shareClient(c: RateLimitOptions['client']): SharedClient {
 export function createLimiter<Req extends RequestLike>(options: RateLimitOptions<Req>, shared?: SharedClient): Limiter<Req> {
   if (options === null || typeof options !== 'object') throw new CellgateArgumentError('options', 'rateLimit() needs an options object');
   for (const name of Object.keys(options)) {
-    // A misspelt or unsupported option (e.g. express-rate-limit's `max` or `skipFailedRequests`)
+    // A misspelt or unsupported option (e.g. express-rate-limit's `max` or `requestWasSuccessful`)
     // would otherwise be ignored in silence.
     if (!KNOWN_OPTIONS.has(name)) throw new CellgateArgumentError(name, `unknown option '${name}' (the options: ${[...KNOWN_OPTIONS].join(', ')})`);
   }
@@ -235,6 +273,11 @@ export function createLimiter<Req extends RequestLike>(options: RateLimitOptions
   if (message !== undefined && typeof message !== 'string' && (message === null || typeof message !== 'object')) throw new CellgateArgumentError('message', 'message must be a string or an object');
   const ipv6Subnet = options.ipv6Subnet ?? 56;
   if (ipv6Subnet !== false && (!Number.isSafeInteger(ipv6Subnet) || ipv6Subnet < 1 || ipv6Subnet > 128)) throw new CellgateArgumentError('ipv6Subnet', `ipv6Subnet must be an integer from 1 to 128 or false, not ${String(ipv6Subnet)}`);
+  for (const name of ['skipFailedRequests', 'skipSuccessfulRequests'] as const) {
+    if (options[name] !== undefined && typeof options[name] !== 'boolean') throw new CellgateArgumentError(name, `${name} must be true or false, not ${describe(options[name])}`);
+  }
+  const skipFailed = options.skipFailedRequests === true;
+  const skipSuccessful = options.skipSuccessfulRequests === true;
   for (const name of ['key', 'skip', 'log'] as const) {
     if (options[name] !== undefined && typeof options[name] !== 'function') throw new CellgateArgumentError(name, `${name} must be a function`);
   }
@@ -248,7 +291,28 @@ export function createLimiter<Req extends RequestLike>(options: RateLimitOptions
   const legacy = options.legacyHeaders === true;
   const log = options.log ?? ((line: string) => console.error(line));
   const connection = shared ?? shareClient(options.client);
-  const stats: LimiterStats = { allowed: 0, limited: 0, skipped: 0, unavailable: 0, errors: 0, lastError: undefined };
+  const stats: LimiterStats = { allowed: 0, limited: 0, skipped: 0, unavailable: 0, errors: 0, refunded: 0, refundErrors: 0, lastError: undefined };
+
+  /**
+   * The settle function of an allowed request that spent `units` on each of `policies` under
+   * `tagged`: when the response's result is one the options skip, one REFUND per policy key, with
+   * the parameters it was spent with, not awaited by anyone.
+   */
+  function settleFor(tagged: string, policies: ResolvedPolicy[], units: number): (status: number | undefined) => void {
+    let settled = false;
+    return (status) => {
+      if (settled) return;
+      settled = true;
+      const failed = status === undefined || status >= 400;
+      if (failed ? !skipFailed : !skipSuccessful) return;
+      connection.client.then(
+        (c) => Promise.all(policies.map((p) => c.reward(tagged + p.name, units, { algorithm: p.algorithm, limit: p.limit, periodMs: p.periodMs, burst: p.burst, timeoutMs }))),
+      ).then(
+        () => { stats.refunded++; },
+        () => { stats.refundErrors++; },
+      );
+    };
+  }
 
   /** The application's bug: counted, logged once, and thrown for the framework's error path. */
   function misuse(err: unknown): never {
@@ -389,7 +453,9 @@ export function createLimiter<Req extends RequestLike>(options: RateLimitOptions
     };
     if (!limited) {
       stats.allowed++;
-      return { proceed: true, status: 200, headers, body: undefined, info };
+      const outcome: Outcome = { proceed: true, status: 200, headers, body: undefined, info };
+      if ((skipFailed || skipSuccessful) && units > 0) outcome.settle = settleFor(tagged, policies, units);
+      return outcome;
     }
     stats.limited++;
     // The request passes when every refusing policy allows it: the longest wait, unless one never can.

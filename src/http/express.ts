@@ -8,7 +8,7 @@
  * `key`, `cost` or `policy` function that throws or returns an invalid value) goes to `next(err)`.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { createLimiter, problemText, type LimiterStats, type RateLimitInfo, type RateLimitOptions, type RequestLike } from './core.js';
+import { createLimiter, problemText, settleWhenDone, type LimiterStats, type RateLimitInfo, type RateLimitOptions, type RequestLike } from './core.js';
 
 export { defaultKey, ipKey, type Policy, type RateLimitOptions, type LimiterStats, type ProblemDetails, type RateLimitInfo, type PolicyState, type HeaderDraft } from './core.js';
 
@@ -38,7 +38,10 @@ export function rateLimit<R extends Req = Req>(options: ExpressRateLimitOptions<
       (outcome) => {
         for (const [name, value] of outcome.headers) res.setHeader(name, value);
         if (outcome.info !== undefined) req.rateLimit = outcome.info;
-        if (outcome.proceed) return next();
+        if (outcome.proceed) {
+          settleWhenDone(res, outcome);
+          return next();
+        }
         if (handler !== undefined && outcome.info !== undefined) {
           res.removeHeader('Content-Type');
           try {

@@ -15,7 +15,7 @@
  * error handler answers it (500).
  */
 import type { IncomingHttpHeaders } from 'node:http';
-import { createLimiter, shareClient, type LimiterStats, type RateLimitInfo, type RateLimitOptions, type RequestLike, type SharedClient } from './core.js';
+import { createLimiter, settleWhenDone, shareClient, type LimiterStats, type ResponseEvents, type RateLimitInfo, type RateLimitOptions, type RequestLike, type SharedClient } from './core.js';
 
 export { defaultKey, ipKey, type Policy, type RateLimitOptions, type LimiterStats, type ProblemDetails, type RateLimitInfo, type PolicyState, type HeaderDraft } from './core.js';
 
@@ -30,6 +30,8 @@ export interface FastifyReplyLike {
   code(status: number): unknown;
   type(contentType: string): unknown;
   send(payload?: unknown): unknown;
+  /** node:http's response (for skipFailedRequests / skipSuccessfulRequests). */
+  raw?: ResponseEvents;
 }
 
 export interface FastifyRateLimitOptions<R extends FastifyRequestLike = FastifyRequestLike> extends RateLimitOptions<R> {
@@ -68,7 +70,11 @@ function hookFor<R extends FastifyRequestLike>(options: FastifyRateLimitOptions<
     const outcome = await limiter.check(request as R);
     for (const [name, value] of outcome.headers) if (name !== 'Content-Type') res.header(name, value);
     if (outcome.info !== undefined) request.rateLimit = outcome.info;
-    if (outcome.proceed) return;
+    if (outcome.proceed) {
+      // Fastify's reply wraps node:http's response: its events say when the response is done.
+      if (outcome.settle !== undefined && res.raw !== undefined) settleWhenDone(res.raw, outcome);
+      return;
+    }
     if (handler !== undefined && outcome.info !== undefined) {
       await handler(request as R, res, outcome.info);
       return;
@@ -124,7 +130,7 @@ export async function cellgatePlugin(app: FastifyInstanceLike, options: Cellgate
   const shared = shareClient(options.client);
   const global = options.policy !== undefined ? hookFor(options as FastifyRateLimitOptions, shared) : undefined;
   if (!app.hasRequestDecorator('rateLimit')) app.decorateRequest('rateLimit', null);
-  const stats: LimiterStats = global?.stats ?? { allowed: 0, limited: 0, skipped: 0, unavailable: 0, errors: 0, lastError: undefined };
+  const stats: LimiterStats = global?.stats ?? { allowed: 0, limited: 0, skipped: 0, unavailable: 0, errors: 0, refunded: 0, refundErrors: 0, lastError: undefined };
   const handle: CellgateHandle = {
     stats,
     ready: async (waitMs?: number) => { await (await shared.client).ready(waitMs ?? 1000); },

@@ -9,7 +9,7 @@
  *   http.createServer(async (req, res) => { if (!(await limit(req, res))) return; ... });
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { createLimiter, problemText, type LimiterStats, type RateLimitInfo, type RateLimitOptions, type RequestLike } from './core.js';
+import { createLimiter, problemText, settleWhenDone, type LimiterStats, type RateLimitInfo, type RateLimitOptions, type RequestLike } from './core.js';
 
 export { createLimiter, defaultKey, ipKey, type RequestLike, type Policy, type RateLimitOptions, type LimiterStats, type ProblemDetails, type Outcome, type RateLimitInfo, type PolicyState, type HeaderDraft } from './core.js';
 
@@ -45,7 +45,10 @@ export function createRateLimiter<R extends Req = Req>(options: HttpRateLimitOpt
     }
     for (const [name, value] of outcome.headers) res.setHeader(name, value);
     if (outcome.info !== undefined) req.rateLimit = outcome.info;
-    if (outcome.proceed) return true;
+    if (outcome.proceed) {
+      settleWhenDone(res, outcome);
+      return true;
+    }
     if (handler !== undefined && outcome.info !== undefined) {
       res.removeHeader('Content-Type');
       handler(req as R, res, outcome.info);

@@ -295,7 +295,7 @@ describe('misuse is loud and the same everywhere', () => {
       ['key', { key: 'ip' as unknown as () => string }],
       // Options of other limiters are not silently ignored.
       ['max', { max: 10 } as Partial<HttpRateLimitOptions>],
-      ['skipFailedRequests', { skipFailedRequests: true } as Partial<HttpRateLimitOptions>],
+      ['skipFailedRequests', { skipFailedRequests: 1 } as unknown as Partial<HttpRateLimitOptions>],
     ];
     for (const [argument, opts] of bad) {
       expect(() => createRateLimiter({ client, policy: { limit: 1, periodMs: 1000 }, ...opts } as HttpRateLimitOptions), argument).toThrow(expect.objectContaining({ argument }));
