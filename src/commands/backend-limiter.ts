@@ -48,7 +48,8 @@ export interface BackendLimiterCall {
   signature: string;
   /** The local handler (policy local, allow). */
   local: CommandHandler;
-  counter: LimiterCounter;
+  /** The decision counter (INFO limiter, metrics); null for a refund, which decides nothing. */
+  counter: LimiterCounter | null;
   /**
    * The call gives units back (REFUND): it can make a refusal false, so every sidecar's cached
    * refusals of the key are dropped (as after DEL) before the reply.
@@ -86,7 +87,7 @@ export function runOnBackend(ctx: CommandContext, argv: CommandArgs, backend: Re
     const hit = cache.lookup(cacheKey, call.signature, call.cost, ctx.nowUs);
     if (hit !== null) {
       writeCached(ctx.reply, call.limits[0], hit.values, hit.elapsedUs, hit.leftUs);
-      call.counter.count(ctx.server.stats, true);
+      call.counter?.count(ctx.server.stats, true);
       return;
     }
   }
@@ -126,7 +127,7 @@ export function runOnBackend(ctx: CommandContext, argv: CommandArgs, backend: Re
         const refusedForUs = outcome.limits[0].refusedForUs;
         if (refusedForUs > 0) cache.store(cacheKey, call.signature, call.cost, sentAtUs, refusedForUs, outcome.limits[0].values, epoch);
       }
-      call.counter.count(server.stats, outcome.limited);
+      call.counter?.count(server.stats, outcome.limited);
       if (call.resetsRefusals === true) {
         // This sidecar forgets at once; the reply waits for the others (or backend-timeout).
         const clientKey = keys[0].subarray(prefix.length);
@@ -206,11 +207,16 @@ function restoreArgs(saved: SavedArgs): CommandArgs {
 
 /** The policy's answer (backend down, slow, or failing). */
 function answerByPolicy(ctx: CommandContext, w: ReplyWriter, argv: CommandArgs, backend: RedisBackend, call: BackendLimiterCall): void {
+  if (call.resetsRefusals === true) {
+    // A refund is not a decision a policy can stand in for: it did not happen, and says so (as DEL).
+    w.error(`ERR backend unavailable (${backend.state}${backend.lastError !== '' ? `: ${oneLine(backend.lastError)}` : ''})`);
+    return;
+  }
   backend.policyDecisions++;
   const policy = backend.policy;
   if (policy === 'deny') {
     writeDenied(w, call);
-    call.counter.count(ctx.server.stats, true);
+    call.counter?.count(ctx.server.stats, true);
     return;
   }
   const local = ctx.server.localContext(ctx, w, policy === 'allow');
@@ -229,6 +235,10 @@ function writeOutcome(w: ReplyWriter, call: BackendLimiterCall, outcome: ScriptO
   w.arrayHeader(call.limits.length + 1);
   w.integer(outcome.limited ? 1 : 0);
   for (let n = 0; n < call.limits.length; n++) writeValues(w, call.limits[n], outcome.limits[n].values);
+}
+
+function oneLine(text: string): string {
+  return text.replace(/[\r\n]+/g, ' ');
 }
 
 /** One limit's reply, as the local command writes it. */

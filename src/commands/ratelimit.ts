@@ -365,7 +365,8 @@ function single(algo: Algorithm): (ctx: CommandContext, argv: CommandArgs) => vo
       // A refund is never answered from (nor stored in) the refusal cache: it makes refusals false.
       runOnBackend(ctx, argv, ctx.backend, {
         limits: [scriptLimit(l, cost, refundUnits)], keyArgs: [1], allOrNothing: false, cost,
-        signature: refundUnits === 0 ? `${algo.name} ${l.limit} ${l.periodMs} ${l.burst}` : '', local: handler, counter,
+        signature: refundUnits === 0 ? `${algo.name} ${l.limit} ${l.periodMs} ${l.burst}` : '', local: handler,
+        counter: refundUnits === 0 ? counter : null,
         resetsRefusals: refundUnits !== 0,
       });
       return;
@@ -373,8 +374,8 @@ function single(algo: Algorithm): (ctx: CommandContext, argv: CommandArgs) => vo
     if (!lookupLimit(ctx, argv, l)) return;
     const ks = ctx.keyspace;
     if (refundUnits !== 0) {
+      // Not a decision: the limiter counters (INFO limiter, metrics) count decisions only.
       refund(ctx, argv, l, refundUnits);
-      counter.count(ctx.server.stats, false);
       replySix(ctx, l.decision);
       return;
     }

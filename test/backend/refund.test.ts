@@ -7,6 +7,8 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { RedisNode } from '../helpers/redis.js';
+import { freePort } from '../helpers/server.js';
+import { errorOf } from '../helpers/replies.js';
 import { backendInfo, freezeClocks, frozenInstant, limited, pollUntil, startSidecar, stopSidecars, type Sidecar } from './helpers.js';
 
 const T0 = frozenInstant();
@@ -65,6 +67,18 @@ describe('REFUND through a backend', () => {
       for (const s of sidecars) expect((await backendInfo(s)).backend_policy_decisions).toBe('0');
     });
   }
+
+  it('with the backend down a refund is an error, never answered by the backend-unavailable policy', async () => {
+    const down = await startSidecar(`redis://127.0.0.1:${await freePort()}`, { conns: 0, waitUp: false, args: ['--backend-unavailable', 'allow'] });
+    try {
+      expect(await errorOf(down.admin.call('RL.TOKENBUCKET', 'refund:down', '5', '1000', 'REFUND', '1'))).toMatch(/^ERR backend unavailable \(/);
+      // A decision is still answered by the policy, and the refund was not counted as one.
+      expect(await down.admin.call('RL.TOKENBUCKET', 'refund:down', '5', '1000')).toEqual([0, 5, 4, -1, 200, 0]);
+      expect((await backendInfo(down)).backend_policy_decisions).toBe('1');
+    } finally {
+      await stopSidecars([down]);
+    }
+  });
 
   it('a refund through one sidecar lifts the refusal another sidecar cached', async () => {
     await freezeClocks(sidecars, T0 + 60_000);

@@ -275,6 +275,13 @@ describe('RL.* REFUND', () => {
     expect(await errorOf(r2.call('RL.FIXEDWINDOW', 'k', '10', '1000', 'REFUND', '1'))).toBe('WRONGTYPE Operation against a key holding the wrong kind of value');
   });
 
+  it('is not a decision: INFO limiter counts the spends only', async () => {
+    await r2.call('CONFIG', 'RESETSTAT');
+    await r2.call('RL.TOKENBUCKET', 'k', '10', '1000', 'COST', '2');
+    await r2.call('RL.TOKENBUCKET', 'k', '10', '1000', 'REFUND', '1');
+    expect(await r2.info('limiter')).toContain('limiter_rl.tokenbucket:allowed=1,limited=0\r\n');
+  });
+
   it('is a write for ACL key patterns, as the other RL.* calls', async () => {
     await r2.call('ACL', 'SETUSER', 'ro', 'on', '>pw', '%R~*', '+@all');
     await r2.call('RL.TOKENBUCKET', 'k', '10', '1000', 'COST', '5');
