@@ -150,6 +150,24 @@ describe('skipFailedRequests', () => {
   }
 });
 
+describe('several policies', () => {
+  it('a failed request is given back on every policy it spent (RL.ALL spends, one REFUND per key)', async () => {
+    const a = await app('node:http', 'multi:', {
+      skipFailedRequests: true,
+      policy: [{ name: 's', algorithm: 'fixedwindow', limit: 3, periodMs: 60_000 }, { name: 'h', algorithm: 'tokenbucket', limit: 5, periodMs: 3_600_000 }],
+    });
+    for (let i = 0; i < 6; i++) {
+      expect((await fetch(a.url, { headers: { 'x-fail': '1' } })).status).toBe(500);
+      await refundsSettled(a.stats, i + 1);
+    }
+    for (let i = 0; i < 3; i++) expect((await fetch(a.url)).status).toBe(200);
+    const r = await fetch(a.url);
+    expect(r.status).toBe(429);
+    // Both policies hold only the 3 successes.
+    expect(r.headers.get('ratelimit')).toMatch(/^"s";r=0;t=\d+, "h";r=2;t=\d+$/);
+  });
+});
+
 describe('skipSuccessfulRequests', () => {
   for (const [n, framework] of FRAMEWORKS.entries()) {
     it(`${framework}: successes are given back, failures count (and a refused request spends nothing to give back)`, async () => {
