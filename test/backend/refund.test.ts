@@ -9,6 +9,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { RedisNode } from '../helpers/redis.js';
 import { freePort } from '../helpers/server.js';
 import { errorOf } from '../helpers/replies.js';
+import { LIMITER_SCRIPT, MAX_BACKEND_SLIDING_LOG_LIMIT, limiterScriptArgv, parseLimiterReply, type ScriptLimit } from '../../src/backend/limiter-script.js';
+import { newGcraMsParams } from '../../src/limiters/gcra-ms.js';
+import { KeyType } from '../../src/keyspace/keyspace.js';
 import { backendInfo, freezeClocks, frozenInstant, limited, pollUntil, startSidecar, stopSidecars, type Sidecar } from './helpers.js';
 
 const T0 = frozenInstant();
@@ -97,4 +100,32 @@ describe('REFUND through a backend', () => {
     expect(limited(await c.admin.call(argv[0], ...argv.slice(1)))).toBe(0);
     expect(limited(await a.admin.call(argv[0], ...argv.slice(1)))).toBe(1);
   });
+
+  it('a refund on the longest backend sliding log (65,536 entries) is one bounded script call', async () => {
+    const r = redis.client();
+    try {
+      const sha = (await r.script('LOAD', LIMITER_SCRIPT)) as string;
+      const limit = MAX_BACKEND_SLIDING_LOG_LIMIT;
+      const base: ScriptLimit = { kind: 'rl', type: KeyType.SlidingLog, limit, periodMs: 3_600_000, burst: limit, gcra: newGcraMsParams(), cost: 1 };
+      const t0 = T0 * 1000;
+      // One entry per ms, in pipelines of 4,096.
+      for (let from = 0; from < limit; from += 4096) {
+        const pipe = r.pipeline();
+        for (let i = from; i < from + 4096; i++) pipe.evalsha(sha, 1, 'biglog', ...(limiterScriptArgv([base], false, t0 + i * 1000) as Buffer[]));
+        await pipe.exec();
+      }
+      const now = t0 + limit * 1000;
+      await r.call('CONFIG', 'RESETSTAT');
+      const refund = { ...base, refund: 100 } as ScriptLimit;
+      const outs: number[][] = [];
+      for (let i = 0; i < 10; i++) outs.push(parseLimiterReply(await r.evalsha(sha, 1, 'biglog', ...(limiterScriptArgv([refund], false, now) as Buffer[])), [refund]).limits[0].values);
+      // 10 refunds of 100: 1,000 units back, the newest entries dropped; the log expires with its newest kept entry.
+      expect(outs[9]).toEqual([0, limit, 1000, -1, 3_600_000 - 1001, 0]);
+      const stats = String(await r.call('INFO', 'commandstats'));
+      const usec = /cmdstat_evalsha:calls=(\d+),usec=(\d+),usec_per_call=([\d.]+)/.exec(stats);
+      console.log(`[attack] backend REFUND on a ${limit}-entry sliding log: ${usec?.[1]} calls, ${usec?.[3]} usec per call (Redis INFO commandstats)`);
+    } finally {
+      r.disconnect();
+    }
+  }, 60_000);
 });
