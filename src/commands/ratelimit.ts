@@ -1,6 +1,7 @@
 /**
  * The `RL.*` family (docs/algorithms.md): one command per algorithm, `RL.<ALGO> key limit period_ms
- * [BURST n] [COST n | REFUND n]` (REFUND gives n spent units back), and `RL.ALL`, several limits checked and spent all-or-nothing.
+ * [BURST n] [COST n | REFUND n]` (REFUND gives n spent units back), and `RL.ALL`, several limits
+ * checked and spent all-or-nothing.
  *
  * Each call parses every argument first (an error leaves every key untouched), looks its key up
  * (WRONGTYPE for a key of another algorithm), asks the pure limiter in src/limiters/ for a decision,
