@@ -38,6 +38,11 @@ export class CommandArgs {
   private starts = new Int32Array(16);
   private ends = new Int32Array(16);
   length = 0;
+  /**
+   * The arguments come from an inline line: the bytes between them are separators and quotes, not
+   * RESP headers, so restBytes/restEquals do not compare them (see there).
+   */
+  private inline = false;
 
   /**
    * Bytes the argument arrays take beyond their first 16 entries (after a many-argument command,
@@ -56,6 +61,13 @@ export class CommandArgs {
       this.ends = new Int32Array(16);
     }
     this.length = 0;
+    this.inline = false;
+  }
+
+  /** reset() for the arguments of an inline line (splitInline). */
+  resetInline(): void {
+    this.reset();
+    this.inline = true;
   }
 
   /** Drops the references to the bytes of past commands (the parser calls this once they have all run). */
@@ -82,7 +94,7 @@ export class CommandArgs {
     this.length = i + 1;
   }
 
-  /** Replaces the arguments with whole buffers (inline commands are split into new buffers). */
+  /** Replaces the arguments with whole buffers (argsOf: tests and internal callers). */
   setBuffers(list: Buffer[]): void {
     this.reset();
     for (const b of list) this.push(b, 0, b.length);
@@ -142,19 +154,20 @@ export class CommandArgs {
 
   /**
    * A copy of the bytes from argument `from` to the last one, as received (their RESP headers
-   * included), or null when they are not in one buffer (inline commands) or there are none. Equal
+   * included), or null when they are not in one buffer, come from an inline line (whose
+   * separators and quotes could spell the same bytes for other arguments) or there are none. Equal
    * copies mean equal arguments: see restEquals.
    */
   restBytes(from: number): Buffer | null {
     const last = this.length - 1;
-    if (from > last || this.bufs[from] !== this.bufs[last]) return null;
+    if (from > last || this.inline || this.bufs[from] !== this.bufs[last]) return null;
     return Buffer.from(this.bufs[from].subarray(this.starts[from], this.ends[last]));
   }
 
   /** Whether the arguments from `from` on are, byte for byte, the ones `restBytes(from)` copied. */
   restEquals(from: number, copy: Buffer): boolean {
     const last = this.length - 1;
-    if (from > last || this.bufs[from] !== this.bufs[last]) return false;
+    if (from > last || this.inline || this.bufs[from] !== this.bufs[last]) return false;
     const start = this.starts[from];
     const n = this.ends[last] - start;
     if (n !== copy.length) return false;

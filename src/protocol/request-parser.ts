@@ -12,13 +12,27 @@
  *
  * Arguments are positions in the bytes received (CommandArgs, reused for every command of the
  * connection); the bytes themselves are never overwritten, so a Buffer view of one stays valid.
+ *
+ * The work is linear in the bytes received, however a client cuts them: bytes that arrive while a
+ * line or an argument is incomplete are appended to a buffer with room to spare (grown by doubling,
+ * or sized once when the argument's length is known) instead of being copied again with everything
+ * before them on every read, and the search for a line's end resumes where the previous one stopped.
+ * A 64 KiB line sent one byte per read costs about 64 KiB of scanning and 128 KiB of copying, not
+ * the 2 GB of rescanning and re-copying it would cost otherwise. `scannedBytes` and `copiedBytes`
+ * count that work (the tests check it stays proportional to the input).
  */
-import { splitInlineArgs } from './inline.js';
+import { splitInline, SPLIT_ARG_TOO_BIG, SPLIT_OK, SPLIT_TOO_MANY_ARGS } from './inline.js';
 import { CommandArgs } from './command-args.js';
 
-/** Redis's PROTO_INLINE_MAX_SIZE: the longest inline line or `*`/`$` header line. */
+/**
+ * Redis's PROTO_INLINE_MAX_SIZE: the longest incomplete inline line or `*`/`$` header line (and,
+ * before AUTH, the longest inline line however it arrived).
+ */
 export const INLINE_MAX_BYTES = 64 * 1024;
-/** Before AUTH: at most this many arguments of at most this many bytes (Redis 7's limits). */
+/**
+ * Before AUTH: at most this many arguments of at most this many bytes (Redis 7's limits for
+ * multibulk requests; cellgate applies them to inline lines too, with the same errors).
+ */
 export const UNAUTH_MAX_ARGS = 10;
 export const UNAUTH_MAX_BULK_BYTES = 16 * 1024;
 /** Arguments larger than this are gathered chunk by chunk and joined once (Redis: PROTO_MBULK_BIG_ARG). */
@@ -40,6 +54,14 @@ const ARG_OVERHEAD_BYTES = 64;
  */
 export const UNAUTH_MAX_REQUEST_BYTES = UNAUTH_MAX_ARGS * (UNAUTH_MAX_BULK_BYTES + ARG_OVERHEAD_BYTES + 64);
 
+/**
+ * The most room a line still arriving is given: enough to tell a line over INLINE_MAX_BYTES (an
+ * error) from one that is not, so a client dripping a line holds at most this much buffer.
+ */
+const LINE_ROOM_BYTES = INLINE_MAX_BYTES + 2;
+/** The least a join allocates: tiny reads would otherwise grow it a few bytes at a time. */
+const MIN_ROOM_BYTES = 256;
+
 const CR = 13;
 const LF = 10;
 const NUL = 0;
@@ -59,8 +81,26 @@ export interface ParserLimits {
 export type ParseResult = CommandArgs | null | ProtocolError;
 
 export class RequestParser {
+  /**
+   * The bytes received and not yet consumed start at `pos` and end at `end`. `buf` is either a
+   * chunk as read (`end` is its length) or a buffer this parser joined pieces into, whose room past
+   * `end` later reads fill; bytes before `end` are never written again.
+   */
   private buf: Buffer = EMPTY;
+  private end = 0;
   private pos = 0;
+  /** buf is a buffer this parser joined pieces into (not a chunk as read). */
+  private joined = false;
+  /**
+   * Where the search for the current line's end resumes: bytes [pos, scanAt) hold neither the byte
+   * searched for nor a NUL. A line's end is always before the next `pos`, so a value left from an
+   * earlier line is at most `pos` and means nothing.
+   */
+  private scanAt = 0;
+  /** Bytes examined while looking for line ends and splitting inline lines (for the linearity tests). */
+  scannedBytes = 0;
+  /** Bytes copied to join pieces of input (for the linearity tests). */
+  copiedBytes = 0;
   /** Arguments still expected by the multibulk being read (0 = between commands). */
   private argsLeft = 0;
   /** The command being read; reused for every command (see CommandArgs). */
@@ -77,7 +117,7 @@ export class RequestParser {
 
   /** Bytes received but not yet turned into commands (the query buffer, for limits and CLIENT LIST). */
   get pendingBytes(): number {
-    return this.buf.length - this.pos + this.bigBytes + this.argvBytes;
+    return this.end - this.pos + this.bigBytes + this.argvBytes;
   }
 
   /**
@@ -96,12 +136,46 @@ export class RequestParser {
       this.bigBytes += chunk.length;
       return;
     }
-    if (this.pos >= this.buf.length) {
+    const pending = this.end - this.pos;
+    if (pending <= 0) {
+      // The usual case: everything before has run, the chunk is used as it is.
       this.buf = chunk;
-    } else {
-      this.buf = Buffer.concat([this.buf.subarray(this.pos), chunk]);
+      this.joined = false;
+      this.pos = 0;
+      this.end = chunk.length;
+      this.scanAt = 0;
+      return;
     }
+    if (this.buf.length - this.end >= chunk.length) {
+      // Room left in a buffer this parser joined: the new bytes are the only ones copied.
+      chunk.copy(this.buf, this.end);
+      this.end += chunk.length;
+      this.copiedBytes += chunk.length;
+      return;
+    }
+    const needed = pending + chunk.length;
+    const joined = Buffer.allocUnsafe(this.roomFor(needed));
+    this.buf.copy(joined, 0, this.pos, this.end);
+    chunk.copy(joined, pending);
+    this.copiedBytes += needed;
+    this.scanAt = this.scanAt > this.pos ? this.scanAt - this.pos : 0;
+    this.buf = joined;
+    this.joined = true;
     this.pos = 0;
+    this.end = needed;
+  }
+
+  /**
+   * The size of a buffer joining the `needed` bytes of a request still arriving. An argument of
+   * known length gets the room that completes it. Otherwise the first join is exact (the usual case:
+   * a read that ended inside a command, completed by the next read); when the bytes of the last join
+   * are still all pending (a line growing read by read), the room doubles, so the copies add up to
+   * about twice the line, up to LINE_ROOM_BYTES, past which an incomplete line is an error anyway.
+   */
+  private roomFor(needed: number): number {
+    if (this.argsLeft > 0 && this.bulkLen >= 0) return Math.max(needed, this.bulkLen + 2);
+    if (!this.joined || this.pos !== 0) return needed;
+    return Math.max(needed, Math.min(Math.max(2 * needed, MIN_ROOM_BYTES), LINE_ROOM_BYTES));
   }
 
   /**
@@ -113,21 +187,23 @@ export class RequestParser {
     for (;;) {
       if (this.bigChunks !== null && !this.finishBigArg()) return null;
       if (this.argsLeft === 0) {
-        if (this.pos >= this.buf.length) {
+        if (this.pos >= this.end) {
           // Everything received has run: keep no reference to it (an idle connection would hold its
           // last read, up to 64 KiB, for as long as it stays connected).
           if (this.buf !== EMPTY) {
             this.buf = EMPTY;
+            this.joined = false;
+            this.end = 0;
             this.pos = 0;
+            this.scanAt = 0;
             this.argv.release();
           }
           return null;
         }
         if (this.buf[this.pos] !== 0x2a /* '*' */) {
-          const inline = this.parseInline();
-          if (inline === null || inline instanceof ProtocolError) return inline;
-          if (inline.length === 0) continue;
-          this.argv.setBuffers(inline);
+          const inline = this.parseInline(authenticated);
+          if (inline !== true) return inline;
+          if (this.argv.length === 0) continue;
           return this.argv;
         }
         const header = this.parseMultibulkHeader(authenticated);
@@ -143,12 +219,12 @@ export class RequestParser {
 
   /** Reads `*<count>\r\n`. Returns true when the header was consumed. */
   private parseMultibulkHeader(authenticated: boolean): true | null | ProtocolError {
-    const cr = lineEnd(this.buf, this.pos, CR);
+    const cr = this.lineEnd(CR);
     if (cr === -1) {
-      if (this.buf.length - this.pos > INLINE_MAX_BYTES) return new ProtocolError('too big mbulk count string');
+      if (this.end - this.pos > INLINE_MAX_BYTES) return new ProtocolError('too big mbulk count string');
       return null;
     }
-    if (cr + 1 >= this.buf.length) return null; // wait for the \n
+    if (cr + 1 >= this.end) return null; // wait for the \n
     const count = parseLength(this.buf, this.pos + 1, cr);
     if (count === null || count > MAX_ARGS) return new ProtocolError('invalid multibulk length');
     if (count > UNAUTH_MAX_ARGS && !authenticated) return new ProtocolError('unauthenticated multibulk length');
@@ -164,12 +240,12 @@ export class RequestParser {
     while (this.argsLeft > 0) {
       if (this.bulkLen === -1 && this.shortBulk()) continue;
       if (this.bulkLen === -1) {
-        const cr = lineEnd(this.buf, this.pos, CR);
+        const cr = this.lineEnd(CR);
         if (cr === -1) {
-          if (this.buf.length - this.pos > INLINE_MAX_BYTES) return new ProtocolError('too big bulk count string');
+          if (this.end - this.pos > INLINE_MAX_BYTES) return new ProtocolError('too big bulk count string');
           return null;
         }
-        if (cr + 1 >= this.buf.length) return null;
+        if (cr + 1 >= this.end) return null;
         const first = this.buf[this.pos];
         if (first !== 0x24 /* '$' */) {
           return new ProtocolError(`expected '$', got '${String.fromCharCode(first)}'`);
@@ -179,16 +255,19 @@ export class RequestParser {
         if (len > UNAUTH_MAX_BULK_BYTES && !authenticated) return new ProtocolError('unauthenticated bulk length');
         this.pos = cr + 2;
         this.bulkLen = len;
-        if (len >= BIG_ARG_BYTES && this.buf.length - this.pos < len + 2) {
-          // Gather the rest without re-copying the growing buffer on every read.
-          this.bigChunks = [this.buf.subarray(this.pos)];
-          this.bigBytes = this.buf.length - this.pos;
+        if (len >= BIG_ARG_BYTES && this.end - this.pos < len + 2) {
+          // Gather the rest as a list of the chunks read, joined once when it is complete.
+          this.bigChunks = [this.buf.subarray(this.pos, this.end)];
+          this.bigBytes = this.end - this.pos;
           this.buf = EMPTY;
+          this.joined = false;
+          this.end = 0;
           this.pos = 0;
+          this.scanAt = 0;
           return null;
         }
       }
-      if (this.buf.length - this.pos < this.bulkLen + 2) return null;
+      if (this.end - this.pos < this.bulkLen + 2) return null;
       this.argv.push(this.buf, this.pos, this.pos + this.bulkLen);
       if (this.argsLeft > 1) this.argvBytes += this.bulkLen + ARG_OVERHEAD_BYTES;
       this.pos += this.bulkLen + 2; // Redis skips the trailing \r\n without checking it
@@ -208,7 +287,7 @@ export class RequestParser {
   private shortBulk(): boolean {
     const buf = this.buf;
     const pos = this.pos;
-    const n = buf.length;
+    const n = this.end;
     if (pos + 3 >= n || buf[pos] !== 0x24 /* '$' */) return false;
     let c = buf[pos + 1];
     if (c < 0x31 || c > 0x39) return false;
@@ -235,48 +314,75 @@ export class RequestParser {
     const chunks = this.bigChunks!;
     if (this.bigBytes < this.bulkLen + 2) return false;
     const all = chunks.length === 1 ? chunks[0] : Buffer.concat(chunks, this.bigBytes);
+    if (chunks.length > 1) this.copiedBytes += this.bigBytes;
     this.bigChunks = null;
     this.bigBytes = 0;
     this.buf = all;
+    this.joined = false;
+    this.end = all.length;
     this.pos = 0;
+    this.scanAt = 0;
     return true;
   }
 
-  /** Reads one inline line. Returns its arguments (possibly none), null if incomplete, or an error. */
-  private parseInline(): Buffer[] | null | ProtocolError {
-    const lf = lineEnd(this.buf, this.pos, LF);
+  /**
+   * Reads one inline line into argv. Returns true when a line was read (argv may be empty: a blank
+   * line), null if it is incomplete, or an error. Before AUTH the line has the multibulk limits:
+   * at most UNAUTH_MAX_ARGS arguments of at most UNAUTH_MAX_BULK_BYTES (the split stops at the first
+   * one beyond, with the multibulk path's errors), and at most INLINE_MAX_BYTES however it arrived
+   * (Redis bounds only a line still incomplete; one that came whole in a few reads can be longer).
+   */
+  private parseInline(authenticated: boolean): true | null | ProtocolError {
+    const lf = this.lineEnd(LF);
+    const start = this.pos;
     if (lf === -1) {
-      if (this.buf.length - this.pos > INLINE_MAX_BYTES) return new ProtocolError('too big inline request');
+      if (this.end - start > INLINE_MAX_BYTES) return new ProtocolError('too big inline request');
       return null;
     }
+    if (!authenticated && lf - start > INLINE_MAX_BYTES) return new ProtocolError('too big inline request');
     let end = lf;
-    if (end > this.pos && this.buf[end - 1] === CR) end--;
-    const line = this.buf.subarray(this.pos, end);
+    if (end > start && this.buf[end - 1] === CR) end--;
     this.pos = lf + 1;
-    const args = splitInlineArgs(line);
-    if (args === null) return new ProtocolError('unbalanced quotes in request');
-    return args;
+    this.scannedBytes += end - start;
+    const result = authenticated
+      ? splitInline(this.buf, start, end, this.argv, MAX_ARGS, Number.MAX_SAFE_INTEGER)
+      : splitInline(this.buf, start, end, this.argv, UNAUTH_MAX_ARGS, UNAUTH_MAX_BULK_BYTES);
+    if (result === SPLIT_OK) return true;
+    if (result === SPLIT_TOO_MANY_ARGS) return new ProtocolError(authenticated ? 'invalid multibulk length' : 'unauthenticated multibulk length');
+    if (result === SPLIT_ARG_TOO_BIG) return new ProtocolError('unauthenticated bulk length');
+    return new ProtocolError('unbalanced quotes in request');
   }
-}
 
-/**
- * Where the line starting at `from` ends (the index of `byte`), or -1 if it is not there yet. Redis
- * looks for line ends with strchr, which stops at a NUL: a NUL before the line end hides it, so the
- * request stays incomplete until the size limit ends it ("too big ..."), instead of being split at
- * the NUL and running whatever follows. Garbage with a NUL is a desync, not a command
- * (tests/unit/protocol.tcl, "Protocol desync regression test"). Only the line itself is scanned for
- * the NUL, so binary payloads further on cost nothing.
- */
-function lineEnd(buf: Buffer, from: number, byte: number): number {
-  // A plain loop: header lines are a few bytes long, and a native indexOf per line costs more
-  // than scanning them here.
-  const n = buf.length;
-  for (let i = from; i < n; i++) {
-    const c = buf[i];
-    if (c === byte) return i;
-    if (c === NUL) return -1;
+  /**
+   * Where the current line ends (the index of `byte`), or -1 if it is not there yet; the search
+   * resumes at scanAt, so a line arriving in pieces is scanned once. Redis looks for line ends with
+   * strchr, which stops at a NUL: a NUL before the line end hides it, so the request stays
+   * incomplete until the size limit ends it ("too big ..."), instead of being split at the NUL and
+   * running whatever follows. Garbage with a NUL is a desync, not a command (tests/unit/protocol.tcl,
+   * "Protocol desync regression test"); the search stays at the NUL. Only the line itself is
+   * scanned for the NUL, so binary payloads further on cost nothing.
+   */
+  private lineEnd(byte: number): number {
+    // A plain loop: header lines are a few bytes long, and a native indexOf per line costs more
+    // than scanning them here.
+    const buf = this.buf;
+    const n = this.end;
+    const from = this.scanAt > this.pos ? this.scanAt : this.pos;
+    let i = from;
+    while (i < n) {
+      const c = buf[i];
+      if (c === byte) {
+        this.scannedBytes += i + 1 - from;
+        this.scanAt = i;
+        return i;
+      }
+      if (c === NUL) break;
+      i++;
+    }
+    this.scannedBytes += i - from;
+    this.scanAt = i;
+    return -1;
   }
-  return -1;
 }
 
 /** The digits of the largest magnitudes a signed 64-bit integer holds, positive and negative. */
