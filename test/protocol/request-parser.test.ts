@@ -3,9 +3,12 @@
  * commands with arguments of every header width, fed in random pieces, come out byte for byte; the
  * one-pass path for short arguments agrees with the general one at its edges.
  */
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import fc from 'fast-check';
 import { ProtocolError, RequestParser } from '../../src/protocol/request-parser.js';
+
+const realAllocUnsafe = Buffer.allocUnsafe;
+const realConcat = Buffer.concat;
 
 function encode(args: Buffer[]): Buffer {
   return Buffer.concat([Buffer.from(`*${args.length}\r\n`), ...args.flatMap((a) => [Buffer.from(`$${a.length}\r\n`), a, Buffer.from('\r\n')])]);
@@ -64,5 +67,139 @@ describe('RequestParser', () => {
     // Incomplete at every point: nothing until the last byte.
     const text = '*2\r\n$3\r\nabc\r\n$12\r\nhello world!\r\n';
     for (let cut = 0; cut < text.length; cut++) expect(parseAll(Buffer.from(text), [cut])).toEqual([['abc', 'hello world!']]);
+  });
+});
+
+/**
+ * Linear work, however the bytes are cut: an incomplete line or argument sent one byte per read
+ * costs a bounded multiple of its size (the parser's own counters of bytes scanned for line ends or
+ * split, and of bytes copied to join pieces), and so do the buffers it allocates (counted here
+ * around Buffer.allocUnsafe and Buffer.concat, independently of those counters). Before, every read
+ * re-copied and rescanned everything pending: a 60 KB line cost ~1.8 GB of each.
+ */
+describe('RequestParser work is linear in the bytes received', () => {
+  const BIG = 512 * 1024 * 1024;
+
+  /** Feeds `bytes` one byte per feed, then `tail` whole; returns what came out and the work done. */
+  function drip(bytes: Buffer, tail: Buffer, authenticated = true): { results: (string[] | string)[]; scanned: number; copied: number; allocated: number } {
+    const parser = new RequestParser({ maxBulkBytes: BIG });
+    const results: (string[] | string)[] = [];
+    let allocated = 0;
+    let inConcat = false; // Buffer.concat may allocate through Buffer.allocUnsafe: count it once
+    const allocUnsafe = vi.spyOn(Buffer, 'allocUnsafe').mockImplementation((size: number) => {
+      if (!inConcat) allocated += size;
+      return realAllocUnsafe(size);
+    });
+    const concat = vi.spyOn(Buffer, 'concat').mockImplementation((list: readonly Uint8Array[], total?: number) => {
+      inConcat = true;
+      try {
+        const out = realConcat(list, total);
+        allocated += out.length;
+        return out;
+      } finally {
+        inConcat = false;
+      }
+    });
+    const take = (): void => {
+      for (;;) {
+        const r = parser.next(authenticated);
+        if (r === null) return;
+        if (r instanceof ProtocolError) {
+          results.push(r.message);
+          return;
+        }
+        const args: string[] = [];
+        for (let i = 0; i < r.length; i++) args.push(r.text(i, 32));
+        results.push(args);
+      }
+    };
+    try {
+      for (let i = 0; i < bytes.length; i++) {
+        parser.feed(bytes.subarray(i, i + 1));
+        take();
+      }
+      if (tail.length > 0) {
+        parser.feed(tail);
+        take();
+      }
+    } finally {
+      allocUnsafe.mockRestore();
+      concat.mockRestore();
+    }
+    return { results, scanned: parser.scannedBytes, copied: parser.copiedBytes, allocated };
+  }
+
+  const N = 60_000;
+  const cases: [string, Buffer, Buffer, (string[] | string)[]][] = [
+    ['an inline line', Buffer.from('ECHO ' + 'a'.repeat(N)), Buffer.from('\r\n'), [['ECHO', 'a'.repeat(32)]]],
+    ['a `*` header (too big at 64 KiB)', Buffer.from('*' + '1'.repeat(N)), Buffer.from('1'.repeat(6000)), ['too big mbulk count string']],
+    ['a `$` header (too big at 64 KiB)', Buffer.from('*1\r\n$' + '1'.repeat(N)), Buffer.from('1'.repeat(6000)), ['too big bulk count string']],
+    ['an argument under the big-argument size', Buffer.from(`*2\r\n$4\r\nECHO\r\n$30000\r\n${'b'.repeat(30_000)}`), Buffer.from('\r\n'), [['ECHO', 'b'.repeat(32)]]],
+    ['a big argument', Buffer.from(`*2\r\n$4\r\nECHO\r\n$${N}\r\n${'c'.repeat(N)}`), Buffer.from('\r\n'), [['ECHO', 'c'.repeat(32)]]],
+    ['a line behind a NUL (never complete)', Buffer.from('PI\0NG' + 'd'.repeat(N)), Buffer.from('\r\n' + 'd'.repeat(6000)), ['too big inline request']],
+  ];
+  it.each(cases)('%s sent one byte per read', (_name, bytes, tail, expected) => {
+    const { results, scanned, copied, allocated } = drip(bytes, tail);
+    expect(results).toEqual(expected);
+    const total = bytes.length + tail.length;
+    expect(allocated).toBeLessThanOrEqual(4 * total);
+    expect(scanned).toBeLessThanOrEqual(3 * total);
+    expect(copied).toBeLessThanOrEqual(4 * total);
+  });
+
+  it('a pipeline cut at every byte parses as a whole and costs a bounded multiple of its size', () => {
+    const pipeline = Buffer.concat([
+      Buffer.from('PING\r\nECHO "a b" \'c\'\n'),
+      ...Array.from({ length: 50 }, (_, i) => encode([Buffer.from('CL.THROTTLE'), Buffer.from(`key:${i}`), Buffer.from('5'), Buffer.from('10'), Buffer.from('60')])),
+      Buffer.from('*0\r\n*-1\r\nECHO x\r\n'),
+    ]);
+    const { results, scanned, copied, allocated } = drip(pipeline, Buffer.alloc(0));
+    expect(results.length).toBe(53);
+    expect(results[1]).toEqual(['ECHO', 'a b', 'c']);
+    expect(results[2]).toEqual(['CL.THROTTLE', 'key:0', '5', '10', '60']);
+    expect(results[52]).toEqual(['ECHO', 'x']);
+    expect(allocated).toBeLessThanOrEqual(4 * pipeline.length);
+    expect(scanned).toBeLessThanOrEqual(3 * pipeline.length);
+    expect(copied).toBeLessThanOrEqual(4 * pipeline.length);
+  });
+});
+
+describe('inline commands before AUTH have the multibulk limits', () => {
+  function parse(line: string | Buffer, authenticated: boolean): string[] | string | null {
+    const parser = new RequestParser({ maxBulkBytes: 512 * 1024 * 1024 });
+    parser.feed(typeof line === 'string' ? Buffer.from(line, 'latin1') : line);
+    const r = parser.next(authenticated);
+    if (r === null || r instanceof ProtocolError) return r === null ? null : r.message;
+    const args: string[] = [];
+    for (let i = 0; i < r.length; i++) args.push(r.str(i));
+    return args;
+  }
+  const args = (n: number): string => Array.from({ length: n }, (_, i) => `a${i}`).join(' ');
+
+  it('at most 10 arguments: the 11th is `unauthenticated multibulk length`', () => {
+    expect(parse(`${args(10)}\r\n`, false)).toHaveLength(10);
+    expect(parse(`${args(11)}\r\n`, false)).toBe('unauthenticated multibulk length');
+    expect(parse(`${args(11)}\r\n`, true)).toHaveLength(11);
+    // 32,000 one-letter arguments: refused at the 11th, however many follow.
+    expect(parse(`${'a '.repeat(32_000)}\r\n`, false)).toBe('unauthenticated multibulk length');
+    expect(parse(`${'a '.repeat(32_000)}\r\n`, true)).toHaveLength(32_000);
+  });
+
+  it('each at most 16 KiB, plain or quoted (decoded): past it `unauthenticated bulk length`', () => {
+    const max = 'x'.repeat(16 * 1024);
+    expect(parse(`ECHO ${max}\r\n`, false)).toEqual(['ECHO', max]);
+    expect(parse(`ECHO ${max}y\r\n`, false)).toBe('unauthenticated bulk length');
+    expect(parse(`ECHO "${max}"\r\n`, false)).toEqual(['ECHO', max]);
+    expect(parse(`ECHO "${max}\\x41"\r\n`, false)).toBe('unauthenticated bulk length');
+    expect(parse(`ECHO '${max}y'\r\n`, false)).toBe('unauthenticated bulk length');
+    expect(parse(`ECHO ${max}y\r\n`, true)).toEqual(['ECHO', `${max}y`]);
+  });
+
+  it('a line of at most 64 KiB even when it arrives whole (after AUTH, as Redis, only an incomplete one is bounded)', () => {
+    const long = `ECHO ${'z'.repeat(64 * 1024)}\r\n`;
+    expect(parse(long, false)).toBe('too big inline request');
+    expect(parse(long, true)).toEqual(['ECHO', 'z'.repeat(64 * 1024)]);
+    const atLimit = `E ${'z'.repeat(64 * 1024 - 2)}\r\n`;
+    expect(parse(atLimit, false)).toBe('unauthenticated bulk length');
   });
 });
