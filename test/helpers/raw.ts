@@ -348,13 +348,19 @@ export interface PingStats {
 const PROBE_WORKER = `
 const { parentPort, workerData } = require('node:worker_threads');
 const net = require('node:net');
-const { port, gap } = workerData;
+const { port, gap, password } = workerData;
 const times = [];
 let stopping = false;
 let failure = null;
 parentPort.on('message', () => { stopping = true; });
-const socket = net.connect({ port, host: '127.0.0.1' }, () => { socket.setNoDelay(true); next(); });
+const socket = net.connect({ port, host: '127.0.0.1' }, () => {
+  socket.setNoDelay(true);
+  if (password === undefined) return next();
+  authing = true;
+  socket.write('AUTH ' + password + '\\r\\n');
+});
 socket.on('error', (e) => { failure = e.message; finish(); });
+let authing = false;
 let buf = '';
 let t0 = 0;
 let timer = null;
@@ -368,6 +374,12 @@ function next() {
 }
 socket.on('data', (d) => {
   buf += d.toString('latin1');
+  if (authing) {
+    if (buf.length < 5) return;
+    authing = false;
+    if (buf !== '+OK\\r\\n') { failure = 'AUTH answered ' + JSON.stringify(buf); return finish(); }
+    return next();
+  }
   if (buf.length < 7) return;
   clearTimeout(timer);
   times.push(performance.now() - t0);
@@ -383,10 +395,10 @@ function finish() {
 /**
  * Starts PINGing `port` from its own connection in a worker thread, one PING at a time with `gapMs`
  * between them, until `stop()`; returns the round-trip statistics. A PING that gets no answer
- * within 5 s (or a wrong answer) fails the stop().
+ * within 5 s (or a wrong answer) fails the stop(). With `password`, the connection AUTHs first.
  */
-export async function startPingProbe(port: number, gapMs = 5): Promise<{ stop(): Promise<PingStats> }> {
-  const worker = new Worker(PROBE_WORKER, { eval: true, workerData: { port, gap: gapMs } });
+export async function startPingProbe(port: number, gapMs = 5, password?: string): Promise<{ stop(): Promise<PingStats> }> {
+  const worker = new Worker(PROBE_WORKER, { eval: true, workerData: { port, gap: gapMs, password } });
   const result = new Promise<{ times: number[]; failure: string | null }>((resolve, reject) => {
     worker.once('message', resolve);
     worker.once('error', reject);
