@@ -107,6 +107,7 @@ const DEFS: ConfigDef[] = [
   { name: 'warmup', kind: { type: 'bool' }, default: 'yes', mutable: false, help: 'run limiter calls on a scratch keyspace before the port opens, so the first clients meet compiled code' },
   { name: 'metrics-port', kind: { type: 'int', min: 0, max: 65535 }, default: '0', mutable: false, help: 'Prometheus metrics port (0 = off)' },
   { name: 'metrics-bind', kind: { type: 'string' }, default: '127.0.0.1', mutable: false, help: 'addresses the metrics port listens on (loopback by default)' },
+  { name: 'metrics-timeout', kind: { type: 'int', min: 100, max: 600_000 }, default: '5000', mutable: false, help: 'milliseconds a metrics-port connection may send nothing, take over its request, or stay idle between keep-alive requests before it is closed' },
 ];
 
 const BY_NAME = new Map(DEFS.map((d) => [d.name, d]));

@@ -4,20 +4,38 @@
  * while the process serves, `GET /readyz` 200 when the server can take traffic, else 503 with the
  * reason (see `notReadyReason`). All of it on the addresses of `metrics-bind` (loopback by default: the numbers tell who uses the server and
  * how, and the port has no password). The numbers are the ones INFO shows, named the Prometheus way
- * (`_total` counters, base units). At most METRICS_MAX_CONNECTIONS connections are open at once and
- * each is closed after METRICS_IDLE_MS without a complete request, so idle connections to this port
- * cannot use up the process's descriptors.
+ * (`_total` counters, base units).
+ *
+ * Nobody can hold the port (README "Health and metrics"): at most METRICS_MAX_CONNECTIONS connections
+ * are open at once, shared among the addresses, each address with its own share (so connections to
+ * the pod address never take the loopback one's); a new connection beyond its share closes the one
+ * that has waited longest for a request of its own (idle, kept alive, or sending its headers slowly)
+ * instead of being refused, so a prober's connection is always served. `metrics-timeout` closes
+ * connections that send nothing, take longer over their headers or request, or stay idle between
+ * keep-alive requests; a connection serves at most METRICS_MAX_REQUESTS_PER_CONNECTION requests.
  */
 import http from 'node:http';
-import type { AddressInfo } from 'node:net';
+import type { AddressInfo, Socket } from 'node:net';
 import { TYPE_NAMES } from '../keyspace/keyspace.js';
 import { VERSION, REDIS_VERSION, METRICS_MAX_CONNECTIONS, type Server } from './server.js';
 import type { CommandStat } from './stats.js';
 import { processMemory } from './memory.js';
 import { DURATION_BOUNDS_US } from './stats.js';
 
-/** A scrape connection is closed after this long without a complete request (headers or body) or while idle. */
-const METRICS_IDLE_MS = 10_000;
+/** Requests one keep-alive connection may make; the last is answered with `Connection: close`. */
+export const METRICS_MAX_REQUESTS_PER_CONNECTION = 100;
+
+/** Connections closed to make room for new ones (cellgate_metrics_connections_evicted_total). */
+let evictedConnections = 0;
+
+/** What the eviction needs to know about one connection. */
+interface MetricsConnection {
+  /** A response is being written (a /metrics body to a slow reader): the last to be evicted. */
+  answering: boolean;
+  /** Since when it has been waiting for a request: accepted, or its last response done (Date.now()). */
+  waitingSinceMs: number;
+  requests: number;
+}
 
 type Sample = [labels: Record<string, string> | null, value: number];
 
@@ -115,6 +133,7 @@ export function metricsText(server: Server): string {
     family('cellgate_net_input_bytes_total', 'counter', 'Bytes received from clients.', [[null, s.netInputBytes]]),
     family('cellgate_net_output_bytes_total', 'counter', 'Bytes sent to clients.', [[null, s.netOutputBytes]]),
     family('cellgate_auth_failures_total', 'counter', 'Failed AUTH and HELLO AUTH attempts.', [[null, s.authFailures]]),
+    family('cellgate_metrics_connections_evicted_total', 'counter', 'Metrics-port connections closed to make room for a new one (the port was at its connection cap).', [[null, evictedConnections]]),
     family('cellgate_snapshot_changes_since_last_save', 'gauge', 'Writes since the last snapshot.', [[null, server.snapshots.changesSinceLastSave]]),
     family('cellgate_snapshot_last_save_timestamp_seconds', 'gauge', 'When the last snapshot was saved (server clock).', [[null, Math.floor(server.snapshots.lastSaveMs / 1000)]]),
     family('cellgate_snapshot_last_bgsave_ok', 'gauge', 'Whether the last background save succeeded (INFO rdb_last_bgsave_status: 1 ok, 0 err).', [[null, server.snapshots.lastBgsaveSucceeded ? 1 : 0]]),
@@ -141,45 +160,99 @@ function backendFamilies(server: Server): string[] {
   ];
 }
 
+/**
+ * Makes room for a new connection in a full share: closes the one that has waited longest for a
+ * request (a connection that sent nothing, one kept alive after its response, a slow sender of
+ * headers), or, if every one is answering, the oldest of those.
+ */
+function evictOne(connections: Map<Socket, MetricsConnection>): void {
+  let victim: Socket | null = null;
+  let best: MetricsConnection | null = null;
+  for (const [socket, c] of connections) {
+    if (best === null || (best.answering && !c.answering) || (best.answering === c.answering && c.waitingSinceMs < best.waitingSinceMs)) {
+      victim = socket;
+      best = c;
+    }
+  }
+  if (victim === null) return;
+  connections.delete(victim);
+  evictedConnections++;
+  victim.destroy();
+}
+
+/** The request handler: `/healthz` first, before any other work. */
+function answer(server: Server, req: http.IncomingMessage, res: http.ServerResponse): void {
+  const url = req.url ?? '';
+  if (req.method === 'GET' && (url === '/healthz' || url.startsWith('/healthz?'))) {
+    // Answered from the event loop: a process that answers is alive (a hung loop answers nothing).
+    res.writeHead(200, { 'content-type': 'text/plain' }).end('ok\n');
+    return;
+  }
+  const path = url.split('?', 1)[0];
+  if (req.method === 'GET' && path === '/readyz') {
+    const reason = notReadyReason(server);
+    const backend = server.backend === null ? '' : ` (backend ${server.backend.state}, backend-unavailable ${server.backend.policy})`;
+    if (reason === null) res.writeHead(200, { 'content-type': 'text/plain' }).end(`ready${backend}\n`);
+    else res.writeHead(503, { 'content-type': 'text/plain' }).end(`not ready: ${reason}\n`);
+    return;
+  }
+  if (req.method !== 'GET' || (path !== '/metrics' && path !== '/')) {
+    res.writeHead(404, { 'content-type': 'text/plain' }).end('not found: try /metrics, /healthz or /readyz\n');
+    return;
+  }
+  let body: string;
+  try {
+    body = metricsText(server);
+  } catch (e) {
+    // Whatever fails while rendering (a bug, say): a 500, not a crash.
+    server.tasks.failed('metrics scrape', e);
+    res.writeHead(500, { 'content-type': 'text/plain' }).end('metrics unavailable\n');
+    return;
+  }
+  res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8' }).end(body);
+}
+
 /** Listens for scrapes on `port` of every address given (`metrics-bind`). */
 export async function startMetrics(server: Server, addresses: string[], port: number): Promise<http.Server[]> {
   const listeners: http.Server[] = [];
-  // One budget for all the addresses: the descriptor reserve counts METRICS_MAX_CONNECTIONS once.
-  const perListener = Math.max(1, Math.floor(METRICS_MAX_CONNECTIONS / Math.max(1, addresses.length)));
+  // One budget for all the addresses (the descriptor reserve counts METRICS_MAX_CONNECTIONS once),
+  // split so that each address has its own share.
+  const share = Math.max(1, Math.floor(METRICS_MAX_CONNECTIONS / Math.max(1, addresses.length)));
+  const timeoutMs = server.config.int('metrics-timeout');
   for (const address of addresses) {
-    const listener = http.createServer({ headersTimeout: METRICS_IDLE_MS, requestTimeout: METRICS_IDLE_MS, keepAliveTimeout: 5000 }, (req, res) => {
-      const path = (req.url ?? '').split('?', 1)[0];
-      if (req.method === 'GET' && path === '/healthz') {
-        // Answered from the event loop: a process that answers is alive (a hung loop answers nothing).
-        res.writeHead(200, { 'content-type': 'text/plain' }).end('ok\n');
-        return;
+    const connections = new Map<Socket, MetricsConnection>();
+    const listener = http.createServer({
+      // A request's headers, and the whole request, within metrics-timeout of its first byte
+      // (checked every connectionsCheckingInterval); idle between keep-alive requests as long.
+      headersTimeout: timeoutMs,
+      requestTimeout: timeoutMs,
+      keepAliveTimeout: timeoutMs,
+      connectionsCheckingInterval: Math.max(10, Math.min(1000, Math.floor(timeoutMs / 4))),
+    }, (req, res) => {
+      const c = connections.get(req.socket);
+      if (c !== undefined) {
+        c.answering = true;
+        res.once('close', () => {
+          c.answering = false;
+          c.waitingSinceMs = Date.now();
+        });
+        // Node answers the last request with `Connection: close` but leaves the connection open
+        // (later requests get 503): close it once that response is written.
+        if (++c.requests >= METRICS_MAX_REQUESTS_PER_CONNECTION) res.once('finish', () => req.socket.destroySoon());
       }
-      if (req.method === 'GET' && path === '/readyz') {
-        const reason = notReadyReason(server);
-        const backend = server.backend === null ? '' : ` (backend ${server.backend.state}, backend-unavailable ${server.backend.policy})`;
-        if (reason === null) res.writeHead(200, { 'content-type': 'text/plain' }).end(`ready${backend}\n`);
-        else res.writeHead(503, { 'content-type': 'text/plain' }).end(`not ready: ${reason}\n`);
-        return;
-      }
-      if (req.method !== 'GET' || (path !== '/metrics' && path !== '/')) {
-        res.writeHead(404, { 'content-type': 'text/plain' }).end('not found: try /metrics, /healthz or /readyz\n');
-        return;
-      }
-      let body: string;
-      try {
-        body = metricsText(server);
-      } catch (e) {
-        // Whatever fails while rendering (a bug, say): a 500, not a crash.
-        server.tasks.failed('metrics scrape', e);
-        res.writeHead(500, { 'content-type': 'text/plain' }).end('metrics unavailable\n');
-        return;
-      }
-      res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8' }).end(body);
+      answer(server, req, res);
     });
-    // Beyond the cap Node closes new connections at once; a connection that sends nothing is
-    // closed by the socket timeout (headersTimeout only starts with the first byte of a request).
-    listener.maxConnections = perListener;
-    listener.setTimeout(METRICS_IDLE_MS, (socket) => socket.destroy());
+    listener.maxRequestsPerSocket = METRICS_MAX_REQUESTS_PER_CONNECTION;
+    // Not listener.maxConnections: Node would refuse the new connection (a prober's) and keep the
+    // idle ones. The share is kept here, by eviction.
+    listener.on('connection', (socket: Socket) => {
+      if (connections.size >= share) evictOne(connections);
+      connections.set(socket, { answering: false, waitingSinceMs: Date.now(), requests: 0 });
+      socket.once('close', () => connections.delete(socket));
+    });
+    // A connection that sends nothing at all is closed by the socket timeout (headersTimeout only
+    // starts with the first byte of a request).
+    listener.setTimeout(timeoutMs, (socket) => socket.destroy());
     listener.on('clientError', (_e, socket) => socket.destroy());
     await new Promise<void>((resolve, reject) => {
       listener.once('error', reject);
