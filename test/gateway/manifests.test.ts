@@ -6,13 +6,18 @@
  *   from a recent Kubernetes release (it knows the native-sidecar `restartPolicy` of init containers)
  *   and is kept up to date. Version 4 (5 needs Node 22; the project supports Node 20). Its schemas accept unknown fields (as the API server does without
  *   field validation), so the recipe's own checks below name the fields that matter.
- * - The sidecar's arguments and environment start a real cellgate whose /healthz and /readyz answer.
+ * - The sidecar's arguments and environment start a real cellgate whose /healthz and /readyz answer,
+ *   and the manifests' own probe commands (exec, on loopback) pass against it and fail against a port
+ *   that answers 503 or nothing.
  * - examples/grafana/cellgate.json: no dashboard JSON schema is published on npm (@grafana/schema has
  *   TypeScript types only), so its structure is checked here, and every metric and label its PromQL
  *   names must be in a real scrape. examples/prometheus/alerts.yml the same way (promtool is not
  *   packaged without the whole Prometheus server).
  */
+import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -59,6 +64,42 @@ function validate(doc: Doc): void {
 
 function sidecarDeployment(): Doc {
   return manifests().find((m) => m.doc.kind === 'Deployment')!.doc;
+}
+
+/** The cellgate container of every workload (the sidecar and the StatefulSet's). */
+function cellgateContainers(): { file: string; container: Doc }[] {
+  return manifests()
+    .filter((m) => m.doc.kind === 'Deployment' || m.doc.kind === 'StatefulSet')
+    .map((m) => {
+      const pod = m.doc.spec.template.spec;
+      return { file: m.file, container: [...(pod.initContainers ?? []), ...pod.containers].find((c: Doc) => c.name === 'cellgate') };
+    });
+}
+
+/**
+ * The environment as the kubelet gives it: `status.podIP` from the downward API as `podIp`, and
+ * `$(NAME)` in a value replaced by an earlier variable's value.
+ */
+function kubeletEnv(container: Doc, podIp: string): Record<string, string> {
+  const env: Record<string, string> = {};
+  for (const e of container.env) {
+    if (e.valueFrom?.fieldRef?.fieldPath === 'status.podIP') env[e.name] = podIp;
+    else if (e.value !== undefined) env[e.name] = String(e.value).replace(/\$\((\w+)\)/g, (whole, name: string) => env[name] ?? whole);
+  }
+  return env;
+}
+
+/**
+ * Runs an exec probe's command with the metrics port moved to `port`; its exit status (1 for a
+ * status line other than 200 or no connection, above 128 when `read -t` gave up waiting).
+ * Asynchronously: the port may be served by this process.
+ */
+function runProbe(command: string[], port: number): Promise<number | null> {
+  const moved = command.map((a) => a.replace('/dev/tcp/127.0.0.1/9121', `/dev/tcp/127.0.0.1/${port}`));
+  return new Promise((resolve) => {
+    const child = spawn(moved[0], moved.slice(1), { stdio: 'ignore', timeout: 10_000 });
+    child.on('exit', (status) => resolve(status));
+  });
 }
 
 /** Metric names a PromQL expression uses: identifiers that are not functions, keywords or labels. */
@@ -139,10 +180,7 @@ describe('examples/kubernetes', () => {
     expect(sidecar.restartPolicy).toBe('Always');
     const metricsPort = sidecar.ports.find((p: Doc) => p.name === 'metrics').containerPort;
     expect(sidecar.args.join(' ')).toContain(`--metrics-port ${metricsPort}`);
-    expect(sidecar.livenessProbe.httpGet).toEqual({ path: '/healthz', port: 'metrics' });
-    expect(sidecar.readinessProbe.httpGet).toEqual({ path: '/readyz', port: 'metrics' });
     const env = Object.fromEntries(sidecar.env.map((e: Doc) => [e.name, e.value]));
-    expect(env.CELLGATE_METRICS_BIND).toBe('0.0.0.0');
     const mount = sidecar.volumeMounts.find((m: Doc) => env.CELLGATE_REQUIREPASS_FILE.startsWith(`${m.mountPath}/`));
     const volume = pod.volumes.find((v: Doc) => v.name === mount.name);
     const secret = all.find((m) => m.doc.kind === 'Secret')!.doc;
@@ -154,6 +192,32 @@ describe('examples/kubernetes', () => {
     expect(app.env.find((e: Doc) => e.name === 'CELLGATE_PASSWORD').valueFrom.secretKeyRef).toEqual({ name: secret.metadata.name, key: 'password' });
     // The image exposes the same metrics port.
     expect(readFileSync(join(ROOT, 'Dockerfile'), 'utf8')).toMatch(new RegExp(`^EXPOSE 6379 ${metricsPort}$`, 'm'));
+  });
+
+  it('probes ask /healthz and /readyz on loopback from inside the container (exec), where nobody outside the pod can hold the port; Prometheus scrapes the pod address', () => {
+    const found = cellgateContainers();
+    expect(found.map((f) => f.file).sort()).toEqual(['cellgate-sidecar.yaml', 'pvc-statefulset.yaml']);
+    for (const { file, container } of found) {
+      const metricsPort = container.ports.find((p: Doc) => p.name === 'metrics').containerPort;
+      const probes = { startupProbe: '/healthz', livenessProbe: '/healthz', readinessProbe: '/readyz' };
+      for (const [kind, path] of Object.entries(probes)) {
+        const probe = container[kind];
+        if (probe === undefined && kind === 'startupProbe' && file !== 'cellgate-sidecar.yaml') continue;
+        expect(probe, `${file} ${kind}`).toBeDefined();
+        // No httpGet or tcpSocket: those come from the node, to an address others reach too.
+        expect(Object.keys(probe).filter((k) => ['httpGet', 'tcpSocket', 'grpc'].includes(k)), `${file} ${kind}`).toEqual([]);
+        const script = probe.exec.command.join(' ');
+        expect(probe.exec.command.slice(0, 2)).toEqual(['bash', '-c']);
+        expect(script).toContain(`/dev/tcp/127.0.0.1/${metricsPort} `);
+        expect(script).toContain(`GET ${path} HTTP/1.0`);
+        // The kubelet's timeout leaves room for the command's own 2 s read timeout.
+        expect(probe.timeoutSeconds, `${file} ${kind}`).toBeGreaterThan(2);
+      }
+      // The metrics port listens on loopback (the probes) and on the pod's address (Prometheus).
+      const env = kubeletEnv(container, '10.1.2.3');
+      expect(env.CELLGATE_METRICS_BIND, file).toBe('127.0.0.1 10.1.2.3');
+      expect(container.args.join(' ')).toContain(`--metrics-port ${metricsPort}`);
+    }
   });
 });
 
@@ -177,8 +241,10 @@ describe('the sidecar configuration on a real cellgate; the dashboard and alerts
     metricsPort = await freePort();
     // The manifest's own arguments, the metrics port moved to a free one and the addresses kept on
     // loopback (the test's network).
+    // The pod address is 127.0.0.2 (a loopback address other than 127.0.0.1, as a pod's is).
     const args = (sidecar.args as string[]).map((a, i, all) => (all[i - 1] === '--metrics-port' ? String(metricsPort) : a));
-    server = await startServer({ args, env: { CELLGATE_REQUIREPASS_FILE: passwordFile, CELLGATE_METRICS_BIND: '127.0.0.1' } });
+    const env = kubeletEnv(sidecar, '127.0.0.2');
+    server = await startServer({ args, env: { ...env, CELLGATE_REQUIREPASS_FILE: passwordFile } });
     const r = new Redis({ port: server.port, host: '127.0.0.1', protocol: 2, password: 'hunter2-from-a-secret' });
     try {
       // One call of each kind the panels break down by, so their series exist in the scrape.
@@ -212,6 +278,8 @@ describe('the sidecar configuration on a real cellgate; the dashboard and alerts
   it('starts with the manifest arguments and the password file; the probes answer 200', async () => {
     expect((await fetch(`http://127.0.0.1:${metricsPort}/healthz`)).status).toBe(200);
     expect((await fetch(`http://127.0.0.1:${metricsPort}/readyz`)).status).toBe(200);
+    // Prometheus's way in: the pod address (127.0.0.2 here).
+    expect((await fetch(`http://127.0.0.2:${metricsPort}/metrics`)).status).toBe(200);
     const noAuth = new Redis({ port: server.port, host: '127.0.0.1', protocol: 2, lazyConnect: true, maxRetriesPerRequest: 0, enableReadyCheck: false });
     try {
       await noAuth.connect();
@@ -225,6 +293,21 @@ describe('the sidecar configuration on a real cellgate; the dashboard and alerts
     expect(scrape.samples.some((s) => s.name === 'cellgate_keys')).toBe(true);
     expect(backendScrape.samples.some((s) => s.name === 'cellgate_keys')).toBe(false);
     expect(backendScrape.samples.find((s) => s.name === 'cellgate_backend_up')?.value).toBe(1);
+  });
+
+  it('the manifests\' probe commands pass against it, and fail against a port that answers 503 or nothing', async () => {
+    const sidecar = sidecarDeployment().spec.template.spec.initContainers[0];
+    for (const kind of ['startupProbe', 'livenessProbe', 'readinessProbe']) expect(await runProbe(sidecar[kind].exec.command, metricsPort), kind).toBe(0);
+    const unavailable = http.createServer((_req, res) => res.writeHead(503).end('not ready: loading the snapshot\n'));
+    await new Promise<void>((resolve) => unavailable.listen(0, '127.0.0.1', resolve));
+    try {
+      const port = (unavailable.address() as AddressInfo).port;
+      // Failed for the answer (503: exit 1), not for want of one (read's timeout: above 128).
+      for (const kind of ['livenessProbe', 'readinessProbe']) expect(await runProbe(sidecar[kind].exec.command, port), kind).toBe(1);
+    } finally {
+      await new Promise((resolve) => unavailable.close(resolve));
+    }
+    expect(await runProbe(sidecar.livenessProbe.exec.command, await freePort())).toBe(1);
   });
 
   it('examples/grafana/cellgate.json: a dashboard whose panels query metrics and labels cellgate exports', () => {
