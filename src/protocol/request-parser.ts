@@ -38,6 +38,13 @@ export const UNAUTH_MAX_BULK_BYTES = 16 * 1024;
 /** Arguments larger than this are gathered chunk by chunk and joined once (Redis: PROTO_MBULK_BIG_ARG). */
 const BIG_ARG_BYTES = 32 * 1024;
 /**
+ * While a big argument arrives, reads smaller than this are copied into one buffer of
+ * BIG_TAIL_BYTES rather than kept as one object each: a sender trickling a byte per read would
+ * otherwise cost a Buffer (~100 bytes of heap) per byte it sent.
+ */
+const SMALL_READ_BYTES = 4 * 1024;
+const BIG_TAIL_BYTES = 16 * 1024;
+/**
  * The most arguments one command may have. Redis accepts up to INT_MAX, but each argument costs
  * this server a Buffer view (~100 bytes of heap) on top of its bytes, so a `*2000000000` command
  * trickled in as `$0` bulks would grow the heap by ~100× the bytes received. A million covers any
@@ -59,8 +66,6 @@ export const UNAUTH_MAX_REQUEST_BYTES = UNAUTH_MAX_ARGS * (UNAUTH_MAX_BULK_BYTES
  * error) from one that is not, so a client dripping a line holds at most this much buffer.
  */
 const LINE_ROOM_BYTES = INLINE_MAX_BYTES + 2;
-/** The least a join allocates: tiny reads would otherwise grow it a few bytes at a time. */
-const MIN_ROOM_BYTES = 256;
 
 const CR = 13;
 const LF = 10;
@@ -110,6 +115,9 @@ export class RequestParser {
   /** For big arguments: chunks gathered so far and their total size. */
   private bigChunks: Buffer[] | null = null;
   private bigBytes = 0;
+  /** Where small reads of a big argument are gathered (see SMALL_READ_BYTES), and how much it holds. */
+  private bigTail: Buffer | null = null;
+  private bigTailBytes = 0;
   /** Bytes (plus per-argument overhead) of the arguments of the command being read (CLIENT LIST argv-mem). */
   argvBytes = 0;
 
@@ -132,8 +140,19 @@ export class RequestParser {
 
   feed(chunk: Buffer): void {
     if (this.bigChunks !== null) {
-      this.bigChunks.push(chunk);
       this.bigBytes += chunk.length;
+      if (chunk.length >= SMALL_READ_BYTES) {
+        this.closeBigTail();
+        this.bigChunks.push(chunk);
+        return;
+      }
+      if (this.bigTail === null || this.bigTail.length - this.bigTailBytes < chunk.length) {
+        this.closeBigTail();
+        this.bigTail = Buffer.allocUnsafe(BIG_TAIL_BYTES);
+      }
+      chunk.copy(this.bigTail, this.bigTailBytes);
+      this.bigTailBytes += chunk.length;
+      this.copiedBytes += chunk.length;
       return;
     }
     const pending = this.end - this.pos;
@@ -175,7 +194,7 @@ export class RequestParser {
   private roomFor(needed: number): number {
     if (this.argsLeft > 0 && this.bulkLen >= 0) return Math.max(needed, this.bulkLen + 2);
     if (!this.joined || this.pos !== 0) return needed;
-    return Math.max(needed, Math.min(Math.max(2 * needed, MIN_ROOM_BYTES), LINE_ROOM_BYTES));
+    return Math.max(needed, Math.min(2 * needed, LINE_ROOM_BYTES));
   }
 
   /**
@@ -311,8 +330,9 @@ export class RequestParser {
 
   /** Completes a big argument once all its bytes are in. Returns false while it is incomplete. */
   private finishBigArg(): boolean {
-    const chunks = this.bigChunks!;
     if (this.bigBytes < this.bulkLen + 2) return false;
+    this.closeBigTail();
+    const chunks = this.bigChunks!;
     const all = chunks.length === 1 ? chunks[0] : Buffer.concat(chunks, this.bigBytes);
     if (chunks.length > 1) this.copiedBytes += this.bigBytes;
     this.bigChunks = null;
@@ -323,6 +343,26 @@ export class RequestParser {
     this.pos = 0;
     this.scanAt = 0;
     return true;
+  }
+
+  /** Moves the small reads gathered so far into bigChunks (a copy of them if they fill less than half of it). */
+  private closeBigTail(): void {
+    const tail = this.bigTail;
+    if (tail === null) return;
+    const used = tail.subarray(0, this.bigTailBytes);
+    if (this.bigTailBytes * 2 < tail.length) {
+      this.bigChunks!.push(Buffer.from(used));
+      this.copiedBytes += this.bigTailBytes;
+    } else {
+      this.bigChunks!.push(used);
+    }
+    this.bigTail = null;
+    this.bigTailBytes = 0;
+  }
+
+  /** Separate buffers holding the input not yet parsed (for the tests). */
+  get pendingPieces(): number {
+    return (this.bigChunks?.length ?? 0) + (this.bigTail === null ? 0 : 1) + (this.end > this.pos ? 1 : 0);
   }
 
   /**
@@ -339,9 +379,9 @@ export class RequestParser {
       if (this.end - start > INLINE_MAX_BYTES) return new ProtocolError('too big inline request');
       return null;
     }
-    if (!authenticated && lf - start > INLINE_MAX_BYTES) return new ProtocolError('too big inline request');
     let end = lf;
     if (end > start && this.buf[end - 1] === CR) end--;
+    if (!authenticated && end - start > INLINE_MAX_BYTES) return new ProtocolError('too big inline request');
     this.pos = lf + 1;
     this.scannedBytes += end - start;
     const result = authenticated

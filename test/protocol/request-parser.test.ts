@@ -147,6 +147,31 @@ describe('RequestParser work is linear in the bytes received', () => {
     expect(copied).toBeLessThanOrEqual(4 * total);
   });
 
+  it('a big argument sent one byte per read is held in a few buffers, not one per read; bigger reads are kept as they came', () => {
+    const parser = new RequestParser({ maxBulkBytes: BIG });
+    const value = Buffer.alloc(100_000, 0x65);
+    const whole = Buffer.concat([value, Buffer.alloc(8192, 0x66), Buffer.from('x')]);
+    parser.feed(Buffer.from(`*2\r\n$4\r\nECHO\r\n$${whole.length}\r\n`));
+    expect(parser.next(true)).toBeNull();
+    for (let i = 0; i < value.length; i++) {
+      parser.feed(value.subarray(i, i + 1));
+      if (i % 10_000 === 0) expect(parser.next(true)).toBeNull();
+    }
+    // 100,000 reads of one byte: held in 16 KiB pieces.
+    expect(parser.pendingPieces).toBeLessThanOrEqual(Math.ceil(value.length / (16 * 1024)) + 1);
+    // Counted as the bytes received (and the ECHO before it), not as the 16 KiB pieces.
+    expect(parser.pendingBytes - value.length).toBeGreaterThanOrEqual(0);
+    expect(parser.pendingBytes - value.length).toBeLessThan(100);
+    parser.feed(Buffer.alloc(8192, 0x66)); // a read of 8 KiB is kept as it came
+    parser.feed(Buffer.from('x'));
+    parser.feed(Buffer.from('\r\n*1\r\n$4\r\nPING\r\n'));
+    const argv = parser.next(true);
+    if (argv === null || argv instanceof ProtocolError) throw new Error(`expected ECHO, got ${String(argv)}`);
+    expect(argv.buffer(1).equals(whole)).toBe(true);
+    const ping = parser.next(true);
+    expect(ping !== null && !(ping instanceof ProtocolError) && ping.str(0)).toBe('PING');
+  });
+
   it('a pipeline cut at every byte parses as a whole and costs a bounded multiple of its size', () => {
     const pipeline = Buffer.concat([
       Buffer.from('PING\r\nECHO "a b" \'c\'\n'),
