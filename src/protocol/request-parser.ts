@@ -238,6 +238,30 @@ export class RequestParser {
 
   /** Reads `*<count>\r\n`. Returns true when the header was consumed. */
   private parseMultibulkHeader(authenticated: boolean): true | null | ProtocolError {
+    // The common case in one pass: `*` and one or two digits without a leading zero, then \r and the
+    // byte after it (skipped unchecked, as below), all received, within the pre-auth count when it
+    // applies. Anything else takes the general path, which applies every rule and error.
+    const buf = this.buf;
+    const p = this.pos;
+    if (p + 3 < this.end) {
+      const d1 = buf[p + 1] - 0x30;
+      if (d1 >= 1 && d1 <= 9) {
+        let count = d1;
+        let at = p + 2;
+        const d2 = buf[at] - 0x30;
+        if (d2 >= 0 && d2 <= 9) {
+          count = count * 10 + d2;
+          at++;
+        }
+        if (buf[at] === CR && at + 1 < this.end && (authenticated || count <= UNAUTH_MAX_ARGS)) {
+          this.pos = at + 2;
+          this.argsLeft = count;
+          this.argv.reset();
+          this.bulkLen = -1;
+          return true;
+        }
+      }
+    }
     const cr = this.lineEnd(CR);
     if (cr === -1) {
       if (this.end - this.pos > INLINE_MAX_BYTES) return new ProtocolError('too big mbulk count string');

@@ -64,6 +64,21 @@ describe('RequestParser', () => {
     expect(one('*2\r\n$1\rXa..$5\r\nhello\r\n')).toEqual([['a', 'hello']]);
     // Five digits take the general path and the same answer.
     expect(one(`*1\r\n$10000\r\n${'b'.repeat(10_000)}\r\n`)).toEqual([['b'.repeat(10_000)]]);
+    // The one-pass `*` header: one or two digits; the rest, and the rules, on the general path.
+    expect(one('*01\r\n$4\r\nPING\r\n')).toEqual(['invalid multibulk length']);
+    expect(one('*1\rX$4\r\nPING\r\n')).toEqual([['PING']]);
+    expect(one(`*12\r\n${'$1\r\na\r\n'.repeat(12)}`)).toEqual([Array(12).fill('a')]);
+    expect(one(`*100\r\n${'$1\r\nb\r\n'.repeat(100)}`)).toEqual([Array(100).fill('b')]);
+    expect(one('*1 \r\n')).toEqual(['invalid multibulk length']);
+    const preAuth = (text: string): string | number | null => {
+      const parser = new RequestParser({ maxBulkBytes: 1024 * 1024 });
+      parser.feed(Buffer.from(text, 'latin1'));
+      const r = parser.next(false);
+      return r instanceof ProtocolError ? r.message : r === null ? null : r.length;
+    };
+    expect(preAuth(`*10\r\n${'$1\r\na\r\n'.repeat(10)}`)).toBe(10);
+    expect(preAuth('*11\r\n')).toBe('unauthenticated multibulk length');
+    expect(preAuth('*99\r\n')).toBe('unauthenticated multibulk length');
     // Incomplete at every point: nothing until the last byte.
     const text = '*2\r\n$3\r\nabc\r\n$12\r\nhello world!\r\n';
     for (let cut = 0; cut < text.length; cut++) expect(parseAll(Buffer.from(text), [cut])).toEqual([['abc', 'hello world!']]);
