@@ -8,7 +8,7 @@
  *
  * Nobody can hold the port (README "Health and metrics"): at most METRICS_MAX_CONNECTIONS connections
  * are open at once, shared among the addresses, each address with its own share (so connections to
- * the pod address never take the loopback one's); a new connection beyond its share closes the one
+ * one address, a pod's say, never take the share of another, loopback); a new connection beyond its share closes the one
  * that has waited longest for a request of its own (idle, kept alive, or sending its headers slowly)
  * instead of being refused, so a prober's connection is always served. `metrics-timeout` closes
  * connections that send nothing, take longer over their headers or request, or stay idle between
@@ -34,6 +34,7 @@ interface MetricsConnection {
   answering: boolean;
   /** Since when it has been waiting for a request: accepted, or its last response done (Date.now()). */
   waitingSinceMs: number;
+  /** Requests received on it so far (METRICS_MAX_REQUESTS_PER_CONNECTION). */
   requests: number;
 }
 
