@@ -130,12 +130,14 @@ export class RequestParser {
 
   /**
    * Bytes this parser keeps for its client: the query buffer (pendingBytes: input not run yet, the
-   * arguments of a command being read) and the argument arrays a many-argument command grew (the
-   * client's memory account, src/server/client-memory.ts). Bytes of commands already run in this
-   * batch are not counted: they go when the batch ends.
+   * arguments of a command being read), the argument arrays a many-argument command grew (the
+   * client's memory account, src/server/client-memory.ts), and the room allocated for input still
+   * arriving but not filled yet (a joined buffer's, the big-argument tail's). Bytes of commands
+   * already run in this batch are not counted: they go when the batch ends.
    */
   get heldBytes(): number {
-    return this.pendingBytes + this.argv.extraCapacityBytes;
+    const room = (this.joined ? this.buf.length - this.end : 0) + (this.bigTail === null ? 0 : this.bigTail.length - this.bigTailBytes);
+    return this.pendingBytes + this.argv.extraCapacityBytes + room;
   }
 
   feed(chunk: Buffer): void {

@@ -187,6 +187,19 @@ describe('RequestParser work is linear in the bytes received', () => {
     expect(ping !== null && !(ping instanceof ProtocolError) && ping.str(0)).toBe('PING');
   });
 
+  it('heldBytes (the client memory account) counts the room allocated for a line still arriving', () => {
+    const parser = new RequestParser({ maxBulkBytes: BIG });
+    for (const c of 'ECHO hello') parser.feed(Buffer.from(c));
+    expect(parser.next(true)).toBeNull();
+    expect(parser.pendingBytes).toBe(10);
+    expect(parser.heldBytes).toBeGreaterThan(parser.pendingBytes);
+    expect(parser.heldBytes).toBeLessThanOrEqual(2 * parser.pendingBytes + 2);
+    parser.feed(Buffer.from('\n'));
+    expect(parser.next(true)).not.toBeNull();
+    expect(parser.next(true)).toBeNull();
+    expect(parser.heldBytes).toBe(0);
+  });
+
   it('a pipeline cut at every byte parses as a whole and costs a bounded multiple of its size', () => {
     const pipeline = Buffer.concat([
       Buffer.from('PING\r\nECHO "a b" \'c\'\n'),
