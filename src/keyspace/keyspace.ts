@@ -250,6 +250,7 @@ export class Keyspace {
     const slot = this.index.find(bytes, start, end, hash);
     if (slot === -1) return -1;
     if (nowMs > this.index.getState(slot, 0)) {
+      if (this.journal !== null) this.journal.expiring(this, slot);
       if (slot >= this.saveCursor) this.preserve(slot);
       this.expiredCount++;
       this.typeCounts[this.typeAt(slot)]--;
@@ -462,6 +463,7 @@ export class Keyspace {
       if (this.typeAt(slot) !== KeyType.Free) {
         seen++;
         if (nowMs > this.index.getState(slot, 0)) {
+          if (this.journal !== null) this.journal.expiring(this, slot);
           this.removeSlot(slot);
           this.expiredCount++;
         } else {
@@ -492,6 +494,7 @@ export class Keyspace {
       const slot = this.sweepCursor++;
       if (this.typeAt(slot) !== KeyType.Free) {
         if (nowMs > this.index.getState(slot, 0)) {
+          if (this.journal !== null) this.journal.expiring(this, slot);
           this.removeSlot(slot);
           removed++;
         } else {

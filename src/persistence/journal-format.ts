@@ -2,7 +2,7 @@
  * The journal's record format, version 1 (docs/journal-format.md is the reference; keep them in step).
  *
  *     file     "CGJRNL\r\n" (8) | format version u32 | reserved u32 (0) | record*
- *     record   body length varint | body | CRC-32 u32 of the length and body
+ *     record   body length varint | CRC-8 u8 of the length's bytes | body | CRC-32 u32 of all before it
  *     body     SET   op 1 | flags << 3, type u8, key length varint, key, expiry, A, B, C, [blob]
  *              DEL   op 2, key length varint, key
  *              FLUSH op 3
@@ -13,6 +13,8 @@
  * GCRA TAT), B and C zigzag; a number that is not a safe integer is stored as a raw f64 (its flag
  * bit set). Little-endian throughout. A record is whole or it is not: a torn tail (a crash in the
  * middle of a write) shows as a record that runs past the end of the file or fails its checksum.
+ * The length has its own check byte, so a corrupt length in the middle of a file is found as
+ * corruption instead of passing for a record that runs past the end (a torn tail, which is cut).
  */
 import { KeyType, TYPE_NAMES, type Keyspace } from '../keyspace/keyspace.js';
 import { entryProblem } from './format.js';
@@ -31,8 +33,8 @@ const FLAG_B_RAW = 4;
 const FLAG_C_RAW = 8;
 const FLAG_BLOB = 16;
 
-/** Bytes reserved in front of a body for its length varint (a body is below 2^35 bytes). */
-const LENGTH_RESERVE = 5;
+/** Bytes reserved in front of a body for its length varint (a body is below 2^35 bytes) and its check byte. */
+const LENGTH_RESERVE = 6;
 /** Largest key a record carries (Redis's proto-max-bulk-len ceiling is 512 MiB; a key is never longer). */
 export const MAX_KEY_BYTES = 512 * 1024 * 1024;
 /** 2^51: integers below it in magnitude are varint-encoded, tag bit included, exactly. */
@@ -47,6 +49,23 @@ const CRC_TABLE = (() => {
   }
   return t;
 })();
+
+const CRC8_TABLE = (() => {
+  const t = new Uint8Array(256);
+  for (let n = 0; n < 256; n++) {
+    let c = n;
+    for (let k = 0; k < 8; k++) c = c & 0x80 ? ((c << 1) ^ 0x07) & 0xff : (c << 1) & 0xff;
+    t[n] = c;
+  }
+  return t;
+})();
+
+/** CRC-8 (polynomial 0x07) of bytes[start, end): the length's check byte (every error of up to 8 bits is caught). */
+export function crc8Range(bytes: Uint8Array, start: number, end: number): number {
+  let c = 0;
+  for (let i = start; i < end; i++) c = CRC8_TABLE[c ^ bytes[i]];
+  return c;
+}
 
 /**
  * CRC-32 of bytes[start, end): zlib's polynomial (so `zlib.crc32` of the same bytes agrees), in
@@ -82,6 +101,8 @@ export interface JournalSink {
   touched(slot: number): void;
   /** The key of `slot` is about to be deleted (DEL, UNLINK, eviction): recorded now, in order. */
   deleting(ks: Keyspace, slot: number): void;
+  /** The key of `slot` expired and is about to be removed (lazily, by SCAN or by the active cycle). */
+  expiring(ks: Keyspace, slot: number): void;
   /** Every key is about to go (FLUSHDB, FLUSHALL). */
   flushing(): void;
 }
@@ -137,6 +158,13 @@ export class JournalRecorder implements JournalSink {
     p = this.varint(p, keyLength);
     p += ks.copyKey(slot, this.buf, p);
     this.finish(start, p);
+  }
+
+  expiring(ks: Keyspace, slot: number): void {
+    // Changed in this turn: its new state will not be encoded (the slot is freed), and the journal's
+    // last record of it may live longer than it did: record its removal. Otherwise its last record
+    // already expires when it did.
+    if (slot < this.marks.length && this.marks[slot] === 1) this.deleting(ks, slot);
   }
 
   flushing(): void {
@@ -237,9 +265,10 @@ export class JournalRecorder implements JournalSink {
   private finish(start: number, end: number): void {
     const bodyLength = end - start - LENGTH_RESERVE;
     const lengthBytes = varintSize(bodyLength);
-    const bodyAt = start + lengthBytes;
-    if (lengthBytes !== LENGTH_RESERVE) this.buf.copyWithin(bodyAt, start + LENGTH_RESERVE, end);
+    const bodyAt = start + lengthBytes + 1;
+    if (bodyAt !== start + LENGTH_RESERVE) this.buf.copyWithin(bodyAt, start + LENGTH_RESERVE, end);
     this.varint(start, bodyLength);
+    this.buf[start + lengthBytes] = crc8Range(this.buf, start, start + lengthBytes);
     const crcAt = bodyAt + bodyLength;
     this.view.setUint32(crcAt, crc32Range(this.buf, start, crcAt), true);
     this.pos = crcAt + 4;
@@ -315,8 +344,8 @@ export interface JournalScan {
  * Reads a journal file record by record, validating each: its length, its checksum, its body's
  * structure and every SET's numbers with the snapshot's rules (format.ts entryProblem), so a record
  * replay accepts is a state the limiters can hold. A problem in the last record of the file, where
- * the record runs past the end, or fails its checksum with nothing after it, or where only zero
- * bytes follow (a crash in the middle of a write), is a torn tail: `next` stops there and reports it
+ * the record runs past the end, or fails its checksum with nothing but zero bytes after it, or
+ * where only zero bytes follow (a crash in the middle of a write), is a torn tail: `next` stops there and reports it
  * (the caller cuts it or refuses). Any other problem is a JournalError.
  */
 export class JournalParser {
@@ -376,7 +405,7 @@ export class JournalParser {
         mul *= 128;
         if (byte < 128) break;
       }
-      const bodyAt = p;
+      const bodyAt = p + 1;
       const crcAt = bodyAt + bodyLength;
       const stored = this.view.getUint32(crcAt, true);
       const actual = crc32Range(buf, start, crcAt);
@@ -407,15 +436,18 @@ export class JournalParser {
       mul *= 128;
       if (byte < 128) break;
     }
+    if (allZero(buf, start, size)) return `record ${this.count} is zero bytes to the end of the file`;
+    if (p >= size) return `the file ends inside the length of record ${this.count}`;
+    if (allZero(buf, p, size)) return `record ${this.count} is zero bytes to the end of the file after its length`;
+    if (buf[p] !== crc8Range(buf, start, p)) this.fail(start, `corrupt record ${this.count}: its length ${bodyLength} fails its check byte`);
+    p++;
     const end = p + bodyLength + 4;
-    if (end > size) {
-      if (allZero(buf, start, size)) return `record ${this.count} is zero bytes to the end of the file`;
-      return `the file ends inside record ${this.count} (${bodyLength}-byte body at offset ${start}, ${size - start} bytes left)`;
-    }
-    if (end === size && this.view.getUint32(p + bodyLength, true) !== crc32Range(buf, start, p + bodyLength)) {
+    if (end > size) return `the file ends inside record ${this.count} (${bodyLength}-byte body at offset ${start}, ${size - start} bytes left)`;
+    // A record that fails its checksum with nothing but zero bytes after it: the kernel extended the
+    // file before the data reached it (a crash in the middle of the write).
+    if (allZero(buf, end, size) && this.view.getUint32(p + bodyLength, true) !== crc32Range(buf, start, p + bodyLength)) {
       return `the last record (${this.count}) fails its checksum`;
     }
-    if (bodyLength === 0 && allZero(buf, start, size)) return `record ${this.count} is zero bytes to the end of the file`;
     return null;
   }
 
