@@ -3,14 +3,15 @@
  *
  *     file     "CGJRNL\r\n" (8) | format version u32 | reserved u32 (0) | record*
  *     record   body length varint | CRC-8 u8 of the length's bytes | body | CRC-32 u32 of all before it
- *     body     SET   op 1 | flags << 3, type u8, key length varint, key, expiry, A, B, C, [blob]
+ *     body     SET   op 1 | flags << 2, type u8, key length varint, key, expiry, A, B, C, [blob]
  *              DEL   op 2, key length varint, key
  *              FLUSH op 3
  *
  * A record holds the state a key has after the change (not the command that made it), so replaying
  * it needs no clock and gives exactly the same remaining and expiry. Numbers are varints where they
- * are integers (nearly always): the expiry as is, A as its difference from the expiry (in µs for a
- * GCRA TAT), B and C zigzag; a number that is not a safe integer is stored as a raw f64 (its flag
+ * are integers (nearly always): the expiry as is, or (flag) as its difference from the expiry of
+ * the SET record just before it, written in the same turn; A as its difference from the expiry (in
+ * µs for a GCRA TAT), B and C zigzag; a number that is not a safe integer is stored as a raw f64 (its flag
  * bit set). Little-endian throughout. A record is whole or it is not: a torn tail (a crash in the
  * middle of a write) shows as a record that runs past the end of the file or fails its checksum.
  * The length has its own check byte, so a corrupt length in the middle of a file is found as
@@ -23,6 +24,8 @@ export const JOURNAL_MAGIC = Buffer.from('CGJRNL\r\n', 'latin1');
 export const JOURNAL_VERSION = 1;
 export const JOURNAL_HEADER_BYTES = 16;
 
+/** The low 2 bits of a record's first byte: its kind; the 6 above: its flags. */
+const OP_BITS = 2;
 export const OP_SET = 1;
 export const OP_DEL = 2;
 export const OP_FLUSH = 3;
@@ -32,6 +35,8 @@ const FLAG_A_RAW = 2;
 const FLAG_B_RAW = 4;
 const FLAG_C_RAW = 8;
 const FLAG_BLOB = 16;
+/** The expiry is a zigzag difference from the previous SET record's (only after one in the same write). */
+const FLAG_EXPIRY_DELTA = 32;
 
 /** Bytes reserved in front of a body for its length varint (a body is below 2^35 bytes) and its check byte. */
 const LENGTH_RESERVE = 6;
@@ -176,10 +181,18 @@ export class JournalRecorder implements JournalSink {
     this.finish(start, start + LENGTH_RESERVE + 1);
   }
 
+  /**
+   * The expiry of the last SET encoded by the current encodePending, or NaN: a SET's expiry is
+   * written as a difference from it (a few bytes instead of six), never across two calls, since the
+   * records of one call are always written together, to one file.
+   */
+  private prevExpireAtMs = NaN;
+
   /** Encodes the turn's changed keys as they are now (a slot freed since is skipped: its DEL is recorded). */
   encodePending(): void {
     const ks = this.ks;
     const n = this.pendingCount;
+    this.prevExpireAtMs = NaN;
     for (let i = 0; i < n; i++) {
       const slot = this.pending[i];
       this.marks[slot] = 0;
@@ -217,6 +230,10 @@ export class JournalRecorder implements JournalSink {
     const refA = referenceOfA(type, expireAtMs);
     let flags = 0;
     if (!(Number.isSafeInteger(expireAtMs) && expireAtMs >= 0)) flags |= FLAG_EXPIRY_RAW;
+    const prev = this.prevExpireAtMs;
+    const expiryDelta = expireAtMs - prev;
+    if (flags === 0 && isVarintable(expiryDelta)) flags |= FLAG_EXPIRY_DELTA;
+    this.prevExpireAtMs = expireAtMs;
     const aDelta = a - refA;
     if (!((flags & FLAG_EXPIRY_RAW) === 0 && isVarintable(a) && isVarintable(aDelta) && refA + aDelta === a)) flags |= FLAG_A_RAW;
     if (!isVarintable(b)) flags |= FLAG_B_RAW;
@@ -224,11 +241,13 @@ export class JournalRecorder implements JournalSink {
     if (blob !== undefined) flags |= FLAG_BLOB;
     let p = start + LENGTH_RESERVE;
     const buf = this.buf;
-    buf[p++] = OP_SET | (flags << 3);
+    buf[p++] = OP_SET | (flags << OP_BITS);
     buf[p++] = type;
     p = this.varint(p, keyLength);
     p += ks.copyKey(slot, buf, p);
-    p = (flags & FLAG_EXPIRY_RAW) !== 0 ? this.f64(p, expireAtMs) : this.varint(p, expireAtMs);
+    if ((flags & FLAG_EXPIRY_RAW) !== 0) p = this.f64(p, expireAtMs);
+    else if ((flags & FLAG_EXPIRY_DELTA) !== 0) p = this.varint(p, zigzag(expiryDelta));
+    else p = this.varint(p, expireAtMs);
     p = (flags & FLAG_A_RAW) !== 0 ? this.f64(p, a) : this.varint(p, zigzag(aDelta));
     p = (flags & FLAG_B_RAW) !== 0 ? this.f64(p, b) : this.varint(p, zigzag(b));
     p = (flags & FLAG_C_RAW) !== 0 ? this.f64(p, c) : this.varint(p, zigzag(c));
@@ -354,6 +373,8 @@ export class JournalParser {
   private p = JOURNAL_HEADER_BYTES;
   private count = 0;
   private result: JournalScan | null = null;
+  /** The expiry of the last SET read (a relative expiry's reference). */
+  private prevExpireAtMs = NaN;
   private readonly rec: JournalRecord = { op: 0, type: 0, keyStart: 0, keyEnd: 0, expireAtMs: 0, a: 0, b: 0, c: 0, blob: undefined };
 
   constructor(
@@ -476,8 +497,8 @@ export class JournalParser {
     };
     if (p >= end) bad('empty body');
     const head = buf[p++];
-    const op = head & 7;
-    const flags = head >>> 3;
+    const op = head & ((1 << OP_BITS) - 1);
+    const flags = head >>> OP_BITS;
     rec.op = op;
     rec.blob = undefined;
     if (op === OP_FLUSH) {
@@ -501,7 +522,9 @@ export class JournalParser {
       if (p !== end) bad('bytes after the key of a DEL record');
       return;
     }
-    const expireAtMs = (flags & FLAG_EXPIRY_RAW) !== 0 ? f64() : varint();
+    if ((flags & FLAG_EXPIRY_RAW) !== 0 && (flags & FLAG_EXPIRY_DELTA) !== 0) bad('both a raw and a relative expiry');
+    if ((flags & FLAG_EXPIRY_DELTA) !== 0 && Number.isNaN(this.prevExpireAtMs)) bad('a relative expiry without a SET record before it');
+    const expireAtMs = (flags & FLAG_EXPIRY_RAW) !== 0 ? f64() : (flags & FLAG_EXPIRY_DELTA) !== 0 ? this.prevExpireAtMs + unzigzag(varint()) : varint();
     const a = (flags & FLAG_A_RAW) !== 0 ? f64() : referenceOfA(rec.type, expireAtMs) + unzigzag(varint());
     const b = (flags & FLAG_B_RAW) !== 0 ? f64() : unzigzag(varint());
     const c = (flags & FLAG_C_RAW) !== 0 ? f64() : unzigzag(varint());
@@ -519,11 +542,12 @@ export class JournalParser {
         else bad('a blob number with an unknown tag');
       }
     }
-    if ((flags & ~(FLAG_EXPIRY_RAW | FLAG_A_RAW | FLAG_B_RAW | FLAG_C_RAW | FLAG_BLOB)) !== 0) bad(`unknown flags 0x${flags.toString(16)}`);
+    if ((flags & ~(FLAG_EXPIRY_RAW | FLAG_A_RAW | FLAG_B_RAW | FLAG_C_RAW | FLAG_BLOB | FLAG_EXPIRY_DELTA)) !== 0) bad(`unknown flags 0x${flags.toString(16)}`);
     if (p !== end) bad(`${end - p} bytes after the state`);
     const wrong = entryProblem(rec.type, expireAtMs, a, b, c, blob);
     if (wrong !== null) bad(wrong);
     rec.expireAtMs = expireAtMs;
+    this.prevExpireAtMs = expireAtMs;
     rec.a = a;
     rec.b = b;
     rec.c = c;

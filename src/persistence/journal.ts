@@ -343,6 +343,9 @@ export class AppendOnly {
     try {
       // Everything recorded so far goes to the current file, synced: the files before the switch are complete.
       this.commit();
+      // Records waiting for a disk that refuses them stay with the file they were encoded for (the
+      // expiry of one may be relative to the one before it): no switch until they are written.
+      if (!this.recorder.empty) throw new Error(`the journal cannot be written: ${this.lastWriteError}`);
       this.syncNow();
       const nextIncr = this.openIncr((this.incrs[this.incrs.length - 1]?.seq ?? this.leftoverSeq()) + 1);
       const fromIncr = this.incrs.length - 1;
