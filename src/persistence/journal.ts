@@ -172,8 +172,8 @@ export class AppendOnly {
   bytesWritten = 0;
 
   constructor(private readonly server: Server) {
+    // Built among the Server's fields, before its config is set: applyConfig (at start) reads it.
     this.recorder = new JournalRecorder(server.keyspace);
-    this.policy = server.config.get('appendfsync');
   }
 
   get dirPath(): string {

@@ -10,6 +10,7 @@ import { appendFileSync, existsSync, readdirSync, readFileSync, statSync, writeF
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { TYPE_NAMES } from '../../src/keyspace/keyspace.js';
+import { JournalParser } from '../../src/persistence/journal-format.js';
 import { fillKeys, info, runToExit, startOn, T0_AHEAD_MS, tempDirsForFile, waitFor } from './helpers.js';
 import { startServer } from '../helpers/server.js';
 
@@ -164,9 +165,16 @@ describe('journal: torn tail and corrupt records', () => {
     const dir = await journalOf(10);
     const incr = join(aofDir(dir), incrFiles(dir)[0]);
     const whole = statSync(incr).size;
-    // The first half of a copy of the last record, as a crash in the middle of a write leaves it.
+    // The first 12 bytes of a copy of the last record, as a crash in the middle of a write leaves them.
     const bytes = readFileSync(incr);
-    appendFileSync(incr, bytes.subarray(bytes.length - 20, bytes.length - 8));
+    const parser = new JournalParser(bytes, incr);
+    let lastStart = parser.offset;
+    for (let scan = null; scan === null; ) {
+      const at = parser.offset;
+      scan = parser.next(() => {}, 1);
+      if (scan === null) lastStart = at;
+    }
+    appendFileSync(incr, bytes.subarray(lastStart, lastStart + 12));
     const c = runToExit(['check', aofDir(dir)]);
     expect(c.status).toBe(0);
     expect(c.stdout).toContain(`torn_tail: the file ends inside record 10`);
@@ -367,8 +375,14 @@ describe('journal: a disk that refuses writes', () => {
       const r = new Redis(s.port);
       try {
         await r.call('DEBUG', 'CLOCK', 'SET', String(T0));
-        let i = 0;
-        for (; i < 1000 && (await info(r)).aof_last_write_status === 'ok'; i++) await r.call('CL.THROTTLE', `key-number-${i}`, 5, 10, 60);
+        // Until a write fails (the command after it may already get MISCONF with stop-writes-on-bgsave-error yes).
+        for (let i = 0; i < 1000 && (await info(r)).aof_last_write_status === 'ok'; i++) {
+          const reply = await r.call('CL.THROTTLE', `key-number-${i}`, 5, 10, 60).catch((e: Error) => e.message);
+          if (typeof reply === 'string') {
+            expect(stopWrites).toBe('yes');
+            expect(reply).toMatch(/^MISCONF Errors writing to the AOF file: EFBIG/);
+          }
+        }
         expect((await info(r)).aof_last_write_status).toBe('err');
         expect(s.logs.some((l) => l.includes('Error writing to the AOF file: EFBIG'))).toBe(true);
         const next = r.call('CL.THROTTLE', 'one-more', 5, 10, 60).catch((e: Error) => e.message);
