@@ -38,7 +38,12 @@ const FLAG_BLOB = 16;
 /** The expiry is a zigzag difference from the previous SET record's (only after one in the same write). */
 const FLAG_EXPIRY_DELTA = 32;
 
-/** Bytes reserved in front of a body for its length varint (a body is below 2^35 bytes) and its check byte. */
+/**
+ * Where a body is encoded, after its start: room for a one-byte length and its check byte (a body is
+ * nearly always below 128 bytes); a longer one is moved right once (finish). LENGTH_RESERVE bytes are
+ * reserved in any case (a 5-byte length, its check byte).
+ */
+const BODY_AT = 2;
 const LENGTH_RESERVE = 6;
 /** Largest key a record carries (Redis's proto-max-bulk-len ceiling is 512 MiB; a key is never longer). */
 export const MAX_KEY_BYTES = 512 * 1024 * 1024;
@@ -158,7 +163,7 @@ export class JournalRecorder implements JournalSink {
   deleting(ks: Keyspace, slot: number): void {
     const keyLength = ks.keyLength(slot);
     const start = this.reserve(LENGTH_RESERVE + 1 + 5 + keyLength + 4);
-    let p = start + LENGTH_RESERVE;
+    let p = start + BODY_AT;
     this.buf[p++] = OP_DEL;
     p = this.varint(p, keyLength);
     p += ks.copyKey(slot, this.buf, p);
@@ -177,8 +182,8 @@ export class JournalRecorder implements JournalSink {
     for (let i = 0; i < this.pendingCount; i++) this.marks[this.pending[i]] = 0;
     this.pendingCount = 0;
     const start = this.reserve(LENGTH_RESERVE + 1 + 4);
-    this.buf[start + LENGTH_RESERVE] = OP_FLUSH;
-    this.finish(start, start + LENGTH_RESERVE + 1);
+    this.buf[start + BODY_AT] = OP_FLUSH;
+    this.finish(start, start + BODY_AT + 1);
   }
 
   /**
@@ -239,7 +244,7 @@ export class JournalRecorder implements JournalSink {
     if (!isVarintable(b)) flags |= FLAG_B_RAW;
     if (!isVarintable(c)) flags |= FLAG_C_RAW;
     if (blob !== undefined) flags |= FLAG_BLOB;
-    let p = start + LENGTH_RESERVE;
+    let p = start + BODY_AT;
     const buf = this.buf;
     buf[p++] = OP_SET | (flags << OP_BITS);
     buf[p++] = type;
@@ -280,12 +285,12 @@ export class JournalRecorder implements JournalSink {
     return this.pos;
   }
 
-  /** Puts the body [start + LENGTH_RESERVE, end) behind its length varint and appends the CRC. */
+  /** Puts the body [start + BODY_AT, end) right behind its length varint and check byte, and appends the CRC. */
   private finish(start: number, end: number): void {
-    const bodyLength = end - start - LENGTH_RESERVE;
+    const bodyLength = end - start - BODY_AT;
     const lengthBytes = varintSize(bodyLength);
     const bodyAt = start + lengthBytes + 1;
-    if (bodyAt !== start + LENGTH_RESERVE) this.buf.copyWithin(bodyAt, start + LENGTH_RESERVE, end);
+    if (bodyAt !== start + BODY_AT) this.buf.copyWithin(bodyAt, start + BODY_AT, end);
     this.varint(start, bodyLength);
     this.buf[start + lengthBytes] = crc8Range(this.buf, start, start + lengthBytes);
     const crcAt = bodyAt + bodyLength;
@@ -296,6 +301,10 @@ export class JournalRecorder implements JournalSink {
 
   private varint(p: number, v: number): number {
     const buf = this.buf;
+    if (v < 128) {
+      buf[p] = v;
+      return p + 1;
+    }
     while (v >= 128) {
       buf[p++] = (v % 128) | 128;
       v = Math.floor(v / 128);
