@@ -39,7 +39,7 @@ const MAX_BUFFERED_BYTES = 64 * 1024 * 1024;
 const WRITE_COALESCE_MS = 1;
 /** ... unless this many bytes wait. */
 const COALESCE_MAX_BYTES = 256 * 1024;
-/** A failed rewrite is retried by the cron after this long (Redis's AOF_REWRITE... retry of a failed enable). */
+/** A rewrite that failed while the journal has no loadable set yet is retried by the cron after this long. */
 const REWRITE_RETRY_MS = 5000;
 /** Records replayed between two looks at the slice's clock while loading. */
 const LOAD_RECORDS_PER_CHECK = 1024;
@@ -117,13 +117,6 @@ export interface JournalLoadResult {
   files: number;
   truncated: boolean;
   ms: number;
-}
-
-/** What loading a whole journal set found (`check` prints it). */
-export interface JournalSetSummary {
-  base: string | null;
-  baseKeys: number;
-  incrs: { file: string; records: number; bytes: number; torn: string | null }[];
 }
 
 function describe(e: unknown): string {
@@ -736,9 +729,3 @@ function fileSize(path: string): number {
     return 0;
   }
 }
-
-/**
- * `check` of a journal: the manifest's set loaded into a scratch keyspace with the loader's rules
- * (base, every record, a torn tail only at the very end, reported). Throws JournalError/SnapshotError.
- */
-export { JournalError };

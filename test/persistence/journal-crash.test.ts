@@ -197,6 +197,8 @@ describe('journal: rewrites killed at random points', () => {
       expect(await r.call('BGREWRITEAOF')).toBe('Background append only file rewriting started');
       // Traffic during the rewrite, answered before the kill: it must come back.
       await r.call('CL.THROTTLE', `during:${trial}`, 5, 10, 3600);
+      // everysec writes within a millisecond of the previous write: this turn writes it for sure.
+      await r.call('DEBUG', 'SLEEP', '0.002');
       expected++;
       await new Promise((res) => setTimeout(res, Math.floor(rnd() * 400)));
       const phase = (await info(r)).aof_rewrite_in_progress === '1' ? 'during' : 'after';

@@ -47,6 +47,15 @@ async function peekAll(r: Redis, ps: Probe[]): Promise<Map<string, unknown>> {
 
 const aofDir = (dir: string): string => join(dir, 'appendonlydir');
 
+/**
+ * With everysec a turn's records are written at the latest a millisecond after the previous write
+ * (docs/journal-format.md): a 2 ms DEBUG SLEEP makes its own turn write them, so a kill -9 after its
+ * reply finds every answered decision in the file.
+ */
+async function settle(r: Redis): Promise<void> {
+  await r.call('DEBUG', 'SLEEP', '0.002');
+}
+
 function incrFiles(dir: string): string[] {
   return readdirSync(aofDir(dir)).filter((n) => n.endsWith('.incr.aof')).sort();
 }
@@ -73,6 +82,7 @@ describe('journal: restart after kill -9', () => {
         await r.call('CL.THROTTLE', 'deleted', 5, 10, 60);
         expect(await r.del('deleted')).toBe(1);
         const before = await peekAll(r, ps);
+        await settle(r);
         r.disconnect();
         expect(await s.stop('SIGKILL')).toBe(null);
 
@@ -155,6 +165,7 @@ async function journalOf(n: number): Promise<string> {
   const r = new Redis(s.port);
   await r.call('DEBUG', 'CLOCK', 'SET', String(T0));
   for (let i = 0; i < n; i++) await r.call('CL.THROTTLE', `k${i}`, 5, 10, 60, 1 + (i % 5));
+  await settle(r);
   r.disconnect();
   expect(await s.stop('SIGKILL')).toBe(null);
   return dir;
@@ -196,6 +207,7 @@ describe('journal: torn tail and corrupt records', () => {
       expect(((await r.call('CL.THROTTLE', 'k9', 5, 10, 60, 0)) as number[])[2]).toBe(6 - 5);
       // Appending goes on after the cut: the next start reads every record.
       await r.call('CL.THROTTLE', 'after-cut', 5, 10, 60);
+      await settle(r);
     } finally {
       r.disconnect();
       await s.stop('SIGKILL');
@@ -261,6 +273,7 @@ describe('journal: rewrite and runtime switches', () => {
       expect(readdirSync(aofDir(dir)).sort()).toEqual(['appendonly.aof.2.base.snap', 'appendonly.aof.2.incr.aof', 'appendonly.aof.manifest']);
       expect(Number(i.aof_base_size)).toBe(statSync(join(aofDir(dir), 'appendonly.aof.2.base.snap')).size);
       await r.call('CL.THROTTLE', 'after', 5, 10, 60, 2);
+      await settle(r);
     } finally {
       r.disconnect();
     }
@@ -328,6 +341,7 @@ describe('journal: rewrite and runtime switches', () => {
       await waitFor('an automatic rewrite', async () => Number((await info(r)).aof_rewrites) >= 2);
       expect(s.logs.some((l) => l.includes('Starting automatic rewriting of AOF on'))).toBe(true);
       await r.config('SET', 'auto-aof-rewrite-percentage', '0');
+      await settle(r);
     } finally {
       r.disconnect();
     }
