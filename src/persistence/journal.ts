@@ -23,6 +23,7 @@
  *   middle). With `always`, an answered decision must be on disk, so the process exits, as Redis
  *   does. Writes are refused (MISCONF) only with stop-writes-on-bgsave-error yes.
  */
+import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
@@ -32,6 +33,10 @@ import { TEMP_FILE_PATTERN } from './format.js';
 import { processAlive } from './dir.js';
 import { encodeJournalHeader, JournalError, JournalParser, JournalRecorder, JournalReplay, JOURNAL_HEADER_BYTES } from './journal-format.js';
 import { BackgroundSave, fsyncDirSync, writeSnapshotSync } from './writer.js';
+
+const { O_CREAT, O_EXCL, O_NOFOLLOW, O_RDWR, O_WRONLY } = fs.constants;
+/** A new file of the journal: created here and now, never an existing file or a symlink's target. */
+const CREATE_EXCLUSIVE = O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW;
 
 /** Bytes of records kept while the file cannot be written; past this they are dropped and a rewrite is due. */
 const MAX_BUFFERED_BYTES = 64 * 1024 * 1024;
@@ -98,8 +103,9 @@ export function parseManifest(text: string, file: string): Manifest {
 
 /** Writes a manifest atomically: temp file, fsync, rename over the old one, directory fsync. */
 function writeManifest(dirPath: string, manifestName: string, m: Manifest): void {
-  const temp = join(dirPath, `temp-${manifestName}`);
-  const fd = fs.openSync(temp, 'w', 0o644);
+  // Created exclusively under a fresh name, never through a symlink (as every file cellgate makes for itself).
+  const temp = join(dirPath, `temp-${manifestName}.${randomBytes(6).toString('hex')}`);
+  const fd = fs.openSync(temp, CREATE_EXCLUSIVE, 0o644);
   try {
     fs.writeSync(fd, formatManifest(m));
     fs.fsyncSync(fd);
@@ -405,7 +411,9 @@ export class AppendOnly {
   private openIncr(seq: number): string {
     const name = this.incrName(seq);
     const path = join(this.dirPath, name);
-    const fd = fs.openSync(path, 'w', 0o644);
+    // A leftover of a rewrite that died before naming it in the manifest: never part of a loaded set.
+    fs.rmSync(path, { force: true });
+    const fd = fs.openSync(path, CREATE_EXCLUSIVE, 0o644);
     try {
       const header = encodeJournalHeader();
       fs.writeSync(fd, header, 0, header.length, 0);
@@ -571,7 +579,7 @@ export class AppendOnly {
   private openLastIncr(validBytes: number): void {
     const last = this.incrs[this.incrs.length - 1];
     const path = join(this.dirPath, last.name);
-    const fd = fs.openSync(path, 'r+');
+    const fd = fs.openSync(path, O_RDWR | O_NOFOLLOW);
     let size = validBytes;
     if (validBytes < JOURNAL_HEADER_BYTES) {
       // Cut inside its header (a crash right after creating it): it holds no record; start it again.
@@ -686,6 +694,12 @@ export class AppendOnly {
       return removed;
     }
     for (const name of names) {
+      if (name.startsWith(`temp-${this.manifestName}.`)) {
+        // A manifest being written when the process died (the rename never happened): the lock is ours.
+        fs.rmSync(join(this.dirPath, name), { force: true });
+        removed.push(join(this.dirPath, name));
+        continue;
+      }
       const m = TEMP_FILE_PATTERN.exec(name);
       if (m === null || Number(m[1]) === process.pid || processAlive(Number(m[1]))) continue;
       fs.rmSync(join(this.dirPath, name), { force: true });
