@@ -96,7 +96,7 @@ describe('journal: restart after kill -9', () => {
             expect(await r.exists('deleted')).toBe(0);
             expect(s.logs.some((l) => l.includes('journal loaded from'))).toBe(true);
           } else {
-            // The issue as filed: the snapshot's state, the later spends forgotten.
+            // A snapshot is point-in-time: its state comes back, the later spends are forgotten.
             expect(after).not.toEqual(before);
           }
         } finally {
