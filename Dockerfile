@@ -4,6 +4,7 @@
 #   docker build -t cellgate .
 #   docker run -d -p 6379:6379 -e CELLGATE_REQUIREPASS=s3cret -v cellgate-data:/data cellgate
 #   docker run ... cellgate --maxmemory 100mb        # arguments are cellgate flags
+#   docker run ... -e CELLGATE_APPENDONLY=yes cellgate  # the journal (docs/journal-format.md), in /data/appendonlydir
 #
 # Configuration precedence is config file < CELLGATE_* variables < flags (a flag always wins), and this
 # image sets CELLGATE_BIND, CELLGATE_PROTECTED_MODE and CELLGATE_DIR: change those three with `-e` or a

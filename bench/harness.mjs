@@ -224,7 +224,7 @@ async function waitForPong(port, child, what) {
  * Starts the cellgate build `main` on a free port (--port 0, port read from its JSON ready line).
  * Resolves with {port, child, dir, logs, readyMs} (readyMs: spawn to ready line).
  */
-export async function startCellgate(main, { nodeArgs = [], args: serverArgs = [], cwd = ROOT } = {}) {
+export async function startCellgate(main, { nodeArgs = [], args: serverArgs = [], cwd = ROOT, readyTimeoutMs = 10_000 } = {}) {
   const spawnedAt = performance.now();
   const dir = mkdtempSync(join(os.tmpdir(), 'cellgate-bench-'));
   tempDirs.push(dir);
@@ -235,7 +235,7 @@ export async function startCellgate(main, { nodeArgs = [], args: serverArgs = []
   const logs = [];
   const port = await new Promise((resolve, reject) => {
     let buf = '';
-    const t = setTimeout(() => reject(new Error(`cellgate did not start:\n${logs.join('\n')}`)), 10_000);
+    const t = setTimeout(() => reject(new Error(`cellgate did not start:\n${logs.join('\n')}`)), readyTimeoutMs);
     const onData = (chunk) => {
       buf += chunk.toString('utf8');
       let nl;

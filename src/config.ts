@@ -23,6 +23,8 @@ type Kind =
   | { type: 'enum'; values: string[] }
   | { type: 'string' }
   | { type: 'filename' }
+  /** appendfilename / appenddirname: a plain name inside `dir`, as Redis (no path). */
+  | { type: 'aofname'; what: 'filename' | 'dirname' }
   | { type: 'save' }
   /** A file mode in octal (unixsocketperm 700). */
   | { type: 'octal' }
@@ -95,7 +97,13 @@ const DEFS: ConfigDef[] = [
   { name: 'stop-writes-on-bgsave-error', kind: { type: 'bool' }, default: 'no', mutable: true, help: 'refuse writes (MISCONF) while the last background save failed' },
   { name: 'snapshot-corrupt-policy', kind: { type: 'enum', values: ['refuse', 'move-aside'] }, default: 'refuse', mutable: false, help: 'a snapshot that fails validation at start: refuse to start, or rename it to <file>.corrupt-<timestamp> and start empty' },
   { name: 'key-load-delay', kind: { type: 'int', min: 0, max: 1_000_000 }, default: '0', mutable: false, help: 'testing: busy-wait this many microseconds per key loaded (as Redis)' },
-  { name: 'appendonly', kind: { type: 'enum', values: ['no'] }, default: 'no', mutable: false, help: 'always no: cellgate persists by snapshot' },
+  { name: 'appendonly', kind: { type: 'bool' }, default: 'no', mutable: true, help: 'keep a journal of every state change (docs/journal-format.md): a crash loses at most appendfsync\'s window' },
+  { name: 'appendfsync', kind: { type: 'enum', values: ['always', 'everysec', 'no'] }, default: 'everysec', mutable: true, help: 'journal fsync: always (before each event-loop turn\'s replies), everysec (in the background), no (left to the OS)' },
+  { name: 'appendfilename', kind: { type: 'aofname', what: 'filename' }, default: 'appendonly.aof', mutable: false, help: 'prefix of the journal\'s files (manifest, base, incremental)' },
+  { name: 'appenddirname', kind: { type: 'aofname', what: 'dirname' }, default: 'appendonlydir', mutable: false, help: 'folder inside dir holding the journal\'s files' },
+  { name: 'auto-aof-rewrite-percentage', kind: { type: 'int', min: 0, max: 2_147_483_647 }, default: '100', mutable: true, help: 'rewrite the journal when it grew this many percent over its size after the last rewrite (0 = never)' },
+  { name: 'auto-aof-rewrite-min-size', kind: { type: 'memory' }, default: '67108864', mutable: true, help: 'no automatic journal rewrite below this size' },
+  { name: 'aof-load-truncated', kind: { type: 'bool' }, default: 'yes', mutable: true, help: 'at start, cut a half-written last journal record (logged) instead of refusing to start' },
   { name: 'databases', kind: { type: 'int', min: 1, max: 1 }, default: '1', mutable: false, help: 'one database, 0' },
   { name: 'slowlog-log-slower-than', kind: { type: 'int', min: -1, max: Number.MAX_SAFE_INTEGER }, default: '10000', mutable: true, help: 'log commands slower than this many microseconds (-1 = never, 0 = all)' },
   { name: 'slowlog-max-len', kind: { type: 'int', min: 0, max: Number.MAX_SAFE_INTEGER }, default: '128', mutable: true, help: 'entries the slow log keeps' },
@@ -197,6 +205,8 @@ function canonical(def: ConfigDef, value: string): string {
       return canonicalFilename(value);
     case 'addresses':
       return canonicalAddresses(value);
+    case 'aofname':
+      return canonicalAofName(value, k.what);
   }
 }
 
@@ -228,6 +238,19 @@ function canonicalAddresses(value: string): string {
   for (const word of value.split(/\s+/)) {
     if (word === '-') throw new ConfigError("'-' alone is not an address: a leading '-' marks an optional address, e.g. '-::1'");
   }
+  return value;
+}
+
+/**
+ * appendfilename / appenddirname: Redis's rule (a name, not a path), and no blank, quote or control
+ * character, so the manifest's `file <name> seq <n> type <t>` lines never need quoting; not one of
+ * cellgate's reserved names either.
+ */
+function canonicalAofName(value: string, what: 'filename' | 'dirname'): string {
+  if (value === '' || value.includes('/') || value.includes('\\') || value === '.' || value === '..') throw new ConfigError(`append${what} can't be a path, just a ${what}`);
+  // eslint-disable-next-line no-control-regex
+  if (/[\x00-\x20\x7f"']/.test(value)) throw new ConfigError(`append${what} must not contain spaces, quotes or control characters`);
+  if (value.startsWith(RESERVED_FILE_PREFIX)) throw new ConfigError(`append${what} can't start with '${RESERVED_FILE_PREFIX}' (reserved for cellgate's temp and lock files)`);
   return value;
 }
 
@@ -295,8 +318,6 @@ const REFUSED: Record<string, string> = {
   masteruser: 'cellgate has no replication',
   'cluster-enabled': 'cellgate has no cluster mode (shard by key in the client if one server is not enough)',
   'cluster-config-file': 'cellgate has no cluster mode',
-  appendfilename: 'cellgate has no append-only file: it persists by snapshot (save, dbfilename)',
-  appendfsync: 'cellgate has no append-only file: it persists by snapshot (save, dbfilename)',
   'rename-command': 'cellgate cannot rename commands (use requirepass and protected mode)',
   loadmodule: 'cellgate cannot load Redis modules (its limiters are built in)',
   'io-threads': 'cellgate serves every client on one thread',
@@ -319,7 +340,6 @@ const REFUSED_VALUES: Record<string, string> = {
   'daemonize yes': 'cellgate does not fork into the background: run it in the foreground under a supervisor (systemd Type=simple, a container runtime)',
   'supervised systemd': 'cellgate does not send sd_notify (Node cannot write to the notify socket without a native module): use supervised no with systemd Type=simple',
   'supervised upstart': 'cellgate does not raise SIGSTOP for upstart: use supervised no',
-  'appendonly yes': 'cellgate has no append-only file: it persists by snapshot (save, dbfilename)',
 };
 
 /** The environment variable of an option: CELLGATE_ and its name, dashes as underscores. */

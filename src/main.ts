@@ -23,7 +23,8 @@
  * so a port in use fails at once, not after a long load.
  *
  * `check FILE` validates a snapshot with the loader's own rules and prints its key count per type
- * (exit 0 valid, 1 invalid).
+ * (exit 0 valid, 1 invalid); given a journal (its folder, its manifest or one incremental file) it
+ * validates that with the journal loader's rules (src/persistence/journal-check.ts).
  */
 import { readFileSync, renameSync, rmSync } from 'node:fs';
 import { Config, ConfigError, optionsHelp } from './config.js';
@@ -32,12 +33,14 @@ import { Logger } from './log.js';
 import { checkWritable, DirError, DirLock, makeDirs } from './persistence/dir.js';
 import { replaceFileSync } from './persistence/exclusive-file.js';
 import { SnapshotError, SnapshotLoad } from './persistence/reader.js';
-import { Server, VERSION } from './server/server.js';
+import { checkJournal } from './persistence/journal-check.js';
+import { JournalError } from './persistence/journal-format.js';
+import { APPENDONLY_WITH_BACKEND, Server, VERSION } from './server/server.js';
 import { warmUp, WARMUP_ROUNDS } from './server/warmup.js';
 import { performance } from 'node:perf_hooks';
 
 const USAGE = `Usage: cellgate-server [/path/to/cellgate.conf] [--option value ...]
-       cellgate-server check FILE
+       cellgate-server check FILE     (a snapshot, a journal folder, manifest or incremental file)
        cellgate-server --version
        cellgate-server --help
 
@@ -78,7 +81,7 @@ async function main(argv: string[]): Promise<void> {
   }
   if (argv[0] === 'check') {
     if (argv.length !== 2) fail('usage: cellgate-server check FILE');
-    process.exitCode = checkSnapshot(argv[1]);
+    process.exitCode = checkJournal(argv[1]) ?? checkSnapshot(argv[1]);
     return;
   }
   const config = new Config();
@@ -113,6 +116,8 @@ async function main(argv: string[]): Promise<void> {
   for (const name of unknownEnv) {
     log.warning(`unknown environment variable ${name}: no option is called that (options are CELLGATE_<NAME>, e.g. CELLGATE_PORT; see --help); ignored`, { variable: name });
   }
+
+  if (config.bool('appendonly') && config.get('backend') !== '') fail(`${APPENDONLY_WITH_BACKEND}; set appendonly no`);
 
   const server = new Server(config, log);
   for (const signal of ['SIGTERM', 'SIGINT'] as const) {
@@ -149,8 +154,13 @@ async function main(argv: string[]): Promise<void> {
     fail((e as Error).message);
   }
   writePidfile(server);
-  log.notice(`listening on port ${server.port}; loading the snapshot (INFO says loading:1 until it is loaded)`, { port: server.port, file: server.snapshots.file });
-  await loadSnapshot(server);
+  if (config.bool('appendonly')) {
+    log.notice(`listening on port ${server.port}; loading the journal (INFO says loading:1 until it is loaded)`, { port: server.port, dir: server.journal.dirPath });
+    await loadJournal(server);
+  } else {
+    log.notice(`listening on port ${server.port}; loading the snapshot (INFO says loading:1 until it is loaded)`, { port: server.port, file: server.snapshots.file });
+    await loadSnapshot(server);
+  }
   log.notice(`cellgate ${VERSION} ready to accept connections on port ${server.port}`, {
     version: VERSION,
     port: server.port,
@@ -209,10 +219,60 @@ function prepareDir(server: Server): void {
   }
   process.on('exit', () => lock.release());
   try {
-    for (const stale of server.snapshots.removeStaleTempFiles()) server.log.notice(`removed ${stale}, left by a save that never finished`, { file: stale });
+    const stale = server.snapshots.removeStaleTempFiles();
+    if (server.config.bool('appendonly')) stale.push(...server.journal.removeStaleTempFiles());
+    for (const file of stale) server.log.notice(`removed ${file}, left by a save that never finished`, { file });
   } catch (e) {
     server.log.warning(`could not look for stale temp files in '${dir}': ${(e as Error).message}`);
   }
+}
+
+/**
+ * `appendonly yes` at start: the journal set named by the manifest in `dir/appenddirname` (base, then
+ * every incremental file), the port already open. Without a manifest, the snapshot is loaded as
+ * usual and a journal is built from it at once (unlike Redis, which would start empty and ignore the
+ * snapshot: a limiter that turns the journal on must not forget its spends). A set that fails
+ * validation stops the start naming the file, the offset and the problem, the files untouched
+ * (snapshot-corrupt-policy refuse), or the whole folder is renamed to
+ * `<appenddirname>.corrupt-<timestamp>` and the server starts empty with a new journal (move-aside).
+ */
+async function loadJournal(server: Server): Promise<void> {
+  const dirPath = server.journal.dirPath;
+  let fresh = false;
+  try {
+    const loaded = await server.journal.load();
+    if (loaded === null) {
+      fresh = true;
+      server.log.notice(`no journal manifest in ${dirPath}: loading the snapshot, then creating the journal from it`, { dir: dirPath });
+      await loadSnapshot(server, false);
+    } else {
+      server.log.notice(`journal loaded from ${loaded.manifest}: base ${loaded.baseKeys} keys, ${loaded.records} records from ${loaded.files} incremental files in ${loaded.ms.toFixed(1)} ms`, {
+        manifest: loaded.manifest, base_keys: loaded.baseKeys, records: loaded.records, ms: Math.round(loaded.ms), truncated: loaded.truncated,
+      });
+    }
+  } catch (e) {
+    if (!(e instanceof JournalError || e instanceof SnapshotError)) {
+      fail(`cannot read the journal in ${dirPath}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}; refusing to start`);
+    }
+    if (server.config.get('snapshot-corrupt-policy') !== 'move-aside') fail(`${e.message}; refusing to start (the files are left untouched)`);
+    const aside = `${dirPath}.corrupt-${new Date().toISOString().replace(/[-:.]/g, '')}`;
+    try {
+      renameSync(dirPath, aside);
+    } catch (e2) {
+      fail(`${e.message}; and ${dirPath} cannot be moved aside to ${aside}: ${(e2 as NodeJS.ErrnoException).code ?? (e2 as Error).message}; refusing to start`);
+    }
+    server.snapshots.discardPartialLoad();
+    server.log.warning(`CORRUPT JOURNAL: ${e.message}. The folder was moved aside to ${aside} (snapshot-corrupt-policy move-aside); starting with an EMPTY keyspace and a new journal`, {
+      dir: dirPath, moved_to: aside, problem: e.problem, offset: e.offset,
+    });
+    fresh = true;
+  }
+  try {
+    server.journal.begin(fresh, true);
+  } catch (e) {
+    fail(`cannot create the journal in ${dirPath}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}; refusing to start`);
+  }
+  server.snapshots.endLoading();
 }
 
 /**
@@ -222,10 +282,10 @@ function prepareDir(server: Server): void {
  * the server starts empty (move-aside): never deleted either way. A file that cannot be read at all
  * (permissions, a directory) always stops the start.
  */
-async function loadSnapshot(server: Server): Promise<void> {
+async function loadSnapshot(server: Server, finish = true): Promise<void> {
   const file = server.snapshots.file;
   try {
-    const loaded = await server.snapshots.load();
+    const loaded = await server.snapshots.load(file, finish);
     if (loaded === null) {
       server.log.notice(`no snapshot at ${file}: starting with an empty keyspace`, { file });
     } else {

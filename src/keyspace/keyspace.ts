@@ -38,6 +38,7 @@ export const TYPE_NAMES: Record<number, string> = {
 
 import { hashKey } from './key-hash.js';
 import { KeyTable } from './key-table.js';
+import type { JournalSink } from '../persistence/journal-format.js';
 
 const LRU_MASK = 0xffffff;
 /** Index-table positions an active-expiry step moves while the table grows (~0.1 ms). */
@@ -192,6 +193,14 @@ export class Keyspace {
   private watches = new Map<string, KeyWatch | KeyWatch[]>();
   private watchedKeys = 0;
 
+  /**
+   * The append-only journal's recorder (`appendonly yes`: src/persistence/journal.ts), or null. A
+   * limiter's write pays one test for it in setState (which every state change calls, after setBlob
+   * and before setExpireAtMs: the journal encodes the key at the end of the turn, whole). Expiry is
+   * not recorded: a replayed state past its expiry is dropped by the loader, as it would be here.
+   */
+  journal: JournalSink | null = null;
+
   private settle(): void {
     const slot = this.expiredSlot;
     if (slot === -1) return;
@@ -241,6 +250,7 @@ export class Keyspace {
     const slot = this.index.find(bytes, start, end, hash);
     if (slot === -1) return -1;
     if (nowMs > this.index.getState(slot, 0)) {
+      if (this.journal !== null) this.journal.expiring(this, slot);
       if (slot >= this.saveCursor) this.preserve(slot);
       this.expiredCount++;
       this.typeCounts[this.typeAt(slot)]--;
@@ -326,6 +336,7 @@ export class Keyspace {
   deleteKey(bytes: Uint8Array, start: number, end: number, nowMs: number): boolean {
     const slot = this.lookupKey(bytes, start, end, nowMs);
     if (slot === -1) return false;
+    if (this.journal !== null) this.journal.deleting(this, slot);
     this.removeSlot(slot);
     this.dirty++;
     return true;
@@ -335,12 +346,14 @@ export class Keyspace {
   delete(key: string, nowMs: number): boolean {
     const slot = this.lookup(key, nowMs);
     if (slot === -1) return false;
+    if (this.journal !== null) this.journal.deleting(this, slot);
     this.removeSlot(slot);
     this.dirty++;
     return true;
   }
 
   clear(): void {
+    if (this.journal !== null) this.journal.flushing();
     this.settle();
     if (this.watchedKeys !== 0) this.touchAllWatched();
     this.dirty += this.index.size;
@@ -387,6 +400,7 @@ export class Keyspace {
   setState(slot: number, a: number, b: number, c = 0): void {
     if (slot >= this.saveCursor) this.preserve(slot);
     if (this.watchedKeys !== 0) this.touchSlot(slot);
+    if (this.journal !== null) this.journal.touched(slot);
     this.dirty++;
     const index = this.index;
     index.setState(slot, 1, a);
@@ -449,6 +463,7 @@ export class Keyspace {
       if (this.typeAt(slot) !== KeyType.Free) {
         seen++;
         if (nowMs > this.index.getState(slot, 0)) {
+          if (this.journal !== null) this.journal.expiring(this, slot);
           this.removeSlot(slot);
           this.expiredCount++;
         } else {
@@ -479,6 +494,7 @@ export class Keyspace {
       const slot = this.sweepCursor++;
       if (this.typeAt(slot) !== KeyType.Free) {
         if (nowMs > this.index.getState(slot, 0)) {
+          if (this.journal !== null) this.journal.expiring(this, slot);
           this.removeSlot(slot);
           removed++;
         } else {
@@ -566,6 +582,7 @@ export class Keyspace {
   evictSlot(slot: number): void {
     this.settle();
     if (this.typeAt(slot) === KeyType.Free) return;
+    if (this.journal !== null) this.journal.deleting(this, slot);
     this.removeSlot(slot);
     this.evictedCount++;
     this.dirty++;

@@ -70,6 +70,8 @@ export class Snapshotter {
    * state, refusing every limiter call is a worse outage than a snapshot that is not being saved).
    */
   denyWrites = false;
+  /** denyWrites because the journal cannot be written (Redis's MISCONF for the AOF). */
+  private denyWritesForJournal = false;
   /**
    * True until `load()` has ended: commands without the `loading` flag get LOADING, and nothing
    * saves (a SIGTERM while the ports are being bound, before the load even began, must not write an
@@ -109,7 +111,9 @@ export class Snapshotter {
   }
 
   refreshDenyWrites(): void {
-    this.denyWrites = !this.lastBgsaveOk && this.server.config.bool('stop-writes-on-bgsave-error') && this.savePoints().length > 0;
+    const stopWrites = this.server.config.bool('stop-writes-on-bgsave-error');
+    this.denyWritesForJournal = stopWrites && !this.server.journal.lastWriteOk;
+    this.denyWrites = (!this.lastBgsaveOk && stopWrites && this.savePoints().length > 0) || this.denyWritesForJournal;
     this.gated = this.loading || this.denyWrites;
   }
 
@@ -125,7 +129,9 @@ export class Snapshotter {
    */
   refusal(spec: CommandSpec): Refusal | null {
     if (this.loading && !spec.flags.includes('loading') && spec.name !== 'ping') return LOADING_REFUSAL;
-    if (this.denyWrites && spec.flags.includes('write')) return MISCONF_REFUSAL;
+    if (this.denyWrites && spec.flags.includes('write')) {
+      return this.denyWritesForJournal ? { code: 'MISCONF', message: `MISCONF Errors writing to the AOF file: ${this.server.journal.lastWriteError}` } : MISCONF_REFUSAL;
+    }
     return null;
   }
 
@@ -154,8 +160,7 @@ export class Snapshotter {
    * no limiter stores) or the read error, the keyspace then holding part of the file (see
    * discardPartialLoad); the file is only ever read.
    */
-  async load(): Promise<LoadResult | null> {
-    const file = this.file;
+  async load(file = this.file, finish = true): Promise<LoadResult | null> {
     const ks = this.server.keyspace;
     const nowMs = this.server.clock.nowMs();
     const started = performance.now();
@@ -184,9 +189,14 @@ export class Snapshotter {
       }
     } finally {
       this.current = null;
-      this.loading = false;
-      this.refreshDenyWrites();
+      if (finish) this.endLoading();
     }
+  }
+
+  /** The load is over (snapshot, or base and journal): commands are served. */
+  endLoading(): void {
+    this.loading = false;
+    this.refreshDenyWrites();
   }
 
   /** After a refused load (snapshot-corrupt-policy move-aside): empties the keyspace the load began to fill. */
@@ -216,7 +226,8 @@ export class Snapshotter {
 
   /** BGSAVE: starts a background save. Returns false if one is already running. */
   bgsave(): boolean {
-    if (this.background !== null) return false;
+    // One point-in-time view at a time (Keyspace.beginSave): a journal rewrite holds it.
+    if (this.background !== null || this.server.journal.rewriteInProgress) return false;
     const { server } = this;
     const dirtyAtStart = server.keyspace.dirty;
     const job = new BackgroundSave(server.keyspace, () => server.clock.nowMs(), server.config.get('dir'), server.config.get('dbfilename'), () => server.flushPending());
@@ -268,7 +279,7 @@ export class Snapshotter {
   /** The periodic part (Redis's serverCron): scheduled BGSAVE and the `save` policy. */
   cron(nowMs: number): void {
     // Never save a half-loaded keyspace over the snapshot it comes from.
-    if (this.background !== null || this.loading) return;
+    if (this.background !== null || this.loading || this.server.journal.rewriteInProgress) return;
     if (this.backgroundScheduled) {
       this.bgsave();
       return;
@@ -358,7 +369,7 @@ export class Snapshotter {
       ['rdb_last_load_keys_expired', this.lastLoad?.expired ?? 0],
       ['rdb_last_load_keys_loaded', this.lastLoad?.loaded ?? 0],
       ['rdb_last_load_duration_ms', this.lastLoad !== null ? Math.round(this.lastLoad.ms) : 0],
-      ['aof_enabled', 0],
+      ...this.server.journal.infoRows(),
     ];
   }
 }

@@ -98,7 +98,7 @@ function writeAllSync(fd: number, chunk: Buffer): void {
   for (let off = 0; off < chunk.length; ) off += fs.writeSync(fd, chunk, off, chunk.length - off);
 }
 
-function fsyncDirSync(dir: string): void {
+export function fsyncDirSync(dir: string): void {
   const fd = fs.openSync(dir, 'r');
   try {
     fs.fsyncSync(fd);

@@ -362,6 +362,8 @@ export class Client implements AccountHolder {
 
   /** Sends everything the shared writer holds for this client in one socket write. */
   flush(): void {
+    // Replies leave here without Server.flushPending: the turn's journal records go first.
+    this.server.journal.commit();
     this.sendPending();
     const out = this.takeReplies();
     if (out !== null && !this.socket.destroyed) this.socket.write(out);
@@ -515,6 +517,7 @@ export class Client implements AccountHolder {
   sendPending(): void {
     const out = this.pendingOut;
     if (out !== null) {
+      this.server.journal.commit();
       this.pendingOut = null;
       if (!this.socket.destroyed) this.socket.write(out);
     }

@@ -18,6 +18,7 @@ import { Acl, aclCheck, ACL_DENIED_CMD, ACL_LOG_TEXT_BYTES, ACL_OK, deniedKeyInd
 import { loggedArg } from '../log-text.js';
 import { aclClientInfo, loadAclFile } from '../commands/acl.js';
 import type { CommandContext, CommandSpec } from '../commands/types.js';
+import { AppendOnly } from '../persistence/journal.js';
 import { Snapshotter, type SaveMode } from '../persistence/snapshotter.js';
 import { Client } from './client.js';
 import { ClientsMemory } from './client-memory.js';
@@ -72,6 +73,8 @@ export class Server {
   readonly keyspace = new Keyspace();
   /** Snapshots: load, SAVE/BGSAVE, the save policy, MISCONF (src/persistence). */
   readonly snapshots: Snapshotter = new Snapshotter(this);
+  /** The append-only journal (`appendonly yes`; src/persistence/journal.ts). */
+  readonly journal: AppendOnly = new AppendOnly(this);
   readonly stats = new Stats();
   /** ACL users (src/acl/users.ts); the default user has requirepass as its password. */
   readonly acl = new Acl(allCommands());
@@ -357,6 +360,7 @@ export class Server {
    * refused with Redis's text (its updateMaxclients), and the old value stays.
    */
   configRefusal(name: string, value: string): string | null {
+    if (name === 'appendonly' && value === 'yes' && this.config.get('backend') !== '') return APPENDONLY_WITH_BACKEND;
     if (name === 'maxmemory') return this.memory.refusal(Number(value));
     if (name !== 'maxclients') return null;
     const requested = Number(value);
@@ -403,6 +407,7 @@ export class Server {
     this.writer.onError = this.log.enabled('debug') ? this.logErrorReply : null;
     this.log.format = this.config.get('log-format') as 'human' | 'json';
     this.snapshots.refreshDenyWrites();
+    this.journal.applyConfig();
     this.maxmemoryBytes = this.config.int('maxmemory');
     this.clientsMemory.limitBytes = clientsMemoryLimit(this.config.get('maxmemory-clients'), this.maxmemoryBytes);
     this.clientsMemory.enforce();
@@ -691,6 +696,9 @@ export class Server {
 
   /** Sends the replies waiting for the end of this turn (then, or before background work that may take a while). */
   readonly flushPending = (): void => {
+    // Group commit: this turn's journal records are written (and with appendfsync always synced)
+    // before any of its replies leave.
+    this.journal.commit();
     const clients = this.toFlush;
     if (clients.length === 0) return;
     this.toFlush = [];
@@ -966,6 +974,7 @@ export class Server {
     if (!this.snapshots.loading) this.runPart('memory check', () => this.memory.periodic());
     this.stats.sampleOps();
     this.runPart('snapshot cron', () => this.snapshots.cron(nowMs));
+    this.runPart('journal cron', () => this.journal.cron(nowMs));
     this.clock.resync();
     const now = Date.now();
     this.expireTlsHandshakes(now);
@@ -1006,6 +1015,7 @@ export class Server {
       return false;
     }
     if (!saved) this.log.warning('The final snapshot failed: exiting anyway (the previous snapshot is left as it was)');
+    this.runPart('journal shutdown', () => this.journal.shutdown());
     const code = saved ? 0 : 1;
     this.shuttingDown = true;
     if (this.timer) clearInterval(this.timer);
@@ -1016,6 +1026,9 @@ export class Server {
     process.exit(code);
   }
 }
+
+/** Why `appendonly yes` is refused with a `backend` (at start and by CONFIG SET). */
+export const APPENDONLY_WITH_BACKEND = 'appendonly yes is not used with a backend: the limiter state lives on the backend (docs/backend.md), not in this process';
 
 export const PROTECTED_MODE_MESSAGE =
   '-DENIED cellgate is running in protected mode because protected mode is enabled and no password is set for the default user. ' +

@@ -132,7 +132,7 @@ describe('redis.conf directives', () => {
 
   it.each([
     ['daemonize yes', 'run it in the foreground under a supervisor'],
-    ['appendonly yes', 'it persists by snapshot'],
+    ['appendonly maybe', "argument must be 'yes' or 'no'"],
     ['replicaof 10.0.0.1 6379', 'cellgate has no replication'],
     ['cluster-enabled yes', 'cellgate has no cluster mode'],
     ['supervised systemd', 'use supervised no with systemd Type=simple'],
