@@ -129,16 +129,21 @@ export class RawConnection {
   }
 
   /**
-   * Waits until the received bytes are whole replies and nothing new came for `quietMs` (or the
-   * server closed): the server has answered everything it is going to answer to what was sent.
+   * Waits until the received bytes are whole replies, at least `minReplies` of them, and nothing
+   * new came for `quietMs` (or the server closed): the server has answered everything it is going
+   * to answer to what was sent. `minReplies` keeps a busy machine from passing for a quiet one: a
+   * server that has not answered yet is not done.
    */
-  async settle(quietMs = 15, timeoutMs = 3000): Promise<void> {
-    const deadline = Date.now() + timeoutMs;
+  async settle(quietMs = 15, timeoutMs = 3000, minReplies = 0): Promise<void> {
+    const deadline = Date.now() + Math.max(timeoutMs, minReplies > 0 ? 30_000 : 0);
     for (;;) {
       if (this.ended) return;
       const before = this.bytes;
       await delay(quietMs);
-      if (this.bytes === before && parseReplies(this.received).rest === 0) return;
+      if (this.bytes === before) {
+        const { replies, rest } = parseReplies(this.received);
+        if (rest === 0 && replies.length >= minReplies) return;
+      }
       if (Date.now() > deadline) throw new Error(`no quiet moment within ${timeoutMs} ms: ${JSON.stringify(this.text().slice(-200))}`);
     }
   }

@@ -67,11 +67,13 @@ async function transcript(port: number, payload: string | Buffer, opts: { resp3?
     let skip = 0;
     if (opts.resp3) {
       await conn.write('HELLO 3\r\n');
-      await conn.settle();
+      await conn.settle(15, 3000, 1);
       skip = conn.length; // HELLO's own reply names the server: not compared
     }
     await conn.write(payload);
-    await conn.settle(30);
+    // Each inline command gets one reply (or the server closes): wait for all of them.
+    const inlineCommands = typeof payload === 'string' ? payload.split('\r\n').length - 1 : 0;
+    await conn.settle(30, 3000, (opts.resp3 ? 1 : 0) + inlineCommands);
     return { bytes: conn.received.subarray(skip).toString('latin1'), closed: conn.ended };
   } finally {
     conn.destroy();
