@@ -15,6 +15,7 @@ export default defineConfig({
       'test/persistence/format.test.ts',
       'test/persistence/dirty.test.ts',
       'test/persistence/bgsave-point-in-time.property.test.ts',
+      'test/persistence/journal-replay.property.test.ts',
       'test/transactions/keyspace-watch.test.ts',
       'test/server/tasks.test.ts',
     ],
