@@ -261,7 +261,11 @@ export class KeyTable {
     const len = this.word(slot, LENGTH);
     if (len > INLINE_BYTES) return this.arena.copy(this.word(slot, REF), len, target, offset);
     const at = (slot & PAGE_MASK) * RECORD_BYTES + INLINE_AT;
-    return this.bytePages[slot >>> PAGE_BITS].copy(target, offset, at, at + len);
+    // A byte loop: Buffer#copy's argument checks and native call cost more than a short key's bytes
+    // (the journal copies a key per changed key per turn).
+    const page = this.bytePages[slot >>> PAGE_BITS];
+    for (let i = 0; i < len; i++) target[offset + i] = page[at + i];
+    return len;
   }
 
   /** The spare word of `slot`'s record (the keyspace keeps type and access time there; 0 initially). */

@@ -411,6 +411,10 @@ export class Keyspace {
    * The variable-size state of a slot, or undefined. A limiter may change the returned array in place
    * (a sliding log appends to its ring), so while a background save runs this counts as a write.
    */
+  /** True when some key holds a blob (the journal's encoder skips getBlob's lookup otherwise). */
+  get anyBlobs(): boolean {
+    return this.blobs.size !== 0;
+  }
   getBlob(slot: number): Float64Array | undefined {
     if (slot >= this.saveCursor) this.preserve(slot);
     const blob = this.blobs.get(slot);
