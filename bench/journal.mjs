@@ -7,7 +7,9 @@
  *
  *   npm run build && node bench/journal.mjs
  *   (JOURNAL_ROUNDS [3], JOURNAL_P16_REQUESTS [1000000], JOURNAL_P1_REQUESTS [200000],
- *    JOURNAL_KEYS [1000000], JOURNAL_RECORDS [10000000])
+ *    JOURNAL_KEYS [1000000], JOURNAL_RECORDS [10000000], BENCH_MAIN [dist/main.js]: the build measured,
+ *    JOURNAL_BASELINE [none]: another build (e.g. a copy of main's dist/) whose `appendonly no` and
+ *    `everysec` run in the same rounds, interleaved, as rows "baseline ...": an A/B on one machine state)
  *
  * Prints a Markdown section for bench/RESULTS.md. Targets: everysec P16 ≥ 0.9× and P1 ≥ 0.95× of
  * appendonly no; always P16 ≥ 0.5×; ≤ 32 bytes per record; load of 1M keys + 10M records ≤ 5 s.
@@ -20,7 +22,8 @@ import {
   command, fmtInt, fmtRatio, machine, median, run, runBenchmark, ROOT, startCellgate, stop, table, watchdog,
 } from './harness.mjs';
 
-const MAIN = join(ROOT, 'dist', 'main.js');
+const MAIN = process.env.BENCH_MAIN ?? join(ROOT, 'dist', 'main.js');
+const BASELINE = process.env.JOURNAL_BASELINE;
 const ROUNDS = Number(process.env.JOURNAL_ROUNDS ?? 3);
 const P16_REQUESTS = Number(process.env.JOURNAL_P16_REQUESTS ?? 1_000_000);
 const P1_REQUESTS = Number(process.env.JOURNAL_P1_REQUESTS ?? 200_000);
@@ -29,9 +32,13 @@ const RECORDS = Number(process.env.JOURNAL_RECORDS ?? 10_000_000);
 const CMD = ['CL.THROTTLE', 'key:__rand_int__', '100', '10', '60'];
 
 const MODES = [
-  { name: 'appendonly no', args: ['--appendonly', 'no'] },
-  { name: 'everysec', args: ['--appendonly', 'yes', '--appendfsync', 'everysec'] },
-  { name: 'always', args: ['--appendonly', 'yes', '--appendfsync', 'always'] },
+  { name: 'appendonly no', args: ['--appendonly', 'no'], main: MAIN },
+  { name: 'everysec', args: ['--appendonly', 'yes', '--appendfsync', 'everysec'], main: MAIN },
+  { name: 'always', args: ['--appendonly', 'yes', '--appendfsync', 'always'], main: MAIN },
+  ...(BASELINE === undefined ? [] : [
+    { name: 'baseline appendonly no', args: ['--appendonly', 'no'], main: BASELINE },
+    { name: 'baseline everysec', args: ['--appendonly', 'yes', '--appendfsync', 'everysec'], main: BASELINE },
+  ]),
 ];
 
 function infoField(text, name) {
@@ -78,7 +85,7 @@ async function main() {
   const results = new Map(MODES.map((m) => [m.name, { p16: [], p1: [], cpu16: [], cpu1: [], bytesPerRecord: [] }]));
   for (let round = 0; round < ROUNDS; round++) {
     for (const mode of MODES) {
-      const s = await startCellgate(MAIN, { args: [...mode.args, '--warmup', 'yes'] });
+      const s = await startCellgate(mode.main, { args: [...mode.args, '--warmup', 'yes'] });
       const r = results.get(mode.name);
       const b16 = await runBenchmark(s.port, 16, P16_REQUESTS, CMD, s.child.pid);
       const b1 = await runBenchmark(s.port, 1, P1_REQUESTS, CMD, s.child.pid);
@@ -87,16 +94,16 @@ async function main() {
       r.p1.push(b1.rps);
       r.cpu1.push(b1.cpuUsPerOp);
       await stop(s.child);
-      if (mode.name !== 'appendonly no') {
+      if (mode.args[1] === 'yes') {
         const j = journalRecords(join(s.dir, 'appendonlydir'));
         r.bytesPerRecord.push(j.bytes / j.records);
       }
       process.stderr.write(`round ${round + 1} ${mode.name}: P16 ${fmtInt(b16.rps)}/s, P1 ${fmtInt(b1.rps)}/s\n`);
     }
   }
-  const base = results.get('appendonly no');
   const rows = MODES.map((m) => {
     const r = results.get(m.name);
+    const base = results.get(m.main === MAIN ? 'appendonly no' : 'baseline appendonly no');
     return [
       m.name,
       fmtInt(median(r.p16)), fmtRatio(median(r.p16) / median(base.p16)), median(r.cpu16).toFixed(2),
