@@ -16,6 +16,7 @@ export default defineConfig({
       'test/persistence/dirty.test.ts',
       'test/persistence/bgsave-point-in-time.property.test.ts',
       'test/persistence/journal-replay.property.test.ts',
+      'test/persistence/journal-format.test.ts',
       'test/transactions/keyspace-watch.test.ts',
       'test/server/tasks.test.ts',
     ],
