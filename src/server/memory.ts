@@ -7,8 +7,9 @@
  *   used_memory = used_memory_startup + used_memory_dataset
  *
  * where used_memory_startup is the V8 heap in use plus array buffers (`heapUsed + arrayBuffers`)
- * measured once after a full GC, at the end of start-up (after the warm-up, before the snapshot
- * loads: the code and the empty server, without the garbage start-up leaves, which made it read
+ * measured once after a full GC during start-up (before the warm-up, whose code full collections
+ * right after it made slower, and before the snapshot loads: the code and the empty server,
+ * without the garbage start-up leaves, which made it read
  * ~17 MB for a process that holds 10-11 MB), and used_memory_dataset is Keyspace.datasetBytes: the
  * bytes of the records in use, the index table, the arena chunks of long keys and the sliding-log
  * blobs, counted exactly as keys come and go (src/keyspace/key-table.ts). The heap as measured now
