@@ -118,10 +118,10 @@ export class MemoryGuard {
   }
 
   /**
-   * Measures used_memory_startup after a full GC, with no key yet (main.ts calls it once start-up
-   * work is done, before the port opens). Collections separated by event-loop turns: what start-up
-   * (the warm-up's scratch server and sockets) leaves is freed only once its pending closes and
-   * callbacks have run, and array buffers are given back after the collection that found them dead.
+   * Measures used_memory_startup after a full GC, with no key yet (main.ts calls it before the
+   * warm-up and before the port opens). Collections separated by event-loop turns: what start-up
+   * leaves (configuration, module loading) is freed only once its pending callbacks have run, and
+   * array buffers are given back after the collection that found them dead.
    */
   async measureStartup(): Promise<number> {
     for (let i = 0; i < STARTUP_GC_ROUNDS; i++) {
