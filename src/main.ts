@@ -35,7 +35,8 @@ import { replaceFileSync } from './persistence/exclusive-file.js';
 import { SnapshotError, SnapshotLoad } from './persistence/reader.js';
 import { checkJournal } from './persistence/journal-check.js';
 import { JournalError } from './persistence/journal-format.js';
-import { APPENDONLY_WITH_BACKEND, Server, VERSION } from './server/server.js';
+import { APPENDONLY_WITH_BACKEND, Server } from './server/server.js';
+import { VERSION } from './version.js';
 import { warmUp, WARMUP_ROUNDS } from './server/warmup.js';
 import { performance } from 'node:perf_hooks';
 

@@ -2,7 +2,7 @@
  * Connection commands, as Redis 7: PING, ECHO, QUIT, RESET, HELLO, AUTH, SELECT, CLIENT.
  */
 import type { CommandArgs } from '../protocol/command-args.js';
-import { REDIS_VERSION } from '../server/server.js';
+import { REDIS_VERSION } from '../version.js';
 import type { Client } from '../server/client.js';
 import type { User } from '../acl/users.js';
 import { lower, parseRedisInteger, str } from './args.js';

@@ -6,7 +6,8 @@ import type { CommandArgs } from '../protocol/command-args.js';
 import os from 'node:os';
 import { randomBytes } from 'node:crypto';
 import { TYPE_NAMES } from '../keyspace/keyspace.js';
-import { REDIS_VERSION, VERSION, type Server } from '../server/server.js';
+import type { Server } from '../server/server.js';
+import { REDIS_VERSION, VERSION } from '../version.js';
 import { processMemory } from '../server/memory.js';
 import { noKeys, type CommandContext, type CommandSpec } from './types.js';
 

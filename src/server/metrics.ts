@@ -17,11 +17,14 @@
 import http from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
 import { TYPE_NAMES } from '../keyspace/keyspace.js';
-import { VERSION, REDIS_VERSION, METRICS_MAX_CONNECTIONS, type Server } from './server.js';
+import type { Server } from './server.js';
+import { REDIS_VERSION, VERSION } from '../version.js';
 import type { CommandStat } from './stats.js';
 import { processMemory } from './memory.js';
 import { DURATION_BOUNDS_US } from './stats.js';
 
+/** Metrics scrapes that may be open at once; the server reserves them in its descriptor budget. */
+export const METRICS_MAX_CONNECTIONS = 16;
 /** Requests one keep-alive connection may make; the last is answered with `Connection: close`. */
 export const METRICS_MAX_REQUESTS_PER_CONNECTION = 100;
 

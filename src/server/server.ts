@@ -23,7 +23,7 @@ import { Snapshotter, type SaveMode } from '../persistence/snapshotter.js';
 import { Client } from './client.js';
 import { ClientsMemory } from './client-memory.js';
 import { WATCH_FREE_CHECK_KEYS, WATCH_FREE_SLICE_KEYS, WATCH_FREE_SLICE_MS, watchBytes, type Watching } from './transaction.js';
-import { startMetrics } from './metrics.js';
+import { METRICS_MAX_CONNECTIONS, startMetrics } from './metrics.js';
 import { SlowLog } from './slowlog.js';
 import { MemoryGuard, OOM_MESSAGE } from './memory.js';
 import { Stats, recordDuration, type CommandStat } from './stats.js';
@@ -35,11 +35,8 @@ import { parseBackendUrl } from '../backend/backend-url.js';
 import { RedisBackend, type UnavailablePolicy } from '../backend/redis-backend.js';
 import { LIMITER_SCRIPT, TYPE_SCRIPT } from '../backend/limiter-script.js';
 
-export const VERSION = '0.2.0';
 /** The reply to a command queued in MULTI. */
 const QUEUED_REPLY = Buffer.from('+QUEUED\r\n');
-/** The Redis version whose protocol and replies cellgate matches (INFO redis_version, HELLO). */
-export const REDIS_VERSION = '7.2.4';
 
 /**
  * Time budget of one active-expiry step. Short, because every client with a request in flight waits
@@ -65,8 +62,6 @@ const EXPIRE_STEPS_PER_TICK = 48;
  * be written within this bound, the socket is destroyed anyway.
  */
 const REFUSED_CLOSE_MS = 1000;
-/** Metrics scrapes that may be open at once; they are reserved in the descriptor budget. */
-export const METRICS_MAX_CONNECTIONS = 16;
 
 export class Server {
   readonly clock = new Clock();

@@ -13,7 +13,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { freePort, startServer, type RunningServer } from '../helpers/server.js';
 import { waitFor } from '../helpers/wait.js';
 import { allCommands } from '../../src/commands/table.ts';
-import { VERSION } from '../../src/server/server.ts';
+import { VERSION } from '../../src/version.ts';
 
 /** The length of the one complete RESP2/RESP3 reply at `o`, or -1 while it is incomplete. */
 function replyEnd(b: Buffer, o: number): number {
