@@ -5,7 +5,8 @@ import type { CommandArgs } from '../protocol/command-args.js';
 import { REDIS_VERSION } from '../version.js';
 import type { Client } from '../server/client.js';
 import type { User } from '../acl/users.js';
-import { lower, parseRedisInteger, str } from './args.js';
+import { lower, str } from './args.js';
+import { parseRedisInteger } from '../protocol/numbers.js';
 import { loggedField } from '../log-text.js';
 import { noKeys, secretFrom, type CommandContext, type CommandSpec } from './types.js';
 

@@ -16,7 +16,7 @@
  * answers as an error.
  */
 import { constants } from 'node:buffer';
-import { parseRedisDoubleText, parseRedisIntegerAt, parseRustI64At } from '../commands/args.js';
+import { parseRedisDoubleText, parseRedisIntegerAt, parseRustI64At } from './numbers.js';
 
 /** How much of an argument a message quotes (Redis's `%.128s`). */
 export const ARG_TEXT_BYTES = 128;

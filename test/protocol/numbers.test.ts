@@ -3,7 +3,7 @@
  * getDoubleFromObject (strtod), and Rust's i64::from_str (redis-cell).
  */
 import { describe, expect, it } from 'vitest';
-import { parseRedisDouble, parseRedisInteger, parseRustI64 } from '../../src/commands/args.js';
+import { parseRedisDouble, parseRedisInteger, parseRustI64 } from '../../src/protocol/numbers.js';
 import { CommandArgs, argsOf } from '../../src/protocol/command-args.js';
 
 const b = (s: string) => Buffer.from(s, 'latin1');
