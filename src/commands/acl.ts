@@ -9,7 +9,8 @@ import { CATEGORIES } from '../acl/categories.js';
 import { ACL_DENIED_CMD, ACL_OK, AclRuleError, aclCheck, deniedKeyIndex, validUserName, type User } from '../acl/users.js';
 import type { Client } from '../server/client.js';
 import type { Server } from '../server/server.js';
-import { clientInfoLine, replyHelp } from './connection.js';
+import { clientInfoLine } from './connection.js';
+import { replyHelp } from './help.js';
 import { lookupCommand, lookupSubcommand } from './table.js';
 import { noKeys, secretFrom, type CommandContext, type CommandSpec } from './types.js';
 

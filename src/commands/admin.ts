@@ -10,7 +10,7 @@ import { fullGc } from '../server/memory.js';
 import { parseMillisToMicros } from '../clock.js';
 import { globMatch } from '../glob.js';
 import type { SaveMode } from '../persistence/snapshotter.js';
-import { replyHelp } from './connection.js';
+import { replyHelp } from './help.js';
 import { noKeys, type CommandContext, type CommandSpec } from './types.js';
 
 /**

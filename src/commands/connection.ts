@@ -8,6 +8,7 @@ import type { User } from '../acl/users.js';
 import { lower, str } from './args.js';
 import { parseRedisInteger } from '../protocol/numbers.js';
 import { loggedField } from '../log-text.js';
+import { replyHelp } from './help.js';
 import { noKeys, secretFrom, type CommandContext, type CommandSpec } from './types.js';
 
 const WRONGPASS = 'WRONGPASS invalid username-password pair or user is disabled.';
@@ -255,12 +256,6 @@ const CLIENT_HELP = [
   'HELP',
   '    Prints this help.',
 ];
-
-/** Replies with help lines as Redis does: an array of status strings. */
-export function replyHelp(ctx: CommandContext, lines: string[]): void {
-  ctx.reply.arrayHeader(lines.length);
-  for (const line of lines) ctx.reply.status(line);
-}
 
 function clientList(ctx: CommandContext, argv: CommandArgs): void {
   let ids: Set<number> | null = null;

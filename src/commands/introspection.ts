@@ -5,7 +5,7 @@
 import type { CommandArgs } from '../protocol/command-args.js';
 import { allCommands, lookupCommand } from './table.js';
 import { globMatch } from '../glob.js';
-import { replyHelp } from './connection.js';
+import { replyHelp } from './help.js';
 import { noKeys, type ArgDoc, type CommandContext, type CommandSpec } from './types.js';
 import type { ReplyWriter } from '../protocol/reply-writer.js';
 import { memoryCommands } from './memory.js';

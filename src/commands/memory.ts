@@ -5,7 +5,7 @@
  */
 import type { CommandArgs } from '../protocol/command-args.js';
 import { lookupKeyArg } from './args.js';
-import { replyHelp } from './connection.js';
+import { replyHelp } from './help.js';
 import { processMemory } from '../server/memory.js';
 import { noKeys, type CommandContext, type CommandSpec } from './types.js';
 

@@ -3,7 +3,7 @@
  * [id, unix time, duration µs, [args...], client addr, client name], newest first.
  */
 import type { CommandArgs } from '../protocol/command-args.js';
-import { replyHelp } from './connection.js';
+import { replyHelp } from './help.js';
 import { noKeys, type CommandContext, type CommandSpec } from './types.js';
 
 const SLOWLOG_HELP = [
