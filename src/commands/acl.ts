@@ -11,7 +11,6 @@ import type { Client } from '../server/client.js';
 import type { Server } from '../server/server.js';
 import { clientInfoLine } from './connection.js';
 import { replyHelp } from './help.js';
-import { lookupCommand, lookupSubcommand } from './table.js';
 import { noKeys, secretFrom, type CommandContext, type CommandSpec } from './types.js';
 
 const NO_ACL_FILE =
@@ -220,12 +219,12 @@ function dryRun(ctx: CommandContext, argv: CommandArgs): void {
     r.error(`ERR User '${argv.text(2)}' not found`);
     return;
   }
-  let spec: CommandSpec | undefined = lookupCommand(argv.lower(3));
+  let spec: CommandSpec | undefined = ctx.commands.lookupCommand(argv.lower(3));
   if (spec === undefined) {
     r.error(`ERR Command '${argv.text(3)}' not found`);
     return;
   }
-  if (spec.subcommands !== undefined && argv.length >= 5) spec = lookupSubcommand(spec, argv.lower(4)) ?? spec;
+  if (spec.subcommands !== undefined && argv.length >= 5) spec = ctx.commands.lookupSubcommand(spec, argv.lower(4)) ?? spec;
   const fullName = spec.fullName ?? spec.name;
   const argc = argv.length - 3;
   if ((spec.arity > 0 && argc !== spec.arity) || argc < -spec.arity || spec.run === undefined) {

@@ -3,7 +3,6 @@
  * shapes (redis-cli builds its hints from COMMAND DOCS).
  */
 import type { CommandArgs } from '../protocol/command-args.js';
-import { allCommands, lookupCommand } from './table.js';
 import { globMatch } from '../glob.js';
 import { replyHelp } from './help.js';
 import { noKeys, type ArgDoc, type CommandContext, type CommandSpec } from './types.js';
@@ -137,7 +136,7 @@ function commandInfo(ctx: CommandContext, argv: CommandArgs): void {
 
 /** COMMAND INFO for `names` (all commands when empty; a null bulk, as Redis, for unknown names). */
 function replyCommandInfo(ctx: CommandContext, names: string[]): void {
-  const specs = names.length === 0 ? allCommands() : names.map((n) => lookupCommand(n));
+  const specs = names.length === 0 ? ctx.commands.allCommands() : names.map((n) => ctx.commands.lookupCommand(n));
   ctx.reply.arrayHeader(specs.length);
   for (const s of specs) {
     if (s === undefined) ctx.reply.nullBulk();
@@ -147,7 +146,7 @@ function replyCommandInfo(ctx: CommandContext, names: string[]): void {
 
 function commandDocs(ctx: CommandContext, argv: CommandArgs): void {
   const names = argv.lowerFrom(2);
-  const specs = names.length === 0 ? allCommands() : names.map((n) => lookupCommand(n)).filter((s): s is CommandSpec => s !== undefined);
+  const specs = names.length === 0 ? ctx.commands.allCommands() : names.map((n) => ctx.commands.lookupCommand(n)).filter((s): s is CommandSpec => s !== undefined);
   ctx.reply.mapHeader(specs.length);
   for (const s of specs) {
     ctx.reply.bulk(s.name);
@@ -172,7 +171,7 @@ function commandList(ctx: CommandContext, argv: CommandArgs): void {
     return;
   }
   const names: string[] = [];
-  for (const s of allCommands()) {
+  for (const s of ctx.commands.allCommands()) {
     if (filter(s)) names.push(s.name);
     for (const sub of s.subcommands ?? []) if (filter(sub)) names.push(sub.fullName!);
   }
@@ -189,7 +188,7 @@ export const introspectionCommands: CommandSpec[] = [
     summary: 'Returns detailed information about all commands.', args: [],
     run: (ctx) => replyCommandInfo(ctx, []),
     subcommands: [
-      sub('count', 2, 'Returns a count of commands.', (ctx) => ctx.reply.integer(allCommands().length)),
+      sub('count', 2, 'Returns a count of commands.', (ctx) => ctx.reply.integer(ctx.commands.allCommands().length)),
       sub('info', -2, 'Returns information about one, multiple or all commands.', commandInfo, [{ name: 'command-name', type: 'string', optional: true, multiple: true }]),
       sub('docs', -2, 'Returns documentary information about one, multiple or all commands.', commandDocs, [{ name: 'command-name', type: 'string', optional: true, multiple: true }]),
       sub('list', -2, 'Returns a list of command names.', commandList, [{ name: 'filterby', type: 'oneof', token: 'FILTERBY', optional: true, arguments: [

@@ -14,7 +14,7 @@ import { throttleCommands } from './throttle.js';
 import { aclCommands } from './acl.js';
 import { deriveCategories } from '../acl/categories.js';
 import { transactionCommands } from './transactions.js';
-import type { CommandSpec } from './types.js';
+import type { CommandCatalog, CommandSpec } from './types.js';
 
 const COMMANDS: CommandSpec[] = [
   ...connectionCommands,
@@ -66,3 +66,6 @@ export function lookupSubcommand(container: CommandSpec, lowercaseName: string):
 export function allCommands(): CommandSpec[] {
   return COMMANDS;
 }
+
+/** The table as handlers see it, through their CommandContext. */
+export const commandCatalog: CommandCatalog = { lookupCommand, lookupSubcommand, allCommands };

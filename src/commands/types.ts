@@ -23,9 +23,22 @@ export type CommandFlag =
   | 'write' | 'readonly' | 'fast' | 'admin' | 'noscript' | 'loading' | 'stale' | 'no-auth'
   | 'denyoom' | 'allow-busy' | 'no-multi' | 'blocking' | 'skip_slowlog';
 
+/**
+ * The command table as the handlers that describe or check other commands read it (COMMAND INFO,
+ * DOCS, LIST, COUNT, ACL DRYRUN): handed in through the context, because the table is made of
+ * those handlers' own command families and cannot be imported by them.
+ */
+export interface CommandCatalog {
+  lookupCommand(lowercaseName: string): CommandSpec | undefined;
+  lookupSubcommand(container: CommandSpec, lowercaseName: string): CommandSpec | undefined;
+  allCommands(): CommandSpec[];
+}
+
 /** What a handler gets: the server, the calling client, the reply writer and the call's time. */
 export interface CommandContext {
   server: Server;
+  /** Every command's description. */
+  commands: CommandCatalog;
   client: Client;
   reply: ReplyWriter;
   /** The server clock at the start of this command, in µs (one snapshot per command, as Redis). */

@@ -13,7 +13,7 @@ import type { Config, OutputLimit } from '../config.js';
 import type { Logger } from '../log.js';
 import { Keyspace } from '../keyspace/keyspace.js';
 import { ReplyWriter } from '../protocol/reply-writer.js';
-import { allCommands, lookupCommand, lookupSubcommand } from '../commands/table.js';
+import { allCommands, commandCatalog, lookupCommand, lookupSubcommand } from '../commands/table.js';
 import { Acl, aclCheck, ACL_DENIED_CMD, ACL_LOG_TEXT_BYTES, ACL_OK, deniedKeyIndex, noPermMessage } from '../acl/users.js';
 import { loggedArg } from '../log-text.js';
 import { aclClientInfo, loadAclFile } from '../commands/acl.js';
@@ -153,7 +153,7 @@ export class Server {
     readonly log: Logger,
   ) {
     this.memory = new MemoryGuard(config, this.keyspace);
-    this.ctx = { server: this, client: null as unknown as Client, reply: this.writer, nowUs: 0, nowMs: 0, keyspace: this.keyspace, backend: null };
+    this.ctx = { server: this, commands: commandCatalog, client: null as unknown as Client, reply: this.writer, nowUs: 0, nowMs: 0, keyspace: this.keyspace, backend: null };
     this.tasks = new Tasks(log);
     this.flushTask = this.tasks.guard('reply flush', this.flushPending);
     this.expireTask = this.tasks.guard('active expiry', () => this.expireCycle());
@@ -383,7 +383,7 @@ export class Server {
   /** A context for a reply written later (after a backend call): the clock of now. */
   contextFor(client: Client, reply: ReplyWriter): CommandContext {
     const nowUs = this.clock.nowUs();
-    return { server: this, client, reply, nowUs, nowMs: Math.floor(nowUs / 1000), keyspace: this.keyspace, backend: this.backend };
+    return { server: this, commands: commandCatalog, client, reply, nowUs, nowMs: Math.floor(nowUs / 1000), keyspace: this.keyspace, backend: this.backend };
   }
 
   /** `ctx` deciding locally: on this process's keyspace, or on the scratch one. */
