@@ -8,7 +8,6 @@ import type { CommandArgs } from '../protocol/command-args.js';
 import { CATEGORIES } from '../acl/categories.js';
 import { ACL_DENIED_CMD, ACL_OK, AclRuleError, aclCheck, deniedKeyIndex, validUserName, type User } from '../acl/users.js';
 import type { Client } from '../server/client.js';
-import type { Server } from '../server/server.js';
 import { clientInfoLine } from './connection.js';
 import { replyHelp } from './help.js';
 import { noKeys, secretFrom, type CommandContext, type CommandSpec } from './types.js';
@@ -16,16 +15,6 @@ import { noKeys, secretFrom, type CommandContext, type CommandSpec } from './typ
 const NO_ACL_FILE =
   'ERR This Redis instance is not configured to use an ACL file. You may want to specify users via the ACL SETUSER command ' +
   'and then issue a CONFIG REWRITE (assuming you have a Redis configuration file set) in order to store users in the Redis configuration.';
-
-/** Closes every connection authenticated as one of `users`: the caller's after this reply, as Redis frees them. */
-export function disconnectUsers(server: Server, users: Set<User>, caller: Client | null): void {
-  if (users.size === 0) return;
-  for (const c of [...server.clients.values()]) {
-    if (!users.has(c.user)) continue;
-    if (c === caller) c.closing = true;
-    else c.kill();
-  }
-}
 
 function setUser(ctx: CommandContext, argv: CommandArgs): void {
   const name = argv.buffer(2).toString('latin1');
@@ -45,7 +34,7 @@ function setUser(ctx: CommandContext, argv: CommandArgs): void {
     return;
   }
   ctx.reply.ok();
-  if (!user.enabled) disconnectUsers(ctx.server, new Set([user]), ctx.client);
+  if (!user.enabled) ctx.server.disconnectUsers(new Set([user]), ctx.client);
 }
 
 function getUser(ctx: CommandContext, argv: CommandArgs): void {
@@ -92,7 +81,7 @@ function delUser(ctx: CommandContext, argv: CommandArgs): void {
     gone.add(u);
   }
   ctx.reply.integer(gone.size);
-  disconnectUsers(ctx.server, gone, ctx.client);
+  ctx.server.disconnectUsers(gone, ctx.client);
 }
 
 function sortedUsers(ctx: CommandContext): User[] {
@@ -196,20 +185,13 @@ function load(ctx: CommandContext): void {
     return;
   }
   try {
-    loadAclFile(server, path, ctx.client);
+    server.loadAclFile(path, ctx.client);
   } catch (e) {
     if (!(e instanceof AclRuleError)) throw e;
     ctx.reply.error(`ERR ${e.message}`);
     return;
   }
   ctx.reply.ok();
-}
-
-/** Replaces the users with the file's (all or nothing); clients of users that were replaced are closed. */
-export function loadAclFile(server: Server, path: string, caller: Client | null): void {
-  const loaded = server.acl.parseFile(path);
-  const gone = server.acl.replaceUsers(loaded);
-  disconnectUsers(server, gone, caller);
 }
 
 function dryRun(ctx: CommandContext, argv: CommandArgs): void {

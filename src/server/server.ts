@@ -14,9 +14,9 @@ import type { Logger } from '../log.js';
 import { Keyspace } from '../keyspace/keyspace.js';
 import { ReplyWriter } from '../protocol/reply-writer.js';
 import { allCommands, commandCatalog, lookupCommand, lookupSubcommand } from '../commands/table.js';
-import { Acl, aclCheck, ACL_DENIED_CMD, ACL_LOG_TEXT_BYTES, ACL_OK, deniedKeyIndex, noPermMessage } from '../acl/users.js';
+import { Acl, aclCheck, type User, ACL_DENIED_CMD, ACL_LOG_TEXT_BYTES, ACL_OK, deniedKeyIndex, noPermMessage } from '../acl/users.js';
 import { loggedArg } from '../log-text.js';
-import { aclClientInfo, loadAclFile } from '../commands/acl.js';
+import { aclClientInfo } from '../commands/acl.js';
 import type { CommandContext, CommandSpec } from '../commands/types.js';
 import { AppendOnly } from '../persistence/journal.js';
 import { Snapshotter, type SaveMode } from '../persistence/snapshotter.js';
@@ -184,7 +184,7 @@ export class Server {
     // requirepass first, then the ACL file, whose default user (if any) wins, as in Redis.
     this.acl.syncRequirepass(this.config.get('requirepass'));
     const aclfile = this.config.get('aclfile');
-    if (aclfile !== '') loadAclFile(this, aclfile, null);
+    if (aclfile !== '') this.loadAclFile(aclfile, null);
     const addresses = this.config.get('bind').split(/\s+/).filter(Boolean);
     let port = this.config.int('port');
     const failures: string[] = [];
@@ -378,6 +378,26 @@ export class Server {
   get scratchKeyspace(): Keyspace {
     if (this.scratch === null) this.scratch = new Keyspace();
     return this.scratch;
+  }
+
+  /**
+   * Replaces the ACL users with the file's (all or nothing: a bad file throws AclRuleError); clients
+   * of users that were replaced are closed. At start and on ACL LOAD.
+   */
+  loadAclFile(path: string, caller: Client | null): void {
+    const loaded = this.acl.parseFile(path);
+    const gone = this.acl.replaceUsers(loaded);
+    this.disconnectUsers(gone, caller);
+  }
+
+  /** Closes every connection authenticated as one of `users`: the caller's after this reply, as Redis frees them. */
+  disconnectUsers(users: Set<User>, caller: Client | null): void {
+    if (users.size === 0) return;
+    for (const c of [...this.clients.values()]) {
+      if (!users.has(c.user)) continue;
+      if (c === caller) c.closing = true;
+      else c.kill();
+    }
   }
 
   /** A context for a reply written later (after a backend call): the clock of now. */
