@@ -17,8 +17,7 @@
 import { CommandArgs } from '../protocol/command-args.js';
 import type { ReplyWriter } from '../protocol/reply-writer.js';
 import { KeyType, TYPE_NAMES } from '../keyspace/keyspace.js';
-import { replyFive, WRONGTYPE } from './throttle.js';
-import { writeSix } from './ratelimit.js';
+import { replyFive, WRONGTYPE, writeSix } from './limiter-replies.js';
 import { keySlot } from '../backend/key-slot.js';
 import { limiterScriptArgv, parseLimiterReply, type ScriptLimit, type ScriptOutcome } from '../backend/limiter-script.js';
 import { isDecision, TIMED_OUT, type RedisBackend } from '../backend/redis-backend.js';

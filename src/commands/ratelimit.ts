@@ -17,7 +17,6 @@
  * in each limiter module.
  */
 import type { CommandArgs } from '../protocol/command-args.js';
-import type { ReplyWriter } from '../protocol/reply-writer.js';
 import { createKeyArg, lookupKeyArg } from './args.js';
 import { KeyType, type Keyspace } from '../keyspace/keyspace.js';
 import type { CellParams } from '../limiters/cell-throttle.js';
@@ -28,7 +27,7 @@ import { MAX_SCALED, newRateDecision, RefundEffect, type RateDecision } from '..
 import { MAX_SLIDING_LOG_LIMIT, slidingLogDecide, slidingLogRecord, slidingLogRefund, slidingLogRefunded } from '../limiters/sliding-log.js';
 import { slidingWindowDecide, slidingWindowRefund } from '../limiters/sliding-window.js';
 import { tokenBucketDecide, tokenBucketRefund } from '../limiters/token-bucket.js';
-import { WRONGTYPE } from './throttle.js';
+import { WRONGTYPE, writeSix } from './limiter-replies.js';
 import { firstKeyOnly, type ArgDoc, type CommandContext, type CommandSpec } from './types.js';
 import { LimiterCounter } from '../server/stats.js';
 import { runOnBackend } from './backend-limiter.js';
@@ -316,33 +315,6 @@ function refund(ctx: CommandContext, argv: CommandArgs, l: Limit, units: number)
 
 function replySix(ctx: CommandContext, d: RateDecision): void {
   writeSix(ctx.reply, d.limited ? 1 : 0, d.limit, d.remaining, d.retryAfterMs, d.resetAfterMs, d.delayMs);
-}
-
-/** An RL.* reply: six integers in RESP2, a map with their names in RESP3 (also the backend's replies). */
-export function writeSix(r: ReplyWriter, limited: number, limit: number, remaining: number, retryAfterMs: number, resetAfterMs: number, delayMs: number): void {
-  if (r.proto === 3) {
-    r.mapHeader(6);
-    r.bulk('limited');
-    r.integer(limited);
-    r.bulk('limit');
-    r.integer(limit);
-    r.bulk('remaining');
-    r.integer(remaining);
-    r.bulk('retry_after_ms');
-    r.integer(retryAfterMs);
-    r.bulk('reset_after_ms');
-    r.integer(resetAfterMs);
-    r.bulk('delay_ms');
-    r.integer(delayMs);
-  } else {
-    r.arrayHeader(6);
-    r.integer(limited);
-    r.integer(limit);
-    r.integer(remaining);
-    r.integer(retryAfterMs);
-    r.integer(resetAfterMs);
-    r.integer(delayMs);
-  }
 }
 
 const rlAllCounter = new LimiterCounter('rl.all');

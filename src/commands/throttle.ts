@@ -4,7 +4,6 @@
  * C = GCRA's exact remainder beyond A when its TAT passes 2^53 µs (src/limiters/redis-gcra.ts), else 0.
  */
 import type { CommandArgs } from '../protocol/command-args.js';
-import type { ReplyWriter } from '../protocol/reply-writer.js';
 import { createKeyArg, lookupKeyArg } from './args.js';
 import { KeyType } from '../keyspace/keyspace.js';
 import { cellParams, cellThrottle, newCellDecision, MAX_BURST, MAX_PERIOD_SEC, MAX_TOLERANCE_US, type CellParams } from '../limiters/cell-throttle.js';
@@ -12,8 +11,7 @@ import { gcraDecide, gcraParams, newGcraDecision } from '../limiters/redis-gcra.
 import { firstKeyOnly, type CommandContext, type CommandSpec } from './types.js';
 import { LimiterCounter } from '../server/stats.js';
 import { errorAfterTypeCheck, KEY_TOO_LONG, MAX_BACKEND_KEY_BYTES, prefixedKey, runOnBackend } from './backend-limiter.js';
-
-export const WRONGTYPE = 'WRONGTYPE Operation against a key holding the wrong kind of value';
+import { replyFive, WRONGTYPE } from './limiter-replies.js';
 
 const cellDecision = newCellDecision();
 
@@ -76,16 +74,6 @@ function storeTat(ctx: CommandContext, argv: CommandArgs, slot: number, tatUs: n
   if (slot === -1) slot = createKeyArg(ks, argv, 1, KeyType.Gcra);
   ks.setState(slot, tatUs, tatNs, tatRestUs);
   ks.setExpireAtMs(slot, expireAtMs);
-}
-
-/** A CL.THROTTLE / GCRA reply: five integers (also the backend's replies). */
-export function replyFive(r: ReplyWriter, limited: boolean, limit: number, remaining: number, retry: number, reset: number): void {
-  r.arrayHeader(5);
-  r.integer(limited ? 1 : 0);
-  r.integer(limit);
-  r.integer(remaining);
-  r.integer(retry);
-  r.integer(reset);
 }
 
 /**
