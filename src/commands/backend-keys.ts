@@ -14,7 +14,7 @@
 import type { CommandArgs } from '../protocol/command-args.js';
 import type { ReplyWriter } from '../protocol/reply-writer.js';
 import type { RedisBackend } from '../backend/redis-backend.js';
-import { parseScanArgs } from './keys.js';
+import { parseScanArgs } from './scan-args.js';
 import { KEY_TOO_LONG, MAX_BACKEND_KEY_BYTES } from './backend-limiter.js';
 import type { CommandContext } from './types.js';
 import { keySlot } from '../backend/key-slot.js';

@@ -6,6 +6,7 @@ import type { CommandArgs } from '../protocol/command-args.js';
 import { TYPE_NAMES } from '../keyspace/keyspace.js';
 import { globMatch } from '../glob.js';
 import { backendDbsize, backendDel, backendExists, backendFlush, backendKeys, backendScan, backendTtl, backendType } from './backend-keys.js';
+import { parseScanArgs } from './scan-args.js';
 import { firstKeyOnly, noKeys, type CommandContext, type CommandSpec } from './types.js';
 
 // Keys are looked up by their bytes as received, never as strings: a key may be as long as
@@ -61,71 +62,6 @@ function ttlReply(ctx: CommandContext, argv: CommandArgs, inMs: boolean): void {
   ctx.server.stats.keyspaceHits++;
   const ms = Math.max(0, ks.expireAtMs(slot) - ctx.nowMs);
   ctx.reply.integer(inMs ? ms : Math.floor((ms + 500) / 1000));
-}
-
-const U64_MAX = 2n ** 64n - 1n;
-
-/**
- * A SCAN cursor read as Redis does (strtoul, base 10, whole argument): an optional sign then
- * decimal digits; a negative value wraps modulo 2^64, "" is 0, leading whitespace or a value
- * beyond 2^64 − 1 is refused (null). Cursors past the keyspace's range all mean "the end".
- */
-export function parseScanCursor(text: string): number | null {
-  const m = /^([+-]?)(\d*)$/.exec(text);
-  if (m === null || (m[2] === '' && m[1] !== '')) return null;
-  if (m[2] === '') return 0;
-  let v = BigInt(m[2]);
-  if (v > U64_MAX) return null;
-  if (m[1] === '-' && v !== 0n) v = 2n ** 64n - v;
-  return v > BigInt(Number.MAX_SAFE_INTEGER) ? Number.MAX_SAFE_INTEGER : Number(v);
-}
-
-/** SCAN's options, parsed. */
-export interface ScanArgs {
-  cursor: number;
-  count: number;
-  /** MATCH, or null for every key. */
-  pattern: string | null;
-  /** TYPE, lowercase, or null. */
-  typeFilter: string | null;
-}
-
-/** Parses SCAN's arguments; null after an error reply. */
-export function parseScanArgs(ctx: CommandContext, argv: CommandArgs): ScanArgs | null {
-  const r = ctx.reply;
-  const cursor = parseScanCursor(argv.str(1));
-  if (cursor === null) {
-    r.error('ERR invalid cursor');
-    return null;
-  }
-  let count = 10;
-  let pattern: string | null = null;
-  let typeFilter: string | null = null;
-  for (let i = 2; i < argv.length; i++) {
-    const opt = argv.lower(i);
-    const more = i + 1 < argv.length;
-    if (opt === 'count' && more) {
-      const n = argv.redisInteger(++i);
-      if (n === null) {
-        r.error('ERR value is not an integer or out of range');
-        return null;
-      }
-      if (n < 1) {
-        r.error('ERR syntax error');
-        return null;
-      }
-      count = n;
-    } else if (opt === 'match' && more) {
-      pattern = argv.str(++i);
-      if (pattern === '*') pattern = null;
-    } else if (opt === 'type' && more) {
-      typeFilter = argv.lower(++i);
-    } else {
-      r.error('ERR syntax error');
-      return null;
-    }
-  }
-  return { cursor, count, pattern, typeFilter };
 }
 
 function scan(ctx: CommandContext, argv: CommandArgs): void {
