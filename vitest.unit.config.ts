@@ -3,7 +3,8 @@ import { defineConfig } from 'vitest/config';
 /**
  * The fast tier (`npm run test:unit`): pure tests of the rooms that never touch a socket — limiters
  * with a fake clock, the keyspace, the request parser and reply writer, argument parsing, the
- * snapshot format — no server process, no Redis. Run it while working; `npm test` runs everything.
+ * snapshot format, the import check — no server process, no Redis. Run it while working; `npm test`
+ * runs everything.
  */
 export default defineConfig({
   test: {
@@ -19,6 +20,7 @@ export default defineConfig({
       'test/persistence/journal-format.test.ts',
       'test/transactions/keyspace-watch.test.ts',
       'test/server/tasks.test.ts',
+      'test/build/check-imports.test.ts',
     ],
     testTimeout: 60_000,
     reporters: ['default', './test/helpers/summary-reporter.ts'],
