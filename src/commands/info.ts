@@ -6,16 +6,15 @@ import type { CommandArgs } from '../protocol/command-args.js';
 import os from 'node:os';
 import { randomBytes } from 'node:crypto';
 import { TYPE_NAMES } from '../keyspace/keyspace.js';
-import type { Server } from '../server/server.js';
 import { REDIS_VERSION, VERSION } from '../version.js';
 import { processMemory } from '../server/memory.js';
-import { noKeys, type CommandContext, type CommandSpec } from './types.js';
+import { noKeys, type CommandContext, type CommandServer, type CommandSpec } from './types.js';
 
-type Section = (server: Server, nowUs: number) => [string, string | number][];
+type Section = (server: CommandServer, nowUs: number) => [string, string | number][];
 
 /** A server's replication ID: 40 random hex digits made at its first INFO, as Redis makes one at start. */
-const replicationIds = new WeakMap<Server, string>();
-function replicationId(server: Server): string {
+const replicationIds = new WeakMap<CommandServer, string>();
+function replicationId(server: CommandServer): string {
   let id = replicationIds.get(server);
   if (id === undefined) {
     id = randomBytes(20).toString('hex');
@@ -202,7 +201,7 @@ const DEFAULT = ['server', 'clients', 'memory', 'persistence', 'stats', 'replica
 const ALL = [...DEFAULT.slice(0, -1), 'commandstats', 'keyspace'];
 
 /** Builds the INFO text for the requested sections (Redis's `default`, `all`, `everything` too). */
-export function infoText(server: Server, nowUs: number, requested: string[]): string {
+export function infoText(server: CommandServer, nowUs: number, requested: string[]): string {
   let names: string[];
   if (requested.length === 0 || requested.includes('default')) names = DEFAULT;
   else if (requested.includes('all') || requested.includes('everything')) names = ALL;

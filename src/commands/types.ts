@@ -2,12 +2,23 @@
  * The shape of a command, described once. Arity checks, the auth gate, `COMMAND INFO`,
  * `COMMAND DOCS`, `COMMAND LIST` and subcommand help are all generated from these descriptions.
  */
+import type tls from 'node:tls';
 import type { Keyspace } from '../keyspace/keyspace.js';
 import type { RedisBackend } from '../backend/redis-backend.js';
 import type { CommandArgs } from '../protocol/command-args.js';
 import type { Client } from '../server/client.js';
-import type { Server } from '../server/server.js';
 import type { ReplyWriter } from '../protocol/reply-writer.js';
+import type { Acl, User } from '../acl/users.js';
+import type { Clock } from '../clock.js';
+import type { Config } from '../config.js';
+import type { Logger } from '../log.js';
+import type { AppendOnly } from '../persistence/journal.js';
+import type { SaveMode, Snapshotter } from '../persistence/snapshotter.js';
+import type { ClientsMemory } from '../server/client-memory.js';
+import type { MemoryGuard } from '../server/memory.js';
+import type { SlowLog } from '../server/slowlog.js';
+import type { Stats } from '../server/stats.js';
+import type { Tasks } from '../server/tasks.js';
 
 /** One argument as `COMMAND DOCS` shows it (Redis's argument schema, trimmed to what we use). */
 export interface ArgDoc {
@@ -34,9 +45,108 @@ export interface CommandCatalog {
   allCommands(): CommandSpec[];
 }
 
+/*
+ * What of the server the handlers may use, one interface per capability. The server implements
+ * them all (src/server/server.ts); a handler sees them through CommandContext.server, and a helper
+ * takes only the capability it needs.
+ */
+
+/** The counters: INFO stats, keyspace hits and misses, limiter counts, CONFIG RESETSTAT. */
+export interface StatsAccess {
+  readonly stats: Stats;
+  resetStats(): void;
+}
+
+/** The running configuration and applying a change to it: CONFIG GET/SET/REWRITE. */
+export interface ConfigAccess {
+  readonly config: Config;
+  /** Why `value` cannot be set now (null when it can): checks that need the running server. */
+  configRefusal(name: string, value: string): string | null;
+  applyRuntimeConfig(): void;
+}
+
+/** The connected clients: CLIENT LIST/KILL, INFO clients, MEMORY STATS. */
+export interface ClientRegistry {
+  readonly clients: ReadonlyMap<number, Client>;
+  readonly clientsMemory: ClientsMemory;
+  readonly tlsHandshakesInProgress: number;
+}
+
+/** The ACL users, and closing the clients of users that go: ACL, AUTH, HELLO. */
+export interface AclAccess {
+  readonly acl: Acl;
+  /** Whether a new connection starts unauthenticated (the default user needs a password). */
+  readonly authRequired: boolean;
+  loadAclFile(path: string, caller: Client | null): void;
+  disconnectUsers(users: Set<User>, caller: Client | null): void;
+}
+
+/**
+ * Snapshots and the journal: SAVE, BGSAVE, LASTSAVE, BGREWRITEAOF, INFO persistence, the commands
+ * refused while loading.
+ */
+export interface PersistenceAccess {
+  readonly snapshots: Snapshotter;
+  readonly journal: AppendOnly;
+}
+
+/** The listening sockets: CONFIG SET port/bind and the TLS files, INFO server. */
+export interface ListenerControl {
+  readonly port: number;
+  readonly tlsPort: number;
+  /** A CONFIG SET of port/bind in flight (another one is refused meanwhile). */
+  rebinding: boolean;
+  rebind(bind: string, port: number): Promise<string | null>;
+  readonly tlsActive: boolean;
+  reloadTls(context: tls.TlsOptions): void;
+}
+
+/** The process itself: clock, log, identity, periodic tasks, memory, slow log, SHUTDOWN. */
+export interface ProcessControl {
+  readonly clock: Clock;
+  readonly log: Logger;
+  readonly runId: string;
+  readonly startedMs: number;
+  readonly tasks: Tasks;
+  readonly periodicRuns: number;
+  readonly memory: MemoryGuard;
+  readonly slowlog: SlowLog;
+  shutdown(reason: string, opts?: { save?: SaveMode; refuseIfSaveFails?: boolean }): boolean;
+}
+
+/** The keyspace and the bookkeeping of WATCHed keys released in slices (INFO). */
+export interface KeyspaceAccess {
+  readonly keyspace: Keyspace;
+  readonly pendingWatchFrees: number;
+  readonly watchFreeSlices: number;
+  readonly watchFreeSliceMaxUs: number;
+}
+
+/** The shared backend and the local answers its unavailability policies give: the limiter commands. */
+export interface BackendAccess {
+  readonly backend: RedisBackend | null;
+  /** The keyspace of the `allow` policy's answers, thrown away after each. */
+  readonly scratchKeyspace: Keyspace;
+  /** A context for a reply written later (after a backend call). */
+  contextFor(client: Client, reply: ReplyWriter): CommandContext;
+  /** `ctx` deciding locally: on the server's keyspace, or on the scratch one. */
+  localContext(ctx: CommandContext, reply: ReplyWriter, scratch: boolean): CommandContext;
+}
+
+/** Running the commands a MULTI queued: EXEC. */
+export interface QueuedDispatch {
+  aclDenied(client: Client, fullName: string, argv: CommandArgs, result: number, context: 'toplevel' | 'multi'): void;
+  callQueued(client: Client, spec: CommandSpec, argv: CommandArgs, nowUs: number): void;
+}
+
+/** Everything of the server a handler may use. */
+export interface CommandServer
+  extends StatsAccess, ConfigAccess, ClientRegistry, AclAccess, PersistenceAccess, ListenerControl, ProcessControl,
+    KeyspaceAccess, BackendAccess, QueuedDispatch {}
+
 /** What a handler gets: the server, the calling client, the reply writer and the call's time. */
 export interface CommandContext {
-  server: Server;
+  server: CommandServer;
   /** Every command's description. */
   commands: CommandCatalog;
   client: Client;

@@ -17,7 +17,7 @@ import { allCommands, commandCatalog, lookupCommand, lookupSubcommand } from '..
 import { Acl, aclCheck, type User, ACL_DENIED_CMD, ACL_LOG_TEXT_BYTES, ACL_OK, deniedKeyIndex, noPermMessage } from '../acl/users.js';
 import { loggedArg } from '../log-text.js';
 import { aclClientInfo } from '../commands/acl.js';
-import type { CommandContext, CommandSpec } from '../commands/types.js';
+import type { CommandContext, CommandServer, CommandSpec } from '../commands/types.js';
 import { AppendOnly } from '../persistence/journal.js';
 import { Snapshotter, type SaveMode } from '../persistence/snapshotter.js';
 import { Client } from './client.js';
@@ -63,7 +63,7 @@ const EXPIRE_STEPS_PER_TICK = 48;
  */
 const REFUSED_CLOSE_MS = 1000;
 
-export class Server {
+export class Server implements CommandServer {
   readonly clock = new Clock();
   readonly keyspace = new Keyspace();
   /** Snapshots: load, SAVE/BGSAVE, the save policy, MISCONF (src/persistence). */
