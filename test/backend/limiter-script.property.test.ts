@@ -29,6 +29,7 @@ import { gcraParams, type GcraParams } from '../../src/limiters/redis-gcra.js';
 import { gcraMsParams, newGcraMsParams } from '../../src/limiters/gcra-ms.js';
 import { MAX_SCALED } from '../../src/limiters/rate-decision.js';
 import { KeyType } from '../../src/keyspace/keyspace.js';
+import { mulberry32 } from '../helpers/random.js';
 
 const LONG = process.env.CELLGATE_LONG_TESTS === '1';
 const RUNS = Number(process.env.CELLGATE_PROPERTY_RUNS ?? (LONG ? 20000 : 1000));
@@ -54,17 +55,6 @@ afterAll(async () => {
   backend?.disconnect();
   await Promise.all([cellgate?.stop(), redisServer?.destroy()]);
 });
-
-/** mulberry32: a timeline follows from its seed (fast-check picks and reports the seeds). */
-function prng(seed: number): () => number {
-  let t = seed >>> 0;
-  return () => {
-    t = (t + 0x6d2b79f5) >>> 0;
-    let x = Math.imul(t ^ (t >>> 15), 1 | t);
-    x = (x + Math.imul(x ^ (x >>> 7), 61 | x)) ^ x;
-    return ((x ^ (x >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 type Rand = () => number;
 const int = (r: Rand, min: number, max: number) => min + Math.floor(r() * (max - min + 1));
@@ -237,7 +227,7 @@ let timelineId = 0;
  * keys (WRONGTYPE, or the gcra family sharing a key).
  */
 function timeline(seed: number, main: Family | null, steps: number): { calls: Call[]; start: number; deltas: number[] } {
-  const r = prng(seed);
+  const r = mulberry32(seed);
   const prefix = `t${timelineId++}:`;
   const keyNames = [0, 1, 2, 3, 4].map((i) => `${prefix}{k}${i}`);
   const mainSpecs = main === null ? [] : [specOf(r, main), specOf(r, main)];

@@ -13,6 +13,7 @@ import { Keyspace, KeyType, type EvictionPolicy } from '../../src/keyspace/keysp
 import { readSnapshotFile } from '../../src/persistence/reader.js';
 import { BackgroundSave } from '../../src/persistence/writer.js';
 import { tempDirsForFile } from './helpers.js';
+import { mulberry32 } from '../helpers/random.js';
 
 const newDir = tempDirsForFile();
 
@@ -23,17 +24,6 @@ interface Entry {
   b: number;
   c: number;
   blob: number[] | null;
-}
-
-/** mulberry32: the traffic of one run follows from its seed (fast-check shrinks and replays it). */
-function prng(seed: number): () => number {
-  let t = seed >>> 0;
-  return () => {
-    t = (t + 0x6d2b79f5) >>> 0;
-    let x = Math.imul(t ^ (t >>> 15), 1 | t);
-    x = (x + Math.imul(x ^ (x >>> 7), 61 | x)) ^ x;
-    return ((x ^ (x >>> 14)) >>> 0) / 4294967296;
-  };
 }
 
 const TYPES = [KeyType.Gcra, KeyType.TokenBucket, KeyType.LeakyBucket, KeyType.FixedWindow, KeyType.SlidingLog, KeyType.SlidingWindow];
@@ -69,7 +59,7 @@ describe('BGSAVE point in time (in-process)', () => {
           flushPermille: fc.integer({ min: 0, max: 20 }),
         }),
         async ({ seed, keys, slices, opsPerSlice, flushPermille }) => {
-          const rnd = prng(seed);
+          const rnd = mulberry32(seed);
           const int = (n: number): number => Math.floor(rnd() * n);
           let now = 1_800_000_000_000;
           const ks = new Keyspace();

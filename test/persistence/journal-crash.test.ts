@@ -15,6 +15,7 @@ import { describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
 import { fillKeys, info, runToExit, startOn, tempDirsForFile } from './helpers.js';
 import { join } from 'node:path';
+import { mulberry32 } from '../helpers/random.js';
 
 const newDir = tempDirsForFile();
 const SOAK = process.env.CELLGATE_SOAK === '1';
@@ -26,16 +27,6 @@ const WEEK_MS = 7 * 24 * 3600 * 1000;
 const T = Math.floor(Date.now() / WEEK_MS) * WEEK_MS + WEEK_MS + 3_600_000;
 const TRACKED = 40;
 const LIMIT = 30;
-
-function prng(seed: number): () => number {
-  let t = seed >>> 0;
-  return () => {
-    t = (t + 0x6d2b79f5) >>> 0;
-    let x = Math.imul(t ^ (t >>> 15), 1 | t);
-    x = (x + Math.imul(x ^ (x >>> 7), 61 | x)) ^ x;
-    return ((x ^ (x >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 type Op = { kind: 'spend'; key: number; cost: number } | { kind: 'del'; key: number };
 
@@ -55,7 +46,7 @@ describe('journal: kill -9 under traffic', () => {
   it(`${KILL_TRIALS} trials: every answered decision is present, nothing beyond what was sent, every start succeeds`, async () => {
     const stats = { trials: 0, answered: 0, sent: 0, evicted: 0, expired: 0, inFlightKept: 0, allAnswered: 0, maxLostAnswered: 0 };
     for (let trial = 0; trial < KILL_TRIALS; trial++) {
-      const rnd = prng(1000 + trial);
+      const rnd = mulberry32(1000 + trial);
       const int = (n: number): number => Math.floor(rnd() * n);
       const fsync = trial % 2 === 0 ? 'always' : 'everysec';
       const dir = newDir();
@@ -193,7 +184,7 @@ describe('journal: rewrites killed at random points', () => {
     let expected = 200_000;
     const phases = new Map<string, number>();
     for (let trial = 0; trial < REWRITE_TRIALS; trial++) {
-      const rnd = prng(77 + trial);
+      const rnd = mulberry32(77 + trial);
       let r = new Redis(s.port);
       expect(await r.call('BGREWRITEAOF')).toBe('Background append only file rewriting started');
       // Traffic during the rewrite, answered before the kill: it must come back.

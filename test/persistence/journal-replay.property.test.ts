@@ -11,6 +11,7 @@ import { describe, expect, it } from 'vitest';
 import fc from 'fast-check';
 import { Keyspace, KeyType, type EvictionPolicy } from '../../src/keyspace/keyspace.js';
 import { encodeJournalHeader, JournalError, JournalParser, JournalRecorder, JournalReplay, JOURNAL_HEADER_BYTES } from '../../src/persistence/journal-format.js';
+import { mulberry32 } from '../helpers/random.js';
 
 interface Entry {
   type: number;
@@ -19,16 +20,6 @@ interface Entry {
   b: number;
   c: number;
   blob: number[] | null;
-}
-
-function prng(seed: number): () => number {
-  let t = seed >>> 0;
-  return () => {
-    t = (t + 0x6d2b79f5) >>> 0;
-    let x = Math.imul(t ^ (t >>> 15), 1 | t);
-    x = (x + Math.imul(x ^ (x >>> 7), 61 | x)) ^ x;
-    return ((x ^ (x >>> 14)) >>> 0) / 4294967296;
-  };
 }
 
 const TYPES = [KeyType.Gcra, KeyType.TokenBucket, KeyType.LeakyBucket, KeyType.FixedWindow, KeyType.SlidingLog, KeyType.SlidingWindow];
@@ -51,7 +42,7 @@ function contentOf(ks: Keyspace, nowMs: number): Map<string, Entry> {
 
 /** Records `turns` turns of random traffic; returns the journal file, the keyspace and the time at the end, and each record's end offset. */
 function timeline(seed: number, keys: number, turns: number, opsPerTurn: number, flushPermille: number) {
-  const rnd = prng(seed);
+  const rnd = mulberry32(seed);
   const int = (n: number): number => Math.floor(rnd() * n);
   let now = 1_800_000_000_000;
   const ks = new Keyspace();
