@@ -9,41 +9,14 @@ import { describe, expect, it } from 'vitest';
 import fc from 'fast-check';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
-import { Keyspace, KeyType, type EvictionPolicy } from '../../src/keyspace/keyspace.js';
+import { Keyspace, KeyType } from '../../src/keyspace/keyspace.js';
 import { readSnapshotFile } from '../../src/persistence/reader.js';
 import { BackgroundSave } from '../../src/persistence/writer.js';
 import { tempDirsForFile } from './helpers.js';
 import { mulberry32 } from '../helpers/random.js';
+import { contentOf, keyName, POLICIES, TYPES, type Entry } from './keyspace-content.js';
 
 const newDir = tempDirsForFile();
-
-interface Entry {
-  type: number;
-  expireAtMs: number;
-  a: number;
-  b: number;
-  c: number;
-  blob: number[] | null;
-}
-
-const TYPES = [KeyType.Gcra, KeyType.TokenBucket, KeyType.LeakyBucket, KeyType.FixedWindow, KeyType.SlidingLog, KeyType.SlidingWindow];
-const POLICIES: EvictionPolicy[] = ['allkeys-random', 'volatile-ttl', 'allkeys-lru'];
-
-/** Key names: short (in the record) and long (in the key arena, whose chunks are reused). */
-function keyName(i: number): string {
-  return i % 7 === 0 ? `a-long-key-name-kept-in-the-arena:${i}` : `k${i}`;
-}
-
-function contentOf(ks: Keyspace, nowMs: number): Map<string, Entry> {
-  const out = new Map<string, Entry>();
-  ks.forEachLive(nowMs, (slot) => {
-    const blob = ks.getBlob(slot);
-    out.set(ks.keyOf(slot), {
-      type: ks.typeOf(slot), expireAtMs: ks.expireAtMs(slot), a: ks.getA(slot), b: ks.getB(slot), c: ks.getC(slot), blob: blob === undefined ? null : [...blob],
-    });
-  });
-  return out;
-}
 
 describe('BGSAVE point in time (in-process)', () => {
   it('the file equals the keyspace at the save start, whatever changes while it runs', async () => {

@@ -9,36 +9,10 @@
  */
 import { describe, expect, it } from 'vitest';
 import fc from 'fast-check';
-import { Keyspace, KeyType, type EvictionPolicy } from '../../src/keyspace/keyspace.js';
+import { Keyspace, KeyType } from '../../src/keyspace/keyspace.js';
 import { encodeJournalHeader, JournalError, JournalParser, JournalRecorder, JournalReplay, JOURNAL_HEADER_BYTES } from '../../src/persistence/journal-format.js';
 import { mulberry32 } from '../helpers/random.js';
-
-interface Entry {
-  type: number;
-  expireAtMs: number;
-  a: number;
-  b: number;
-  c: number;
-  blob: number[] | null;
-}
-
-const TYPES = [KeyType.Gcra, KeyType.TokenBucket, KeyType.LeakyBucket, KeyType.FixedWindow, KeyType.SlidingLog, KeyType.SlidingWindow];
-const POLICIES: EvictionPolicy[] = ['allkeys-random', 'volatile-ttl', 'allkeys-lru'];
-
-function keyName(i: number): string {
-  return i % 7 === 0 ? `a-long-key-name-kept-in-the-arena:${i}` : `k${i}`;
-}
-
-function contentOf(ks: Keyspace, nowMs: number): Map<string, Entry> {
-  const out = new Map<string, Entry>();
-  ks.forEachLive(nowMs, (slot) => {
-    const blob = ks.getBlob(slot);
-    out.set(ks.keyOf(slot), {
-      type: ks.typeOf(slot), expireAtMs: ks.expireAtMs(slot), a: ks.getA(slot), b: ks.getB(slot), c: ks.getC(slot), blob: blob === undefined ? null : [...blob],
-    });
-  });
-  return out;
-}
+import { contentOf, keyName, POLICIES, TYPES } from './keyspace-content.js';
 
 /** Records `turns` turns of random traffic; returns the journal file, the keyspace and the time at the end, and each record's end offset. */
 function timeline(seed: number, keys: number, turns: number, opsPerTurn: number, flushPermille: number) {
