@@ -14,6 +14,11 @@
  * Expiry follows Redis: a key is visible while `nowMs <= expireAtMs` and gone once `nowMs >
  * expireAtMs` (lazily on access, and by the active cycle, which does bounded work per call). A slot
  * keeps its number for the key's whole life, which makes SCAN cursors stable.
+ *
+ * Here: the storage and what commands call on every request, in one class so those calls stay direct.
+ * Elsewhere, owned by the Keyspace: the active expiry cycle (expiry.ts), eviction sampling
+ * (eviction.ts), WATCH marks (watch-marks.ts), a background save's copy-on-write view (save-copy.ts),
+ * SCAN's walk (scan.ts).
  */
 
 /** The algorithm a key holds. The name is what TYPE answers. */
@@ -36,58 +41,24 @@ export const TYPE_NAMES: Record<number, string> = {
   [KeyType.SlidingWindow]: 'slidingwindow',
 };
 
+import { EvictionSampler, type EvictionPolicy } from './eviction.js';
+import { ExpiryCycle } from './expiry.js';
 import { hashKey } from './key-hash.js';
 import { KeyTable } from './key-table.js';
+import { NO_SAVE, SaveView, type SaveSink } from './save-copy.js';
+import { forEachLiveSlot, scanSlots } from './scan.js';
+import { WatchMarks, type KeyWatch, type WatchOwner } from './watch-marks.js';
 import type { JournalSink } from '../persistence/journal-format.js';
+
+export type { EvictionPolicy } from './eviction.js';
+export type { SaveSink } from './save-copy.js';
+export type { KeyWatch, WatchOwner } from './watch-marks.js';
 
 const LRU_MASK = 0xffffff;
 /** Index-table positions an active-expiry step moves while the table grows (~0.1 ms). */
 const EXPIRE_STEP_TABLE_MOVES = 4096;
-/** Eviction candidates kept between evictions (Redis's EVPOOL_SIZE). */
-const EVICTION_POOL_SIZE = 16;
 /** What a blob costs beyond its numbers: the Float64Array and its ArrayBuffer objects, its Map entry. */
 const BLOB_OVERHEAD_BYTES = 160;
-
-/** How a victim is chosen when `maxmemory` is reached (the policies other than noeviction). */
-export type EvictionPolicy = 'volatile-ttl' | 'allkeys-lru' | 'allkeys-random';
-
-/**
- * One client's WATCH of one key (see Keyspace.watch). `owner.dirty` is set when the key is touched
- * (any change: a write, a delete, expiry, eviction, FLUSH), as Redis's CLIENT_DIRTY_CAS. `expired`
- * is Redis's `wk->expired`: the key was present but already expired when it was watched; its
- * removal is then no logical change (the flag is cleared instead), anything else still is.
- */
-export interface KeyWatch {
-  readonly key: string;
-  expired: boolean;
-  readonly owner: WatchOwner;
-}
-
-/** What a watch marks when its key is touched: one per client (its WATCHed keys together). */
-export interface WatchOwner {
-  dirty: boolean;
-}
-
-/** Receives a key of a background save: `source` holds it (the keyspace, or its storage before a FLUSH). */
-export type SaveSink = (source: Keyspace, slot: number) => void;
-
-/** saveCursor when no background save runs: above every slot, so the copy-on-write check fails. */
-const NO_SAVE = 0x7fffffff;
-
-/**
- * The state of a background save's point-in-time view (see beginSave). Slots [pos, end) are still to
- * be visited; `done` marks those already written (their pre-image, copied on their first change) or
- * not to be written (a key created during the save in a slot that was free at its start).
- */
-interface SaveView {
-  /** Where the slots are read: this keyspace, or the storage a FLUSH during the save set aside. */
-  source: Keyspace;
-  pos: number;
-  readonly end: number;
-  readonly startMs: number;
-  readonly done: Uint8Array;
-  readonly sink: SaveSink;
-}
 
 export class Keyspace {
   /**
@@ -125,12 +96,11 @@ export class Keyspace {
    */
   private blobMemoSlot = -1;
   private blobMemo: Float64Array | undefined = undefined;
-  /** The best eviction candidates seen so far, lowest score first (see sampleVictim). */
-  private pool: { slot: number; hash: number; score: number }[] = [];
   private freeSlots: number[] = [];
   /** Slots ever used: [0, highWater). */
   private highWater = 0;
-  private sweepCursor = 0;
+  private readonly expiry = new ExpiryCycle();
+  private readonly eviction = new EvictionSampler();
 
   /** Live keys per KeyType (INFO limiter). */
   private typeCounts = new Float64Array(16);
@@ -147,16 +117,14 @@ export class Keyspace {
   expiredCount = 0;
   /** Keys removed by maxmemory eviction (INFO evicted_keys). */
   evictedCount = 0;
-  /**
-   * Estimated average TTL of live keys in ms (INFO keyspace avg_ttl), from the expiry sweep's samples.
-   * Starts as −0 (equal to 0 in every comparison and printed as 0) so V8 holds the field as a double
-   * from the start: a field that starts as a small integer and gets its first fraction from the first
-   * expiry step changes every Keyspace's hidden class then, and the optimized lookups (warmed up
-   * before the port opened, src/server/warmup.ts) are thrown away under the first load.
-   */
-  avgTtlMs = -0;
+  /** Estimated average TTL of live keys in ms (INFO keyspace avg_ttl), from the expiry cycle's samples. */
+  get avgTtlMs(): number {
+    return this.expiry.avgTtlMs;
+  }
   /** Keys examined by the last expireStep. */
-  lastStepKeys = 0;
+  get lastStepKeys(): number {
+    return this.expiry.lastStepKeys;
+  }
 
   /**
    * An expired key that lookup() found, whose removal waits one step: a limiter looks a key up and,
@@ -186,11 +154,11 @@ export class Keyspace {
   private saveCursor = NO_SAVE;
 
   /**
-   * WATCHed keys (binary strings) and their watches. Every write path tests `watchedKeys` (the map's
-   * size) before anything else, so with nobody watching a write pays one integer comparison; the
-   * key's string is made only when some key is watched.
+   * WATCHed keys and their watches. Every write path tests `watchedKeys` (the marks' size) before
+   * anything else, so with nobody watching a write pays one integer comparison; the key's string is
+   * made only when some key is watched.
    */
-  private watches = new Map<string, KeyWatch | KeyWatch[]>();
+  private readonly marks = new WatchMarks(this);
   private watchedKeys = 0;
 
   /**
@@ -251,7 +219,7 @@ export class Keyspace {
     if (slot === -1) return -1;
     if (nowMs > this.index.getState(slot, 0)) {
       if (this.journal !== null) this.journal.expiring(this, slot);
-      if (slot >= this.saveCursor) this.preserve(slot);
+      if (slot >= this.saveCursor) this.save!.preserve(this, slot);
       this.expiredCount++;
       this.typeCounts[this.typeAt(slot)]--;
       this.index.setSpare(slot, KeyType.Free);
@@ -290,7 +258,7 @@ export class Keyspace {
         slot = this.highWater++;
       }
       // A slot free at the save's start (or freed since, its key preserved): keep the new key out.
-      if (slot >= this.saveCursor) this.preserve(slot);
+      if (slot >= this.saveCursor) this.save!.preserve(this, slot);
       this.index.insert(bytes, start, end, hash, slot);
     }
     this.index.setSpare(slot, this.meta(type));
@@ -344,23 +312,25 @@ export class Keyspace {
 
   /** Deletes a key if present (expired or not: DEL counts only live ones, so check first). */
   delete(key: string, nowMs: number): boolean {
-    const slot = this.lookup(key, nowMs);
-    if (slot === -1) return false;
-    if (this.journal !== null) this.journal.deleting(this, slot);
-    this.removeSlot(slot);
-    this.dirty++;
-    return true;
+    const n = this.toScratch(key);
+    return this.deleteKey(this.scratch, 0, n, nowMs);
   }
 
   clear(): void {
     if (this.journal !== null) this.journal.flushing();
     this.settle();
-    if (this.watchedKeys !== 0) this.touchAllWatched();
+    if (this.watchedKeys !== 0) this.marks.touchAll();
     this.dirty += this.index.size;
     if (this.saveCursor !== NO_SAVE) {
-      // A background save has slots left to visit: it keeps reading them from the storage as it is
-      // (nothing changes it any more), and the keyspace starts over in new storage. O(1), not a copy.
-      this.setAsideForSave();
+      // A background save has slots left to visit: it keeps reading them from the storage as it is,
+      // through a keyspace of its own over it (nothing changes it any more, so no write needs to
+      // preserve anything), and this keyspace starts over in new storage. O(1), not a copy.
+      const aside = new Keyspace();
+      aside.index = this.index;
+      aside.blobs = this.blobs;
+      aside.highWater = this.highWater;
+      this.save!.source = aside;
+      this.saveCursor = NO_SAVE;
       this.index = new KeyTable();
       this.blobs = new Map();
     } else {
@@ -369,10 +339,9 @@ export class Keyspace {
     }
     this.freeSlots = [];
     this.highWater = 0;
-    this.sweepCursor = 0;
+    this.expiry.reset();
     this.typeCounts.fill(0);
-    this.avgTtlMs = 0;
-    this.pool = [];
+    this.eviction.clear();
     this.blobBytes = 0;
     this.blobMemoSlot = -1;
     this.blobMemo = undefined;
@@ -385,7 +354,7 @@ export class Keyspace {
     return this.index.getState(slot, 0);
   }
   setExpireAtMs(slot: number, ms: number): void {
-    if (slot >= this.saveCursor) this.preserve(slot);
+    if (slot >= this.saveCursor) this.save!.preserve(this, slot);
     this.index.setState(slot, 0, ms);
   }
   getA(slot: number): number {
@@ -398,7 +367,7 @@ export class Keyspace {
     return this.index.getState(slot, 3);
   }
   setState(slot: number, a: number, b: number, c = 0): void {
-    if (slot >= this.saveCursor) this.preserve(slot);
+    if (slot >= this.saveCursor) this.save!.preserve(this, slot);
     if (this.watchedKeys !== 0) this.touchSlot(slot);
     if (this.journal !== null) this.journal.touched(slot);
     this.dirty++;
@@ -407,23 +376,23 @@ export class Keyspace {
     index.setState(slot, 2, b);
     index.setState(slot, 3, c);
   }
-  /**
-   * The variable-size state of a slot, or undefined. A limiter may change the returned array in place
-   * (a sliding log appends to its ring), so while a background save runs this counts as a write.
-   */
   /** True when some key holds a blob (the journal's encoder skips getBlob's lookup otherwise). */
   get anyBlobs(): boolean {
     return this.blobs.size !== 0;
   }
+  /**
+   * The variable-size state of a slot, or undefined. A limiter may change the returned array in place
+   * (a sliding log appends to its ring), so while a background save runs this counts as a write.
+   */
   getBlob(slot: number): Float64Array | undefined {
-    if (slot >= this.saveCursor) this.preserve(slot);
+    if (slot >= this.saveCursor) this.save!.preserve(this, slot);
     const blob = this.blobs.get(slot);
     this.blobMemoSlot = slot;
     this.blobMemo = blob;
     return blob;
   }
   setBlob(slot: number, blob: Float64Array | undefined): void {
-    if (slot >= this.saveCursor) this.preserve(slot);
+    if (slot >= this.saveCursor) this.save!.preserve(this, slot);
     if (this.watchedKeys !== 0) this.touchSlot(slot);
     this.dirty++;
     const had = slot === this.blobMemoSlot ? this.blobMemo : this.blobs.get(slot);
@@ -450,136 +419,68 @@ export class Keyspace {
   /** Calls `visit(slot)` for every live key (for snapshots); skips expired ones. */
   forEachLive(nowMs: number, visit: (slot: number) => void): void {
     this.settle();
-    for (let slot = 0; slot < this.highWater; slot++) {
-      if (this.typeAt(slot) !== KeyType.Free && nowMs <= this.index.getState(slot, 0)) visit(slot);
-    }
+    forEachLiveSlot(this, nowMs, visit);
   }
 
   /**
    * Visits live keys from slot `cursor` on, calling `visit(slot)` for up to `count` slots (keyOf
-   * names the key). Returns the next cursor (0 when the walk is complete), as SCAN needs.
+   * names the key) and removing expired ones met. Returns the next cursor (0 when the walk is
+   * complete), as SCAN needs (scan.ts).
    */
   scan(cursor: number, count: number, nowMs: number, visit: (slot: number) => void): number {
     this.settle();
-    let slot = cursor;
-    let seen = 0;
-    while (slot < this.highWater && seen < count) {
-      if (this.typeAt(slot) !== KeyType.Free) {
-        seen++;
-        if (nowMs > this.index.getState(slot, 0)) {
-          if (this.journal !== null) this.journal.expiring(this, slot);
-          this.removeSlot(slot);
-          this.expiredCount++;
-        } else {
-          visit(slot);
-        }
-      }
-      slot++;
-    }
-    return slot >= this.highWater ? 0 : slot;
+    return scanSlots(this, cursor, count, nowMs, visit);
+  }
+
+  /** Removes the expired key in `slot` a walk found (SCAN, the expiry cycle): counted, journaled. */
+  removeExpired(slot: number): void {
+    if (this.journal !== null) this.journal.expiring(this, slot);
+    this.removeSlot(slot);
+    this.expiredCount++;
   }
 
   /**
-   * One step of the active expiry cycle: examines slots round-robin and deletes expired keys,
-   * stopping after `maxSlots` slots or when `deadline()` says time is up (checked every 256 slots),
-   * so a million keys expiring together are reclaimed over many short steps. Returns the number of
-   * keys deleted; `lastStepKeys` tells how many keys (live or expired) the step examined.
+   * One step of the active expiry cycle (expiry.ts): examines slots round-robin and deletes expired
+   * keys, stopping after `maxSlots` slots or when `timeUp()` says time is up (checked every 256
+   * slots). Returns the number of keys deleted; `lastStepKeys` tells how many keys (live or expired)
+   * the step examined.
    */
   expireStep(nowMs: number, maxSlots: number, timeUp: () => boolean): number {
     this.settle();
     // A growing index table moves on here too, so it finishes even when no key is written.
     this.index.moveSome(EXPIRE_STEP_TABLE_MOVES);
-    let removed = 0;
-    let ttlSum = 0;
-    let ttlCount = 0;
-    const limit = Math.min(maxSlots, this.highWater);
-    for (let i = 0; i < limit; i++) {
-      if (this.sweepCursor >= this.highWater) this.sweepCursor = 0;
-      const slot = this.sweepCursor++;
-      if (this.typeAt(slot) !== KeyType.Free) {
-        if (nowMs > this.index.getState(slot, 0)) {
-          if (this.journal !== null) this.journal.expiring(this, slot);
-          this.removeSlot(slot);
-          removed++;
-        } else {
-          ttlSum += this.index.getState(slot, 0) - nowMs;
-          ttlCount++;
-        }
-      }
-      if ((i & 255) === 255 && timeUp()) break;
-    }
-    this.expiredCount += removed;
-    this.lastStepKeys = removed + ttlCount;
-    if (this.index.size === 0) {
-      this.avgTtlMs = 0;
-    } else if (ttlCount > 0) {
-      // Blend each step's sample into the running estimate, as Redis does with its expiry samples.
-      const sample = ttlSum / ttlCount;
-      this.avgTtlMs = this.avgTtlMs === 0 ? sample : (this.avgTtlMs * 49 + sample) / 50;
-    }
-    return removed;
+    return this.expiry.step(this, nowMs, maxSlots, timeUp);
+  }
+
+  /** Slots ever used: every key is in a slot below this. */
+  get slotsUsed(): number {
+    return this.highWater;
+  }
+
+  /** Whether `slot` holds a key (expired or not). */
+  occupied(slot: number): boolean {
+    return this.typeAt(slot) !== KeyType.Free;
+  }
+
+  /** The 32-bit hash of the key in `slot`. */
+  hashOf(slot: number): number {
+    return this.index.hashOf(slot);
   }
 
   /** The last access of a slot, in seconds of the server clock (allkeys-lru; OBJECT IDLETIME-like). */
   lastAccessSec(slot: number): number {
-    return this.lruScore(slot);
+    // Now minus the idle time the 24-bit clock gives.
+    return this.nowSec - ((this.nowSec - (this.index.spare(slot) >>> 8)) & LRU_MASK);
   }
 
   /**
-   * Picks an eviction victim as Redis does (evict.c): samples `samples` live keys at random slots,
-   * merges them into a small pool of the best candidates seen so far (kept across calls), and
-   * returns the best one still valid: for volatile-ttl the soonest expiry (the key closest to being
-   * back to its fresh state: evicting it forgets the least), for allkeys-lru the oldest access; for
-   * allkeys-random the first key sampled. Returns -1 if the keyspace is empty. O(samples + pool):
-   * at most 4 × samples random probes (freed slots are reused first, so the slot range stays dense).
-   * `random()` returns a number in [0, 1).
+   * Picks an eviction victim as Redis does (eviction.ts): samples `samples` live keys and returns the
+   * best still valid candidate for `policy` (-1 if the keyspace is empty). `random()` is in [0, 1).
    */
   sampleVictim(policy: EvictionPolicy, samples: number, random: () => number): number {
     this.settle();
     if (this.index.size === 0) return -1;
-    let found = 0;
-    for (let probe = 0; probe < samples * 4 && found < samples; probe++) {
-      const slot = Math.floor(random() * this.highWater);
-      if (this.typeAt(slot) === KeyType.Free) continue;
-      found++;
-      if (policy === 'allkeys-random') return slot;
-      this.poolOffer(slot, this.index.hashOf(slot), this.evictionScore(policy, slot));
-    }
-    // The best pooled candidate that still holds a key with the same hash and score (it may have
-    // been deleted, replaced or touched since it was pooled; a different key with the same 32-bit
-    // hash and score would do as well as a victim).
-    while (this.pool.length > 0) {
-      const c = this.pool.shift()!;
-      if (this.typeAt(c.slot) !== KeyType.Free && this.index.hashOf(c.slot) === c.hash && this.evictionScore(policy, c.slot) === c.score) return c.slot;
-    }
-    // A sparse slot range (after mass deletes): the first live key from a random slot.
-    const start = Math.floor(random() * this.highWater);
-    for (let i = 0; i < this.highWater; i++) {
-      const slot = (start + i) % this.highWater;
-      if (this.typeAt(slot) !== KeyType.Free) return slot;
-    }
-    return -1;
-  }
-
-  /** Lower is evicted first. */
-  private evictionScore(policy: EvictionPolicy, slot: number): number {
-    return policy === 'volatile-ttl' ? this.index.getState(slot, 0) : this.lruScore(slot);
-  }
-
-  /** The last access in seconds, unwrapped: now minus the idle time the 24-bit clock gives. */
-  private lruScore(slot: number): number {
-    return this.nowSec - ((this.nowSec - (this.index.spare(slot) >>> 8)) & LRU_MASK);
-  }
-
-  /** Keeps the EVICTION_POOL_SIZE lowest-scored candidates, sorted, each slot once. */
-  private poolOffer(slot: number, hash: number, score: number): void {
-    const pool = this.pool;
-    if (pool.length === EVICTION_POOL_SIZE && score >= pool[pool.length - 1].score) return;
-    for (let i = 0; i < pool.length; i++) if (pool[i].slot === slot) return;
-    let at = pool.length;
-    while (at > 0 && pool[at - 1].score > score) at--;
-    pool.splice(at, 0, { slot, hash, score });
-    if (pool.length > EVICTION_POOL_SIZE) pool.pop();
+    return this.eviction.sample(this, policy, samples, random);
   }
 
   /** Removes a key for maxmemory (counted in evictedCount and as a write, as Redis's dirty++). */
@@ -597,14 +498,14 @@ export class Keyspace {
       // The key's bytes go with the slot: name it first, touch its watches once it is gone.
       const key = this.index.keyOf(slot);
       this.unlinkSlot(slot);
-      this.touchKey(key);
+      this.marks.touch(key);
       return;
     }
     this.unlinkSlot(slot);
   }
 
   private unlinkSlot(slot: number): void {
-    if (slot >= this.saveCursor) this.preserve(slot);
+    if (slot >= this.saveCursor) this.save!.preserve(this, slot);
     this.index.remove(slot);
     this.typeCounts[this.typeAt(slot)]--;
     this.index.setSpare(slot, KeyType.Free);
@@ -613,57 +514,31 @@ export class Keyspace {
   }
 
   /**
-   * WATCH: `owner` is marked dirty by the next change of `key` (a binary string). A key present but
-   * already expired now is watched as expired (see KeyWatch), as Redis's watchForKey. Watching a key
-   * twice for the same owner is one watch (null the second time).
+   * WATCH (watch-marks.ts): `owner` is marked dirty by the next change of `key` (a binary string); a
+   * key present but already expired is watched as expired (KeyWatch), as Redis's watchForKey. Watching
+   * a key twice for the same owner is one watch (null the second time).
    */
   watch(owner: WatchOwner, key: string, nowMs: number): KeyWatch | null {
-    const entry = this.watches.get(key);
-    if (entry !== undefined) {
-      if (Array.isArray(entry)) {
-        for (const w of entry) if (w.owner === owner) return null;
-      } else if (entry.owner === owner) {
-        return null;
-      }
-    }
-    const slot = this.presentSlot(key);
-    const w: KeyWatch = { key, expired: slot !== -1 && nowMs > this.index.getState(slot, 0), owner };
-    // One watcher (the usual case) is kept as it is: a list per key would cost ~180 bytes more.
-    if (entry === undefined) this.watches.set(key, w);
-    else if (Array.isArray(entry)) entry.push(w);
-    else this.watches.set(key, [entry, w]);
-    this.watchedKeys = this.watches.size;
+    const w = this.marks.watch(owner, key, nowMs);
+    this.watchedKeys = this.marks.size;
     return w;
   }
 
   /** Ends watches (EXEC and DISCARD of a small set; big ones go through unwatchOne in slices). */
   unwatch(watches: readonly KeyWatch[]): void {
-    for (const w of watches) this.dropWatch(w);
-    this.watchedKeys = this.watches.size;
+    for (const w of watches) this.marks.drop(w);
+    this.watchedKeys = this.marks.size;
   }
 
   /** Ends one watch (Server's slice-by-slice release of a client's watches). */
   unwatchOne(w: KeyWatch): void {
-    this.dropWatch(w);
-    this.watchedKeys = this.watches.size;
+    this.marks.drop(w);
+    this.watchedKeys = this.marks.size;
   }
 
   /** Watch index entries (distinct watched keys, whoever watches them): INFO. */
   get watchedKeyCount(): number {
-    return this.watches.size;
-  }
-
-  private dropWatch(w: KeyWatch): void {
-    const entry = this.watches.get(w.key);
-    if (entry === undefined) return;
-    if (!Array.isArray(entry)) {
-      if (entry === w) this.watches.delete(w.key);
-      return;
-    }
-    const i = entry.indexOf(w);
-    if (i !== -1) entry.splice(i, 1);
-    if (entry.length === 1) this.watches.set(w.key, entry[0]);
-    else if (entry.length === 0) this.watches.delete(w.key);
+    return this.marks.size;
   }
 
   /**
@@ -671,16 +546,11 @@ export class Keyspace {
    * yet (Redis's isWatchedKeyExpired, checked by EXEC: such a key counts as touched).
    */
   watchedKeyExpired(watches: readonly KeyWatch[], nowMs: number): boolean {
-    for (const w of watches) {
-      if (w.expired) continue;
-      const slot = this.presentSlot(w.key);
-      if (slot !== -1 && nowMs > this.index.getState(slot, 0)) return true;
-    }
-    return false;
+    return this.marks.anyExpired(watches, nowMs);
   }
 
   /** The slot holding `key`, expired or not, or -1 (no lookup side effects: no expiry, no LRU stamp). */
-  private presentSlot(key: string): number {
+  presentSlot(key: string): number {
     const n = this.toScratch(key);
     const slot = this.index.find(this.scratch, 0, n, hashKey(this.scratch, 0, n));
     return slot === -1 || this.typeAt(slot) === KeyType.Free ? -1 : slot;
@@ -688,60 +558,17 @@ export class Keyspace {
 
   /** A change of the key in `slot` (made already): Redis's touchWatchedKey. */
   private touchSlot(slot: number): void {
-    this.touchKey(this.index.keyOf(slot));
-  }
-
-  private touchKey(key: string): void {
-    const entry = this.watches.get(key);
-    if (entry === undefined) return;
-    if (!Array.isArray(entry)) {
-      this.touchWatch(entry, undefined);
-      return;
-    }
-    let gone: boolean | undefined;
-    for (const w of entry) gone = this.touchWatch(w, gone);
-  }
-
-  /** Marks one watch of a changed key; `gone` caches whether the key is absent now (it is looked up once). */
-  private touchWatch(w: KeyWatch, gone: boolean | undefined): boolean | undefined {
-    if (w.expired) {
-      // Removing a key that had already expired when watched is no logical change.
-      gone ??= this.presentSlot(w.key) === -1;
-      if (gone) {
-        w.expired = false;
-        return gone;
-      }
-    }
-    w.owner.dirty = true;
-    return gone;
-  }
-
-  /** FLUSHDB/FLUSHALL, before the keys go: Redis's touchAllWatchedKeysInDb (only keys present count). */
-  private touchAllWatched(): void {
-    for (const [key, entry] of this.watches) {
-      if (this.presentSlot(key) === -1) continue;
-      for (const w of Array.isArray(entry) ? entry : [entry]) {
-        if (w.expired) w.expired = false;
-        else w.owner.dirty = true;
-      }
-    }
+    this.marks.touch(this.index.keyOf(slot));
   }
 
   /**
-   * Starts a background save's point-in-time view: the keys live at `startMs` (nowMs <= expireAtMs),
-   * each handed to `sink` exactly once, as they are now, whatever happens to them before the save
-   * reaches them. saveStep walks the slots in order; a slot it has not reached yet whose record is
-   * about to change (state, expiry, blob, delete, eviction, expiry, reuse by a new key) goes to the sink
-   * first and is then skipped by the walk; a FLUSH sets the storage aside for the walk (clear). Keys
-   * created during the save are not in it: new slots lie beyond the walk's end, and a reused slot is
-   * marked done when the new key takes it. Records never move (the index table's growth moves only its
-   * entries), so a slot number names the same record for the whole save. One save at a time: a new
-   * one replaces the view of one still running (which then gets nothing more); `sink` names the save
-   * in saveStep and endSave.
+   * Starts a background save's point-in-time view (save-copy.ts): the keys live at `startMs`, each
+   * handed to `sink` exactly once, as they are now. One save at a time: a new one replaces the view of
+   * one still running (which then gets nothing more); `sink` names the save in saveStep and endSave.
    */
   beginSave(startMs: number, sink: SaveSink): void {
     this.settle();
-    this.save = { source: this, pos: 0, end: this.highWater, startMs, done: new Uint8Array(this.highWater), sink };
+    this.save = new SaveView(this, this.highWater, startMs, sink);
     this.saveCursor = 0;
   }
 
@@ -753,18 +580,11 @@ export class Keyspace {
   saveStep(sink: SaveSink, maxSlots: number): boolean {
     const view = this.save;
     if (view === null || view.sink !== sink) throw new Error('background save ended before its walk was complete');
-    const { source, end, done, startMs } = view;
-    const stop = Math.min(end, view.pos + maxSlots);
+    const stop = view.stopAfter(maxSlots);
     // Past these slots before reading them: the sink's own reads (getBlob) must not preserve them, and
     // nothing else runs until the step returns.
-    if (source === this) this.saveCursor = stop;
-    let slot = view.pos;
-    for (; slot < stop; slot++) {
-      if (done[slot] === 1) continue;
-      if (source.typeAt(slot) !== KeyType.Free && startMs <= source.index.getState(slot, 0)) sink(source, slot);
-    }
-    view.pos = slot;
-    if (slot < end) return true;
+    if (view.source === this) this.saveCursor = stop;
+    if (view.walkTo(stop)) return true;
     this.saveCursor = NO_SAVE;
     return false;
   }
@@ -773,31 +593,6 @@ export class Keyspace {
   endSave(sink: SaveSink): void {
     if (this.save === null || this.save.sink !== sink) return;
     this.save = null;
-    this.saveCursor = NO_SAVE;
-  }
-
-  /**
-   * The first change of a slot the save has not reached: hands its key to the sink if it was live at
-   * the save's start (the record is still as it was then), and marks it so the walk skips it.
-   */
-  private preserve(slot: number): void {
-    const view = this.save!;
-    if (slot >= view.end || view.done[slot] === 1) return;
-    view.done[slot] = 1;
-    if (this.typeAt(slot) !== KeyType.Free && view.startMs <= this.index.getState(slot, 0)) view.sink(this, slot);
-  }
-
-  /**
-   * FLUSH during a save: the save goes on reading the current storage, which only it holds from now on
-   * (the keyspace takes new storage), so no write needs to preserve anything any more.
-   */
-  private setAsideForSave(): void {
-    const view = this.save!;
-    const aside = new Keyspace();
-    aside.index = this.index;
-    aside.blobs = this.blobs;
-    aside.highWater = this.highWater;
-    view.source = aside;
     this.saveCursor = NO_SAVE;
   }
 }
