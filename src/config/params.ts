@@ -1,0 +1,158 @@
+/**
+ * The configuration's parameter table: every option cellgate knows, with the kind of value it takes,
+ * its default, whether CONFIG SET may change it, and its `--help` text; and the Redis directives and
+ * values cellgate refuses, with the reason. The same table serves the config file, the environment,
+ * the flags, CONFIG GET/SET/REWRITE and `--help`, so a name means one thing everywhere.
+ */
+import { defaultClientsMemoryBytes } from '../server/client-memory.js';
+
+export type Kind =
+  /** `clamp`: accepted anywhere in [min, max], then held to [clamp[0], clamp[1]] (Redis's hz). */
+  | { type: 'int'; min: number; max: number; clamp?: [number, number] }
+  | { type: 'memory'; min?: number }
+  /** Bytes, or a percentage (`10%`) of maxmemory: maxmemory-clients, as Redis. */
+  | { type: 'memory-or-percent' }
+  /** Bytes, not text: kept as a binary string (one char per byte), as keys are. */
+  | { type: 'bytes' }
+  | { type: 'bool' }
+  | { type: 'enum'; values: string[] }
+  | { type: 'string' }
+  | { type: 'filename' }
+  /** appendfilename / appenddirname: a plain name inside `dir`, as Redis (no path). */
+  | { type: 'aofname'; what: 'filename' | 'dirname' }
+  | { type: 'save' }
+  /** A file mode in octal (unixsocketperm 700). */
+  | { type: 'octal' }
+  /** Listen addresses, space-separated; a leading '-' marks one that may be unavailable (Redis's syntax). */
+  | { type: 'addresses' }
+  | { type: 'output-limits' };
+
+export interface ConfigDef {
+  name: string;
+  kind: Kind;
+  default: string;
+  /** CONFIG SET may change it at run time. */
+  mutable: boolean;
+  help: string;
+  /**
+   * A secret (Redis's SENSITIVE_CONFIG): the value of CONFIG SET for it shows as `(redacted)` in the
+   * slow log (isSensitiveConfig).
+   */
+  sensitive?: true;
+}
+
+/**
+ * The least proto-max-bulk-len and client-query-buffer-limit, as Redis (config.c: 1 MiB): below it
+ * ordinary commands of ordinary clients would be refused or their connections closed.
+ */
+const MIN_SIZE_LIMIT = 1024 * 1024;
+
+export const DEFS: ConfigDef[] = [
+  { name: 'port', kind: { type: 'int', min: 0, max: 65535 }, default: '6379', mutable: true, help: 'TCP port (0 picks a free one)' },
+  { name: 'unixsocket', kind: { type: 'string' }, default: '', mutable: false, help: 'also listen on this unix socket path (empty = none); clients on it are local' },
+  { name: 'unixsocketperm', kind: { type: 'octal' }, default: '0', mutable: false, help: 'permissions of the unix socket, octal (0 = as the umask leaves them)' },
+  { name: 'tcp-backlog', kind: { type: 'int', min: 0, max: 65535 }, default: '511', mutable: false, help: 'listen backlog of the TCP sockets' },
+  { name: 'pidfile', kind: { type: 'string' }, default: '', mutable: false, help: 'write the process id to this file at start, removed at exit (empty = none)' },
+  { name: 'supervised', kind: { type: 'enum', values: ['no', 'auto'] }, default: 'no', mutable: false, help: 'no or auto: cellgate always runs in the foreground (systemd: Type=simple)' },
+  { name: 'daemonize', kind: { type: 'enum', values: ['no'] }, default: 'no', mutable: false, help: 'always no: run it under a supervisor or a container runtime' },
+  { name: 'bind', kind: { type: 'addresses' }, default: '127.0.0.1 ::1', mutable: true, help: 'addresses to listen on' },
+  { name: 'protected-mode', kind: { type: 'bool' }, default: 'yes', mutable: true, help: 'refuse non-loopback clients when no password is set' },
+  { name: 'requirepass', kind: { type: 'bytes' }, default: '', mutable: true, sensitive: true, help: 'password for the default user' },
+  { name: 'aclfile', kind: { type: 'string' }, default: '', mutable: false, help: 'ACL users file (ACL LOAD/SAVE), loaded at start' },
+  { name: 'requirepass-file', kind: { type: 'string' }, default: '', mutable: false, help: 'read requirepass from this file at start (container secrets)' },
+  { name: 'maxclients', kind: { type: 'int', min: 1, max: 1_000_000 }, default: '10000', mutable: true, help: 'most connected clients' },
+  { name: 'timeout', kind: { type: 'int', min: 0, max: 2_147_483_647 }, default: '0', mutable: true, help: 'close clients idle this many seconds (0 = never)' },
+  { name: 'tcp-keepalive', kind: { type: 'int', min: 0, max: 2_147_483_647 }, default: '300', mutable: true, help: 'TCP keepalive seconds' },
+  { name: 'proto-max-bulk-len', kind: { type: 'memory', min: MIN_SIZE_LIMIT }, default: '536870912', mutable: true, help: 'largest bulk argument' },
+  { name: 'client-query-buffer-limit', kind: { type: 'memory', min: MIN_SIZE_LIMIT }, default: '1073741824', mutable: true, help: 'largest unprocessed input per client' },
+  // Redis's default for normal clients is 0 0 0 (unlimited); see README "Security model" for ours.
+  { name: 'client-output-buffer-limit', kind: { type: 'output-limits' }, default: 'normal 268435456 67108864 60 slave 268435456 67108864 60 pubsub 33554432 8388608 60', mutable: true, help: 'disconnect clients whose unsent output exceeds <hard>, or <soft> for <soft-seconds>' },
+  { name: 'maxmemory', kind: { type: 'memory' }, default: '0', mutable: true, help: 'memory limit (0 = none)' },
+  // Redis's default is 0 (off); a share of the V8 heap limit instead (README "Security model", client-memory.ts).
+  { name: 'maxmemory-clients', kind: { type: 'memory-or-percent' }, default: String(defaultClientsMemoryBytes()), mutable: true, help: 'close the biggest clients while all clients together hold more than this (bytes, or a percentage of maxmemory; 0 = off)' },
+  { name: 'maxmemory-policy', kind: { type: 'enum', values: ['noeviction', 'volatile-ttl', 'allkeys-lru', 'allkeys-random'] }, default: 'volatile-ttl', mutable: true, help: 'what to do at maxmemory' },
+  { name: 'maxmemory-samples', kind: { type: 'int', min: 1, max: 64 }, default: '5', mutable: true, help: 'keys sampled per eviction' },
+  { name: 'tls-port', kind: { type: 'int', min: 0, max: 65535 }, default: '0', mutable: false, help: 'TLS port (0 = no TLS)' },
+  { name: 'tls-cert-file', kind: { type: 'string' }, default: '', mutable: true, help: 'server certificate (PEM)' },
+  { name: 'tls-key-file', kind: { type: 'string' }, default: '', mutable: true, help: 'server private key (PEM)' },
+  { name: 'tls-key-file-pass', kind: { type: 'string' }, default: '', mutable: true, sensitive: true, help: 'passphrase of tls-key-file' },
+  { name: 'tls-ca-cert-file', kind: { type: 'string' }, default: '', mutable: true, help: 'CA certificates that sign client certificates (PEM)' },
+  { name: 'tls-auth-clients', kind: { type: 'enum', values: ['yes', 'no', 'optional'] }, default: 'yes', mutable: false, help: 'require client certificates' },
+  { name: 'tls-handshake-timeout', kind: { type: 'int', min: 1, max: 600_000 }, default: '10000', mutable: false, help: 'close TLS connections whose handshake takes longer than this many milliseconds' },
+  { name: 'backend', kind: { type: 'string' }, default: '', mutable: false, sensitive: true, help: 'where limiter state lives: empty = this process; redis://[[user]:password@]host:port[/db], rediss://... (TLS) or redis-cluster://[[user]:password@]host:port[,host:port...] (docs/backend.md)' },
+  { name: 'backend-prefix', kind: { type: 'string' }, default: 'cellgate:', mutable: false, help: 'prefix of every key cellgate writes to the backend' },
+  { name: 'backend-timeout', kind: { type: 'int', min: 1, max: 600_000 }, default: '100', mutable: true, help: 'milliseconds a limiter call waits for the backend before it is answered by backend-unavailable' },
+  { name: 'backend-unavailable', kind: { type: 'enum', values: ['local', 'allow', 'deny'] }, default: 'local', mutable: true, help: 'answer while the backend is down or slow: local (decide in this process), allow (fail open) or deny (fail closed)' },
+  { name: 'dir', kind: { type: 'string' }, default: './data', mutable: false, help: 'snapshot directory' },
+  { name: 'dbfilename', kind: { type: 'filename' }, default: 'cellgate.snap', mutable: true, help: 'snapshot file name' },
+  { name: 'save', kind: { type: 'save' }, default: '3600 1 300 100 60 10000', mutable: true, help: 'snapshot after <seconds> if <changes>' },
+  // Redis's default is yes; for soft limiter state refusing every call is the worse outage (README).
+  { name: 'stop-writes-on-bgsave-error', kind: { type: 'bool' }, default: 'no', mutable: true, help: 'refuse writes (MISCONF) while the last background save failed' },
+  { name: 'snapshot-corrupt-policy', kind: { type: 'enum', values: ['refuse', 'move-aside'] }, default: 'refuse', mutable: false, help: 'a snapshot that fails validation at start: refuse to start, or rename it to <file>.corrupt-<timestamp> and start empty' },
+  { name: 'key-load-delay', kind: { type: 'int', min: 0, max: 1_000_000 }, default: '0', mutable: false, help: 'testing: busy-wait this many microseconds per key loaded (as Redis)' },
+  { name: 'appendonly', kind: { type: 'bool' }, default: 'no', mutable: true, help: 'keep a journal of every state change (docs/journal-format.md): a crash loses at most appendfsync\'s window' },
+  { name: 'appendfsync', kind: { type: 'enum', values: ['always', 'everysec', 'no'] }, default: 'everysec', mutable: true, help: 'journal fsync: always (before each event-loop turn\'s replies), everysec (in the background), no (left to the OS)' },
+  { name: 'appendfilename', kind: { type: 'aofname', what: 'filename' }, default: 'appendonly.aof', mutable: false, help: 'prefix of the journal\'s files (manifest, base, incremental)' },
+  { name: 'appenddirname', kind: { type: 'aofname', what: 'dirname' }, default: 'appendonlydir', mutable: false, help: 'folder inside dir holding the journal\'s files' },
+  { name: 'auto-aof-rewrite-percentage', kind: { type: 'int', min: 0, max: 2_147_483_647 }, default: '100', mutable: true, help: 'rewrite the journal when it grew this many percent over its size after the last rewrite (0 = never)' },
+  { name: 'auto-aof-rewrite-min-size', kind: { type: 'memory' }, default: '67108864', mutable: true, help: 'no automatic journal rewrite below this size' },
+  { name: 'aof-load-truncated', kind: { type: 'bool' }, default: 'yes', mutable: true, help: 'at start, cut a half-written last journal record (logged) instead of refusing to start' },
+  { name: 'databases', kind: { type: 'int', min: 1, max: 1 }, default: '1', mutable: false, help: 'one database, 0' },
+  { name: 'slowlog-log-slower-than', kind: { type: 'int', min: -1, max: Number.MAX_SAFE_INTEGER }, default: '10000', mutable: true, help: 'log commands slower than this many microseconds (-1 = never, 0 = all)' },
+  { name: 'slowlog-max-len', kind: { type: 'int', min: 0, max: Number.MAX_SAFE_INTEGER }, default: '128', mutable: true, help: 'entries the slow log keeps' },
+  { name: 'hz', kind: { type: 'int', min: 0, max: 2_147_483_647, clamp: [1, 500] }, default: '10', mutable: true, help: 'background task frequency (held to 1..500, as Redis)' },
+  { name: 'loglevel', kind: { type: 'enum', values: ['debug', 'verbose', 'notice', 'warning', 'nothing'] }, default: 'notice', mutable: true, help: 'log verbosity' },
+  { name: 'log-format', kind: { type: 'enum', values: ['human', 'json'] }, default: 'human', mutable: true, help: 'log lines as text or JSON objects' },
+  { name: 'logfile', kind: { type: 'string' }, default: '', mutable: false, help: 'log file (empty = stdout)' },
+  { name: 'enable-debug-command', kind: { type: 'enum', values: ['no', 'yes', 'local'] }, default: 'no', mutable: false, help: 'allow DEBUG (CLOCK, SLEEP)' },
+  { name: 'warmup', kind: { type: 'bool' }, default: 'yes', mutable: false, help: 'run limiter calls on a scratch keyspace before the port opens, so the first clients meet compiled code' },
+  { name: 'metrics-port', kind: { type: 'int', min: 0, max: 65535 }, default: '0', mutable: false, help: 'Prometheus metrics port (0 = off)' },
+  { name: 'metrics-bind', kind: { type: 'string' }, default: '127.0.0.1', mutable: false, help: 'addresses the metrics port listens on (loopback by default)' },
+  { name: 'metrics-timeout', kind: { type: 'int', min: 100, max: 600_000 }, default: '5000', mutable: false, help: 'milliseconds a metrics-port connection may send nothing, take over its request, or stay idle between keep-alive requests before it is closed' },
+];
+
+export const BY_NAME = new Map(DEFS.map((d) => [d.name, d]));
+
+/**
+ * Redis directives cellgate does not implement, with the reason: a redis.conf that sets one gets that
+ * reason at start instead of a bare "unknown option", so nobody thinks it took effect.
+ */
+export const REFUSED: Record<string, string> = {
+  replicaof: 'cellgate has no replication (run one server per application instance; limits are local state)',
+  slaveof: 'cellgate has no replication (run one server per application instance; limits are local state)',
+  masterauth: 'cellgate has no replication',
+  masteruser: 'cellgate has no replication',
+  'cluster-enabled': 'cellgate has no cluster mode (shard by key in the client if one server is not enough)',
+  'cluster-config-file': 'cellgate has no cluster mode',
+  'rename-command': 'cellgate cannot rename commands (use requirepass and protected mode)',
+  loadmodule: 'cellgate cannot load Redis modules (its limiters are built in)',
+  'io-threads': 'cellgate serves every client on one thread',
+  'unixsocketgroup': 'cellgate cannot change the unix socket\'s group (use unixsocketperm and the folder\'s group)',
+};
+
+/** Redis's secrets among the REFUSED directives: a CONFIG SET of one is redacted all the same. */
+const REFUSED_SENSITIVE = new Set(['masterauth', 'masteruser']);
+
+/**
+ * Whether `name` (lowercase) is a secret whose CONFIG SET value the slow log must not keep, as
+ * Redis's configSetCommand redacts SENSITIVE_CONFIG values: set or refused, the value was sent.
+ */
+export function isSensitiveConfig(name: string): boolean {
+  return BY_NAME.get(name)?.sensitive === true || REFUSED_SENSITIVE.has(name);
+}
+
+/** Values of implemented directives that cellgate refuses, with the reason. */
+export const REFUSED_VALUES: Record<string, string> = {
+  'daemonize yes': 'cellgate does not fork into the background: run it in the foreground under a supervisor (systemd Type=simple, a container runtime)',
+  'supervised systemd': 'cellgate does not send sd_notify (Node cannot write to the notify socket without a native module): use supervised no with systemd Type=simple',
+  'supervised upstart': 'cellgate does not raise SIGSTOP for upstart: use supervised no',
+};
+
+/** Every option with its default and help text, for `--help` (generated from the table, so never stale). */
+export function optionsHelp(): string {
+  const width = Math.max(...DEFS.map((d) => d.name.length)) + 2;
+  return DEFS.map((d) => {
+    const def = d.default === '' ? '""' : d.default;
+    return `  --${d.name.padEnd(width)}${d.help} (default: ${def}${d.mutable ? '; CONFIG SET can change it' : ''})`;
+  }).join('\n');
+}
