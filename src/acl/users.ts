@@ -1,26 +1,27 @@
 /**
- * ACL users, as Redis 7: rules (`on`, `>pass`, `+@limiter`, `~key*`, ...), the rule strings ACL LIST
- * prints, the ACL file format and the ACL log. Every rule string is handled as bytes (latin1, one
- * char per byte), like Redis's sds strings.
+ * ACL users, as Redis 7: the users and their rules (`on`, `>pass`, `+@limiter`, `~key*`, ...), the
+ * rule strings ACL LIST prints, AUTH. Every rule string is handled as bytes (latin1, one char per
+ * byte), like Redis's sds strings.
  *
  * What execute() reads per command is precomputed here: `unrestricted` (every command, every key:
- * the default user costs that one test), `allowed` (one byte per command id) and `allKeys`.
+ * the default user costs that one test), `allowed` (one byte per command id) and `allKeys`. Beside
+ * this file: the per-command check (check.ts), key patterns (key-patterns.ts), passwords
+ * (passwords.ts), the ACL file (file.ts), the ACL log (log.ts), rule syntax (rule-syntax.ts).
  */
-import { constants } from 'node:buffer';
-import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { createHash } from 'node:crypto';
 import type { CommandSpec } from '../commands/types.js';
-import type { CommandArgs } from '../protocol/command-args.js';
-import { globMatch } from '../glob.js';
-import { replaceFileSync } from '../persistence/exclusive-file.js';
 import { isCategory } from './categories.js';
-import { loggedText } from '../log-text.js';
+import { aclFileText, parseAclFile, saveAclFile } from './file.js';
+import { KEY_READ, KEY_WRITE, keyMatcher, keyRule, type KeyMatcher } from './key-patterns.js';
+import { addLogEntry, type AclLogEntry } from './log.js';
+import { compareDigests, sha256Hex, UNKNOWN_USER_DIGEST } from './passwords.js';
+import { AclRuleError, hasSpaces } from './rule-syntax.js';
 
-/** Key access a pattern grants: bit 1 read, bit 2 write. */
-export const KEY_READ = 1;
-export const KEY_WRITE = 2;
-
-export class AclRuleError extends Error {}
+export { ACL_DENIED_CMD, ACL_DENIED_KEY, ACL_OK, aclCheck, deniedKeyIndex, noPermMessage } from './check.js';
+export { KEY_READ, KEY_WRITE } from './key-patterns.js';
+export { ACL_LOG_TEXT_BYTES, type AclLogEntry } from './log.js';
+export { authDigestComparisons } from './passwords.js';
+export { AclRuleError, hasSpaces, validUserName } from './rule-syntax.js';
 
 export class User {
   enabled = false;
@@ -41,7 +42,7 @@ export class User {
   /** Every command allowed and every key: execute() skips all checks. */
   unrestricted = false;
   /** `keys` as aclCheck reads them (built by recompute()). */
-  private keyMatchers: KeyMatcher[] = [];
+  keyMatchers: readonly KeyMatcher[] = [];
   /** `passwords` as AUTH compares them, 32-byte digests (built by recompute()). */
   private passwordDigests: Buffer[] = [];
 
@@ -185,34 +186,6 @@ export class User {
     this.passwordDigests = this.passwords.map((p) => Buffer.from(p, 'hex'));
   }
 
-  /**
-   * Whether the key bytes buf[start, end) may be accessed with `need` (KEY_READ|KEY_WRITE bits): one
-   * of the patterns matches with that access. A literal pattern, or a literal prefix and `*` (`app:*`,
-   * the usual shape), is compared with the bytes, so no string is made for the key unless a pattern
-   * needs the glob matcher (globMatch on the key as latin1, the same answer).
-   */
-  keyAllowedAt(buf: Buffer, start: number, end: number, need: number): boolean {
-    const matchers = this.keyMatchers;
-    const len = end - start;
-    let text: string | null = null;
-    for (let m = 0; m < matchers.length; m++) {
-      const k = matchers[m];
-      if ((k.access & need) !== need) continue;
-      if (k.glob === null) {
-        const lit = k.literal;
-        const n = lit.length;
-        if (k.exact ? len !== n : len < n) continue;
-        let i = 0;
-        while (i < n && buf[start + i] === lit[i]) i++;
-        if (i === n) return true;
-      } else {
-        if (text === null) text = buf.toString('latin1', start, end);
-        if (globMatch(k.glob, text)) return true;
-      }
-    }
-    return false;
-  }
-
   /** Redis's rule string for ACL LIST and the ACL file (without the `user <name> ` prefix). */
   describe(): string {
     const parts: string[] = [this.enabled ? 'on' : 'off'];
@@ -226,7 +199,7 @@ export class User {
   }
 
   keyRules(): string[] {
-    return [...this.keys].map(([pattern, access]) => (access === (KEY_READ | KEY_WRITE) ? '~' : access === KEY_READ ? '%R~' : '%W~') + pattern);
+    return [...this.keys].map(([pattern, access]) => keyRule(pattern, access));
   }
 
   commandRules(): string {
@@ -250,49 +223,6 @@ export class User {
     return ok;
   }
 }
-
-/** Compares two SHA-256 digests in constant time; every AUTH compares at least one pair. */
-function compareDigests(given: Buffer, stored: Buffer): boolean {
-  authDigestComparisons++;
-  return timingSafeEqual(given, stored);
-}
-
-/**
- * How many digest comparisons AUTH made since start: the same for a name that exists and one that
- * does not (test/acl/acl-rules.test.ts reads it).
- */
-export let authDigestComparisons = 0;
-
-/** What an unknown user's password is compared with: random, so no password matches it. */
-const UNKNOWN_USER_DIGEST = randomBytes(32);
-
-function sha256Hex(bytes: Buffer): string {
-  return createHash('sha256').update(bytes).digest('hex');
-}
-
-export interface AclLogEntry {
-  count: number;
-  reason: 'command' | 'key' | 'auth' | 'channel';
-  context: string;
-  object: string;
-  username: string;
-  clientInfo: string;
-  entryId: number;
-  createdMs: number;
-  updatedMs: number;
-}
-
-/** Redis's ACL_LOG_GROUPING_MAX_TIME_DELTA: a repeat of an entry within this is counted in it. */
-const LOG_GROUPING_MS = 60_000;
-/** Redis looks for a repeat among this many newest entries only (bounded work per denial). */
-const LOG_GROUPING_SCAN = 10;
-/**
- * How much of a refused key or a user name an ACL LOG entry keeps (src/log-text.ts). Redis keeps
- * them whole; 128 entries of a 512 MiB key each would be 64 GiB.
- */
-export const ACL_LOG_TEXT_BYTES = 1024;
-/** Redis's acllog-max-len default. */
-const LOG_MAX_LEN = 128;
 
 export class Acl {
   readonly users = new Map<string, User>();
@@ -428,22 +358,7 @@ export class Acl {
    * `object` (a refused key: loggedArg) and `clientInfo` (aclClientInfo) come already cut.
    */
   addLog(reason: AclLogEntry['reason'], context: string, object: string, username: string, clientInfo: string, nowMs: number): void {
-    username = loggedText(username, ACL_LOG_TEXT_BYTES);
-    const scan = Math.min(this.log.length, LOG_GROUPING_SCAN);
-    for (let i = 0; i < scan; i++) {
-      const e = this.log[i];
-      if (e.reason === reason && e.context === context && e.object === object && e.username === username && nowMs - e.updatedMs < LOG_GROUPING_MS) {
-        e.count++;
-        e.updatedMs = nowMs;
-        e.clientInfo = clientInfo;
-        // The most recently updated entry comes first, as Redis moves it to the head.
-        this.log.splice(i, 1);
-        this.log.unshift(e);
-        return;
-      }
-    }
-    this.log.unshift({ count: 1, reason, context, object, username, clientInfo, entryId: this.nextEntryId++, createdMs: nowMs, updatedMs: nowMs });
-    if (this.log.length > LOG_MAX_LEN) this.log.length = LOG_MAX_LEN;
+    if (addLogEntry(this.log, this.nextEntryId, reason, context, object, username, clientInfo, nowMs)) this.nextEntryId++;
   }
 
   /** The users sorted by name, as Redis keeps them (ACL LIST, ACL USERS, the ACL file). */
@@ -453,55 +368,20 @@ export class Acl {
 
   /** The ACL file's text: one `user <name> <rules>` line per user, as Redis writes it. */
   fileText(): string {
-    let out = '';
-    for (const u of this.sortedUsers()) out += `user ${u.name} ${u.describe()}\n`;
-    return out;
+    return aclFileText(this.sortedUsers());
   }
 
   save(path: string): void {
-    // A new temp file under a random name, renamed over the file: never written through a symlink.
-    replaceFileSync(path, Buffer.from(this.fileText(), 'latin1'), 0o644, 'tmp');
+    saveAclFile(path, this.sortedUsers());
   }
 
   /**
-   * Parses an ACL file into new users (Redis's ACLLoadFromFile): every line must be valid or nothing
-   * changes. A default user missing from the file is the built-in one. Throws AclRuleError naming
-   * the file and line.
+   * Parses an ACL file into new users (Redis's ACLLoadFromFile, file.ts): every line must be valid or
+   * nothing changes. A default user missing from the file is the built-in one. Throws AclRuleError
+   * naming the file and line.
    */
   parseFile(path: string): Map<string, User> {
-    let text: string;
-    try {
-      text = readFileSync(path).toString('latin1');
-    } catch (e) {
-      throw new AclRuleError(`Error loading ACLs, opening file '${path}': ${(e as NodeJS.ErrnoException).code === 'ENOENT' ? 'No such file or directory' : (e as Error).message}`);
-    }
-    const users = new Map<string, User>();
-    const lines = text.split('\n');
-    for (let n = 0; n < lines.length; n++) {
-      const line = trimFileLine(lines[n]);
-      if (line === '' || line.startsWith('#')) continue;
-      // Words are split at spaces only, as Redis's loader: no rule or name can hold a space
-      // (hasSpaces refuses them at SETUSER), so what ACL SAVE wrote splits back into the same
-      // rules, whatever other bytes they hold (a tab or a quote stays inside its rule).
-      const words = line.split(' ').filter((w) => w !== '');
-      const where = `${path}:${n + 1}`;
-      if (words[0] !== 'user' || words.length < 2) throw new AclRuleError(`${where}: line should start with user keyword`);
-      const name = words[1];
-      if (!validUserName(name)) throw new AclRuleError(`${where}: Usernames can't contain spaces or null characters`);
-      if (users.has(name)) throw new AclRuleError(`${where}: Duplicate user '${name}' found`);
-      const u = name === 'default' ? new User('default', this) : new User(name, this);
-      for (const r of words.slice(2)) {
-        try {
-          u.apply(r);
-        } catch (e) {
-          if (e instanceof AclRuleError) throw new AclRuleError(`${where}: ${e.message}. `);
-          throw e;
-        }
-      }
-      u.recompute();
-      users.set(name, u);
-    }
-    return users;
+    return parseAclFile(path, (name) => new User(name, this));
   }
 
   /**
@@ -520,96 +400,4 @@ export class Acl {
     for (const [name, u] of loaded) if (name !== 'default') this.users.set(name, u);
     return gone;
   }
-}
-
-/** Redis refuses usernames with spaces or NUL bytes. */
-export function validUserName(name: string): boolean {
-  return !hasSpaces(name) && name.length > 0;
-}
-
-/**
- * Redis's ACLStringHasSpaces: a C isspace() byte (space, \t, \n, \v, \f, \r) or NUL. User names and
- * key and channel patterns holding one are refused, so every rule is one word of the ACL file. Not
- * JS's \s, which also takes the byte 0xA0 (NBSP in latin1): a binary-safe name may hold that.
- */
-export function hasSpaces(text: string): boolean {
-  return /[ \t\n\v\f\r\0]/.test(text);
-}
-
-/** A line of the ACL file without the spaces, tabs and CR/LF around it (Redis's sdstrim " \t\r\n"). */
-function trimFileLine(line: string): string {
-  return line.replace(/^[ \t\r\n]+|[ \t\r\n]+$/g, '');
-}
-
-export const ACL_OK = 0;
-export const ACL_DENIED_CMD = 1;
-export const ACL_DENIED_KEY = 2;
-
-/** The argument index of the key refused by the last aclCheck() that returned ACL_DENIED_KEY. */
-export let deniedKeyIndex = -1;
-
-/**
- * Whether `user` may run `spec` with `argv` (its name at argument `base`: 0, or 3 for ACL DRYRUN).
- * Called only for users that are not `unrestricted`; allocates nothing unless key patterns apply.
- */
-export function aclCheck(user: User, spec: CommandSpec, argv: CommandArgs, base: number): number {
-  if (user.allowed[spec.id!] === 0) return ACL_DENIED_CMD;
-  if (user.allKeys) return ACL_OK;
-  const need = spec.aclKeyAccess!;
-  if (spec.forEachKey !== undefined) {
-    let result = ACL_OK;
-    spec.forEachKey(argv, base, (i) => {
-      if (keyArgAllowed(user, argv, i, need)) return true;
-      deniedKeyIndex = i;
-      result = ACL_DENIED_KEY;
-      return false;
-    });
-    return result;
-  }
-  if (spec.firstKey <= 0) return ACL_OK;
-  const argc = argv.length - base;
-  const last = spec.lastKey < 0 ? argc + spec.lastKey : Math.min(spec.lastKey, argc - 1);
-  for (let i = spec.firstKey; i <= last; i += spec.keyStep || 1) {
-    if (!keyArgAllowed(user, argv, base + i, need)) {
-      deniedKeyIndex = base + i;
-      return ACL_DENIED_KEY;
-    }
-  }
-  return ACL_OK;
-}
-
-/**
- * Whether the key at argument `i` matches one of `user`'s patterns with access `need`. A key too long
- * to become a JS string (V8 stops just under 512 MiB, proto-max-bulk-len's default) cannot be matched
- * and is refused, rather than the conversion throwing.
- */
-function keyArgAllowed(user: User, argv: CommandArgs, i: number, need: number): boolean {
-  if (argv.byteLength(i) > constants.MAX_STRING_LENGTH) return false;
-  return user.keyAllowedAt(argv.source(i), argv.start(i), argv.end(i), need);
-}
-
-/**
- * A key pattern prepared for keyAllowedAt: `literal` alone (exact) or followed by `*`s (prefix) when
- * the rest has no glob character, else `glob` (the pattern, for globMatch).
- */
-interface KeyMatcher {
-  readonly access: number;
-  readonly literal: Buffer;
-  readonly exact: boolean;
-  readonly glob: string | null;
-}
-
-function keyMatcher(pattern: string, access: number): KeyMatcher {
-  let end = pattern.length;
-  while (end > 0 && pattern[end - 1] === '*') end--;
-  const head = pattern.slice(0, end);
-  if (/[*?[\\]/.test(head)) return { access, literal: Buffer.alloc(0), exact: false, glob: pattern };
-  return { access, literal: Buffer.from(head, 'latin1'), exact: end === pattern.length, glob: null };
-}
-
-/** Redis 7.2's NOPERM texts (getAclErrorMessage, not verbose). */
-export function noPermMessage(result: number, user: User, fullName: string): string {
-  return result === ACL_DENIED_CMD
-    ? `NOPERM User ${user.name} has no permissions to run the '${fullName}' command`
-    : 'NOPERM No permissions to access a key';
 }

@@ -1,0 +1,66 @@
+/**
+ * The ACL file (`aclfile`, ACL LOAD / ACL SAVE): one `user <name> <rules>` line per user, as Redis
+ * reads and writes it.
+ */
+import { readFileSync } from 'node:fs';
+import { replaceFileSync } from '../persistence/exclusive-file.js';
+import { AclRuleError, validUserName } from './rule-syntax.js';
+import type { User } from './users.js';
+
+/** The ACL file's text for `users` (sorted by name): one `user <name> <rules>` line per user. */
+export function aclFileText(users: readonly User[]): string {
+  let out = '';
+  for (const u of users) out += `user ${u.name} ${u.describe()}\n`;
+  return out;
+}
+
+/** Writes the ACL file of `users` (sorted by name). */
+export function saveAclFile(path: string, users: readonly User[]): void {
+  // A new temp file under a random name, renamed over the file: never written through a symlink.
+  replaceFileSync(path, Buffer.from(aclFileText(users), 'latin1'), 0o644, 'tmp');
+}
+
+/**
+ * Parses an ACL file into new users, made by `newUser` (Redis's ACLLoadFromFile): every line must be
+ * valid or nothing changes. Throws AclRuleError naming the file and line.
+ */
+export function parseAclFile(path: string, newUser: (name: string) => User): Map<string, User> {
+  let text: string;
+  try {
+    text = readFileSync(path).toString('latin1');
+  } catch (e) {
+    throw new AclRuleError(`Error loading ACLs, opening file '${path}': ${(e as NodeJS.ErrnoException).code === 'ENOENT' ? 'No such file or directory' : (e as Error).message}`);
+  }
+  const users = new Map<string, User>();
+  const lines = text.split('\n');
+  for (let n = 0; n < lines.length; n++) {
+    const line = trimFileLine(lines[n]);
+    if (line === '' || line.startsWith('#')) continue;
+    // Words are split at spaces only, as Redis's loader: no rule or name can hold a space
+    // (hasSpaces refuses them at SETUSER), so what ACL SAVE wrote splits back into the same
+    // rules, whatever other bytes they hold (a tab or a quote stays inside its rule).
+    const words = line.split(' ').filter((w) => w !== '');
+    const where = `${path}:${n + 1}`;
+    if (words[0] !== 'user' || words.length < 2) throw new AclRuleError(`${where}: line should start with user keyword`);
+    const name = words[1];
+    if (!validUserName(name)) throw new AclRuleError(`${where}: Usernames can't contain spaces or null characters`);
+    if (users.has(name)) throw new AclRuleError(`${where}: Duplicate user '${name}' found`);
+    const u = newUser(name);
+    for (const r of words.slice(2)) {
+      try {
+        u.apply(r);
+      } catch (e) {
+        if (e instanceof AclRuleError) throw new AclRuleError(`${where}: ${e.message}. `);
+        throw e;
+      }
+    }
+    u.recompute();
+    users.set(name, u);
+  }
+  return users;
+}
+
+/** A line of the ACL file without the spaces, tabs and CR/LF around it (Redis's sdstrim " \t\r\n"). */
+function trimFileLine(line: string): string {
+  return line.replace(/^[ \t\r\n]+|[ \t\r\n]+$/g, '');
+}
