@@ -3,11 +3,10 @@
  * under, which cellgate call answers it, and the response it gets (status, header fields, body).
  * The adapters (express.ts, fastify.ts, node.ts) only read the request and write the response.
  *
- * Header fields follow the IETF RateLimit header fields draft (draft-ietf-httpapi-ratelimit-headers-11,
- * whose syntax is that of drafts 08 to 11): `RateLimit-Policy: "default";q=10;w=10` and
- * `RateLimit: "default";r=4;t=6`, one list member per policy; `standardHeaders` picks the syntax of
- * draft 07 or 06 instead for clients that parse those. A refusal is `429` with `Retry-After` and an
- * `application/problem+json` body (RFC 9457). The guide with every option: README.md ("Use it").
+ * Beside this file: the default key (keys.ts), the policies (policies.ts), the header fields
+ * (headers.ts: the IETF RateLimit header fields draft 11 by default, or drafts 7 or 6, and
+ * X-RateLimit-*), and a refusal's `application/problem+json` body (problem.ts, RFC 9457). A refusal
+ * is `429` with `Retry-After`. The guide with every option: README.md ("Use it").
  *
  * Two kinds of failure, never mixed: cellgate unavailable (timeout, connection, a server that says
  * it cannot serve now) is answered by `onUnavailable`; anything else (a `key`, `cost` or `policy`
@@ -15,8 +14,6 @@
  * NOPERM or CROSSSLOT) is the application's bug: `check()` rejects, after one log line, and the
  * adapter hands the error to the framework's error path.
  */
-import { isIP } from 'node:net';
-import type { IncomingHttpHeaders } from 'node:http';
 import {
   CellgateArgumentError,
   CellgateClient,
@@ -24,35 +21,19 @@ import {
   CellgateTimeoutError,
   CellgateUnavailableError,
   open,
-  ALGORITHMS,
-  type Algorithm,
   type Connection,
   type Decision,
 } from '../client/index.js';
 import { toCellgateError } from '../client/errors.js';
+import { DRAFTS, pushRateLimitHeaders, retryAfterField, type HeaderDraft } from './headers.js';
+import { defaultKey, type RequestLike } from './keys.js';
+import { describe, resolvePolicies, type Policy, type PolicySet, type ResolvedPolicy } from './policies.js';
+import { refusalProblem, unavailableProblem, type ProblemDetails } from './problem.js';
 
-export interface Policy {
-  /** The name in the RateLimit fields (default "default", or "p1", "p2"... when there are several). */
-  name?: string;
-  /** Default "gcra" (RL.GCRA: smooth, one small state per key). */
-  algorithm?: Algorithm;
-  /** Requests (cost units) per period. */
-  limit: number;
-  periodMs: number;
-  /** Capacity for tokenbucket, leakybucket and gcra (default `limit`). */
-  burst?: number;
-}
-
-/** What the default key function reads; every framework's request has these. */
-export interface RequestLike {
-  headers: IncomingHttpHeaders;
-  ip?: string;
-  socket?: { remoteAddress?: string };
-  user?: { id?: unknown } | null;
-}
-
-/** Which RateLimit header fields are sent. */
-export type HeaderDraft = 'draft-11' | 'draft-8' | 'draft-7' | 'draft-6';
+export type { HeaderDraft } from './headers.js';
+export { defaultKey, ipKey, type RequestLike } from './keys.js';
+export type { Policy } from './policies.js';
+export { problemText, type ProblemDetails } from './problem.js';
 
 export interface RateLimitOptions<Req = RequestLike> {
   /** A `CellgateClient`, an ioredis / node-redis connection, or a URL (`redis://127.0.0.1:6379`) for a connection of its own. */
@@ -178,13 +159,6 @@ export function settleWhenDone(res: ResponseEvents, outcome: Outcome): void {
   res.once('close', () => settle(res.writableFinished ? res.statusCode : undefined));
 }
 
-export interface ProblemDetails {
-  type: string;
-  title: string;
-  status: number;
-  detail: string;
-}
-
 export interface Limiter<Req> {
   /** Rejects only for the application's errors (logged once); unavailability is an Outcome. */
   check(req: Req): Promise<Outcome>;
@@ -196,26 +170,6 @@ export interface Limiter<Req> {
   ready(waitMs?: number): Promise<void>;
   /** Closes the connection the limiter opened from a URL (a connection the application passed stays open). */
   close(): Promise<void>;
-}
-
-interface ResolvedPolicy {
-  name: string;
-  algorithm: Algorithm;
-  limit: number;
-  periodMs: number;
-  burst: number | undefined;
-  /** The most one request can ever spend. */
-  capacity: number;
-  /** `10 requests per 10 seconds`. */
-  quota: string;
-}
-
-/** A policy list checked and formatted once. */
-interface PolicySet {
-  list: ResolvedPolicy[];
-  /** RateLimit-Policy's value in each syntax. */
-  policyField: string;
-  policyFieldDraft7: string;
 }
 
 /** The connection a limiter uses, and whether it is the limiter's own (opened from a URL). */
@@ -233,8 +187,6 @@ const KNOWN_OPTIONS: ReadonlySet<string> = new Set([
 
 /** ready()'s default wait: a TCP connection, the ready check and a PING, on a busy host. */
 const READY_WAIT_MS = 1000;
-
-const DRAFTS: readonly (HeaderDraft | false)[] = ['draft-11', 'draft-8', 'draft-7', 'draft-6', false];
 
 /** The connection for `client`: a URL's is opened now (not waited for: the first calls wait for it). */
 export function shareClient(c: RateLimitOptions['client']): SharedClient {
@@ -364,7 +316,7 @@ export function createLimiter<Req extends RequestLike>(options: RateLimitOptions
       proceed: false,
       status: 503,
       headers: [['Retry-After', '1'], ['Content-Type', 'application/problem+json']],
-      body: { type: 'about:blank', title: 'Service Unavailable', status: 503, detail: 'the rate limiter is unavailable, try again shortly' },
+      body: unavailableProblem(),
       info: undefined,
     };
   }
@@ -421,27 +373,7 @@ export function createLimiter<Req extends RequestLike>(options: RateLimitOptions
     const headers: [string, string][] = [];
     let tight = 0;
     for (let i = 1; i < results.length; i++) if (results[i].remaining < results[tight].remaining) tight = i;
-    if (draft === 'draft-11' || draft === 'draft-8') {
-      headers.push(['RateLimit-Policy', set.policyField], ['RateLimit', results.map((d, i) => `${sfString(policies[i].name)};r=${d.remaining};t=${ceilSeconds(d.resetAfterMs)}`).join(', ')]);
-    } else if (draft === 'draft-7') {
-      headers.push(['RateLimit-Policy', set.policyFieldDraft7], ['RateLimit', `limit=${results[tight].limit}, remaining=${results[tight].remaining}, reset=${ceilSeconds(results[tight].resetAfterMs)}`]);
-    } else if (draft === 'draft-6') {
-      headers.push(
-        ['RateLimit-Policy', set.policyFieldDraft7],
-        ['RateLimit-Limit', String(results[tight].limit)],
-        ['RateLimit-Remaining', String(results[tight].remaining)],
-        ['RateLimit-Reset', String(ceilSeconds(results[tight].resetAfterMs))],
-      );
-    }
-    if (legacy) {
-      // The legacy set has room for one limit (the tightest); Reset is a time, in epoch seconds, as
-      // express-rate-limit sends it.
-      headers.push(
-        ['X-RateLimit-Limit', String(results[tight].limit)],
-        ['X-RateLimit-Remaining', String(results[tight].remaining)],
-        ['X-RateLimit-Reset', String(Math.ceil((Date.now() + results[tight].resetAfterMs) / 1000))],
-      );
-    }
+    pushRateLimitHeaders(headers, draft, legacy, policies, set, results, tight);
     const info: RateLimitInfo = {
       key: who,
       limited,
@@ -475,7 +407,7 @@ export function createLimiter<Req extends RequestLike>(options: RateLimitOptions
       detail = `this request costs ${units}, and the limit of ${p.quota} never allows more than ${p.capacity} at once`;
     } else {
       info.retryAfterMs = waitMs;
-      headers.push(['Retry-After', String(Math.max(1, ceilSeconds(waitMs)))]);
+      headers.push(retryAfterField(waitMs));
       detail = `limit is ${policies[refusing].quota} for this key`;
     }
     if (message !== undefined && typeof message !== 'string') {
@@ -483,8 +415,7 @@ export function createLimiter<Req extends RequestLike>(options: RateLimitOptions
       return { proceed: false, status: statusCode, headers, body: message, info };
     }
     headers.push(['Content-Type', 'application/problem+json']);
-    const title = statusCode === 429 ? 'Too Many Requests' : 'Request Refused';
-    return { proceed: false, status: statusCode, headers, body: { type: 'about:blank', title, status: statusCode, detail: message ?? detail }, info };
+    return { proceed: false, status: statusCode, headers, body: refusalProblem(statusCode, message ?? detail), info };
   }
 
   return {
@@ -501,112 +432,6 @@ export function createLimiter<Req extends RequestLike>(options: RateLimitOptions
   };
 }
 
-/** The default key: the authenticated user, else the client IP (an IPv6 one by its subnet); never "undefined". */
-export function defaultKey(req: RequestLike, ipv6Subnet: number | false = 56): string {
-  const id = req.user?.id;
-  if (id !== undefined && id !== null && String(id) !== '') return `user:${String(id)}`;
-  const ip = req.ip ?? req.socket?.remoteAddress;
-  return ip ? `ip:${ipKey(ip, ipv6Subnet)}` : 'ip:unknown';
-}
-
-/**
- * An IPv4 address as it is; an IPv4-mapped IPv6 one as IPv4; an IPv6 one as its first `bits` bits
- * (`2001:db8:1:ab00:0:0:0:0/56`), since one customer usually holds a whole /56 or /48 and would
- * otherwise have 2^72 buckets.
- */
-export function ipKey(ip: string, bits: number | false): string {
-  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(ip);
-  if (mapped) return mapped[1];
-  if (bits === false || isIP(ip) !== 6) return ip;
-  const words = ipv6Words(ip);
-  if (words === undefined) return ip;
-  for (let i = 0; i < 8; i++) {
-    const keep = Math.max(0, Math.min(16, bits - i * 16));
-    words[i] &= keep === 0 ? 0 : (0xffff << (16 - keep)) & 0xffff;
-  }
-  return `${words.map((w) => w.toString(16)).join(':')}/${bits}`;
-}
-
-/** The eight 16-bit words of an IPv6 address (zone dropped, `::` and a dotted IPv4 tail expanded). */
-function ipv6Words(ip: string): number[] | undefined {
-  let s = ip.replace(/%.*$/, '');
-  const v4 = /(\d+)\.(\d+)\.(\d+)\.(\d+)$/.exec(s);
-  if (v4) {
-    const b = v4.slice(1).map(Number);
-    s = `${s.slice(0, v4.index)}${((b[0] << 8) | b[1]).toString(16)}:${((b[2] << 8) | b[3]).toString(16)}`;
-  }
-  const [head, tail] = s.split('::');
-  const h = head === '' ? [] : head.split(':');
-  const t = tail === undefined || tail === '' ? [] : tail.split(':');
-  const fill = tail === undefined ? 0 : 8 - h.length - t.length;
-  const words = [...h, ...Array<string>(fill).fill('0'), ...t].map((w) => parseInt(w, 16));
-  return words.length === 8 && words.every((w) => Number.isInteger(w)) ? words : undefined;
-}
-
 function checkCost(units: unknown): void {
   if (typeof units !== 'number' || !Number.isSafeInteger(units) || units < 0) throw new CellgateArgumentError('cost', `cost must be an integer >= 0, not ${describe(units)}`);
-}
-
-function describe(v: unknown): string {
-  return typeof v === 'string' ? `'${v}'` : typeof v === 'function' ? 'a function' : v !== null && typeof v === 'object' ? 'an object' : String(v);
-}
-
-function resolvePolicies(input: Policy | Policy[]): PolicySet {
-  const list = Array.isArray(input) ? input : [input];
-  if (list.length === 0 || list[0] === undefined) throw new CellgateArgumentError('policy', 'policy: at least one policy is needed');
-  const names = new Set<string>();
-  const resolved = list.map((p, i): ResolvedPolicy => {
-    if (p === null || typeof p !== 'object') throw new CellgateArgumentError('policy', `policy ${i + 1} must be an object, not ${describe(p)}`);
-    const name = p.name ?? (list.length === 1 ? 'default' : `p${i + 1}`);
-    // Structured-field strings are printable ASCII; a name outside that could not be sent.
-    if (typeof name !== 'string' || !/^[\x20-\x7e]+$/.test(name)) throw new CellgateArgumentError('policy', `policy name '${String(name)}' must be printable ASCII`);
-    if (names.has(name)) throw new CellgateArgumentError('policy', `policy name '${name}' is used twice`);
-    names.add(name);
-    const algorithm = p.algorithm ?? 'gcra';
-    if (!ALGORITHMS.includes(algorithm)) throw new CellgateArgumentError('policy', `policy '${name}': algorithm must be one of ${ALGORITHMS.join(', ')}`);
-    for (const [field, v] of [['limit', p.limit], ['periodMs', p.periodMs], ['burst', p.burst ?? 1]] as const) {
-      if (!Number.isSafeInteger(v) || v < 1) throw new CellgateArgumentError('policy', `policy '${name}': ${field} must be an integer >= 1, not ${describe(v)}`);
-    }
-    if (p.burst !== undefined && algorithm !== 'tokenbucket' && algorithm !== 'leakybucket' && algorithm !== 'gcra') {
-      throw new CellgateArgumentError('policy', `policy '${name}': burst applies to tokenbucket, leakybucket and gcra only`);
-    }
-    return {
-      name,
-      algorithm,
-      limit: p.limit,
-      periodMs: p.periodMs,
-      burst: p.burst,
-      capacity: p.burst ?? p.limit,
-      quota: `${p.limit} ${p.limit === 1 ? 'request' : 'requests'} per ${describePeriod(p.periodMs)}`,
-    };
-  });
-  return {
-    list: resolved,
-    policyField: resolved.map((p) => `${sfString(p.name)};q=${p.capacity};w=${ceilSeconds(p.periodMs)}`).join(', '),
-    policyFieldDraft7: resolved.map((p) => `${p.capacity};w=${ceilSeconds(p.periodMs)}`).join(', '),
-  };
-}
-
-function sfString(s: string): string {
-  return `"${s.replace(/[\\"]/g, (c) => `\\${c}`)}"`;
-}
-
-function ceilSeconds(ms: number): number {
-  return ms <= 0 ? 0 : Math.ceil(ms / 1000);
-}
-
-function describePeriod(ms: number): string {
-  const units: [number, string][] = [[86_400_000, 'day'], [3_600_000, 'hour'], [60_000, 'minute'], [1000, 'second'], [1, 'millisecond']];
-  for (const [size, word] of units) {
-    if (ms % size === 0) {
-      const n = ms / size;
-      return n === 1 ? word : `${n} ${word}s`;
-    }
-  }
-  return `${ms} milliseconds`;
-}
-
-/** Writes a refusal's body as the response's JSON text. */
-export function problemText(body: ProblemDetails | Record<string, unknown>): string {
-  return JSON.stringify(body);
 }
