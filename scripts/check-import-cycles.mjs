@@ -67,6 +67,7 @@ function roomOf(file) {
   const parts = relative(root, file).split(sep);
   if (parts.length === 1) {
     if (BASE.has(parts[0])) return 'base';
+    // src/config.ts, with the folder src/config/ (its parts: the rank's name), is the config room.
     if (parts[0] === 'config.js') return 'config';
     if (parts[0] === 'main.js') return 'main';
     return null;
