@@ -16,9 +16,8 @@
  * keeps its number for the key's whole life, which makes SCAN cursors stable.
  *
  * Here: the storage and what commands call on every request, in one class so those calls stay direct.
- * Elsewhere, owned by the Keyspace: the active expiry cycle (expiry.ts), eviction sampling
- * (eviction.ts), WATCH marks (watch-marks.ts), a background save's copy-on-write view (save-copy.ts),
- * SCAN's walk (scan.ts).
+ * Owned by the Keyspace, in their own files: the active expiry cycle (expiry.ts), eviction sampling
+ * (eviction.ts), WATCH marks (watch-marks.ts), a save's copy-on-write view (save-copy.ts), SCAN (scan.ts).
  */
 
 /** The algorithm a key holds. The name is what TYPE answers. */
@@ -147,8 +146,8 @@ export class Keyspace {
   /**
    * A background save's view (beginSave), or null. While a save runs, slots at or above `saveCursor`
    * (its scan position) still hold the keyspace as it was when the save started: the first change of
-   * such a slot first hands its pre-image to the save (preserve). Every write path compares the slot
-   * with saveCursor, which is NO_SAVE (above every slot) when no save runs: one integer comparison.
+   * such a slot first hands its pre-image to the save (SaveView.preserve). Every write path compares
+   * the slot with saveCursor, NO_SAVE (above every slot) when no save runs: one integer comparison.
    */
   private save: SaveView | null = null;
   private saveCursor = NO_SAVE;
@@ -440,10 +439,9 @@ export class Keyspace {
   }
 
   /**
-   * One step of the active expiry cycle (expiry.ts): examines slots round-robin and deletes expired
-   * keys, stopping after `maxSlots` slots or when `timeUp()` says time is up (checked every 256
-   * slots). Returns the number of keys deleted; `lastStepKeys` tells how many keys (live or expired)
-   * the step examined.
+   * One step of the active expiry cycle (expiry.ts): deletes the expired keys of up to `maxSlots`
+   * slots, round-robin, stopping early when `timeUp()` (asked every 256 slots) says so. Returns the
+   * keys deleted; `lastStepKeys` tells how many keys (live or expired) the step examined.
    */
   expireStep(nowMs: number, maxSlots: number, timeUp: () => boolean): number {
     this.settle();
@@ -467,9 +465,8 @@ export class Keyspace {
     return this.index.hashOf(slot);
   }
 
-  /** The last access of a slot, in seconds of the server clock (allkeys-lru; OBJECT IDLETIME-like). */
+  /** The last access of a slot in seconds of the server clock: now minus the 24-bit clock's idle time. */
   lastAccessSec(slot: number): number {
-    // Now minus the idle time the 24-bit clock gives.
     return this.nowSec - ((this.nowSec - (this.index.spare(slot) >>> 8)) & LRU_MASK);
   }
 
