@@ -40,10 +40,10 @@ export const TYPE_NAMES: Record<number, string> = {
   [KeyType.SlidingWindow]: 'slidingwindow',
 };
 
-import { EvictionSampler, type EvictionPolicy } from './eviction.js';
-import { ExpiryCycle } from './expiry.js';
 import { hashKey } from './key-hash.js';
 import { KeyTable } from './key-table.js';
+import { EvictionSampler, type EvictionPolicy } from './eviction.js';
+import { ExpiryCycle } from './expiry.js';
 import { NO_SAVE, SaveView, type SaveSink } from './save-copy.js';
 import { forEachLiveSlot, scanSlots } from './scan.js';
 import { WatchMarks, type KeyWatch, type WatchOwner } from './watch-marks.js';
