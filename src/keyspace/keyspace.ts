@@ -15,9 +15,8 @@
  * expireAtMs` (lazily on access, and by the active cycle, which does bounded work per call). A slot
  * keeps its number for the key's whole life, which makes SCAN cursors stable.
  *
- * Here: the storage and what commands call on every request, in one class so those calls stay direct.
- * Owned by the Keyspace, in their own files: the active expiry cycle (expiry.ts), eviction sampling
- * (eviction.ts), WATCH marks (watch-marks.ts), a save's copy-on-write view (save-copy.ts), SCAN (scan.ts).
+ * Here: the storage and the API of every request, in one class so those calls stay direct; in files of
+ * their own: expiry.ts, eviction.ts, watch-marks.ts (WATCH), save-copy.ts (BGSAVE's view), scan.ts.
  */
 
 /** The algorithm a key holds. The name is what TYPE answers. */
@@ -153,9 +152,8 @@ export class Keyspace {
   private saveCursor = NO_SAVE;
 
   /**
-   * WATCHed keys and their watches. Every write path tests `watchedKeys` (the marks' size) before
-   * anything else, so with nobody watching a write pays one integer comparison; the key's string is
-   * made only when some key is watched.
+   * WATCHed keys. Every write path tests `watchedKeys` (the marks' size) first, so with nobody watching
+   * a write pays one integer comparison; the key's string is made only when some key is watched.
    */
   private readonly marks = new WatchMarks(this);
   private watchedKeys = 0;
@@ -218,7 +216,7 @@ export class Keyspace {
     if (slot === -1) return -1;
     if (nowMs > this.index.getState(slot, 0)) {
       if (this.journal !== null) this.journal.expiring(this, slot);
-      if (slot >= this.saveCursor) this.save!.preserve(this, slot);
+      if (slot >= this.saveCursor) this.preserve(slot);
       this.expiredCount++;
       this.typeCounts[this.typeAt(slot)]--;
       this.index.setSpare(slot, KeyType.Free);
@@ -257,7 +255,7 @@ export class Keyspace {
         slot = this.highWater++;
       }
       // A slot free at the save's start (or freed since, its key preserved): keep the new key out.
-      if (slot >= this.saveCursor) this.save!.preserve(this, slot);
+      if (slot >= this.saveCursor) this.preserve(slot);
       this.index.insert(bytes, start, end, hash, slot);
     }
     this.index.setSpare(slot, this.meta(type));
@@ -311,8 +309,12 @@ export class Keyspace {
 
   /** Deletes a key if present (expired or not: DEL counts only live ones, so check first). */
   delete(key: string, nowMs: number): boolean {
-    const n = this.toScratch(key);
-    return this.deleteKey(this.scratch, 0, n, nowMs);
+    const slot = this.lookup(key, nowMs);
+    if (slot === -1) return false;
+    if (this.journal !== null) this.journal.deleting(this, slot);
+    this.removeSlot(slot);
+    this.dirty++;
+    return true;
   }
 
   clear(): void {
@@ -353,7 +355,7 @@ export class Keyspace {
     return this.index.getState(slot, 0);
   }
   setExpireAtMs(slot: number, ms: number): void {
-    if (slot >= this.saveCursor) this.save!.preserve(this, slot);
+    if (slot >= this.saveCursor) this.preserve(slot);
     this.index.setState(slot, 0, ms);
   }
   getA(slot: number): number {
@@ -366,7 +368,7 @@ export class Keyspace {
     return this.index.getState(slot, 3);
   }
   setState(slot: number, a: number, b: number, c = 0): void {
-    if (slot >= this.saveCursor) this.save!.preserve(this, slot);
+    if (slot >= this.saveCursor) this.preserve(slot);
     if (this.watchedKeys !== 0) this.touchSlot(slot);
     if (this.journal !== null) this.journal.touched(slot);
     this.dirty++;
@@ -375,23 +377,23 @@ export class Keyspace {
     index.setState(slot, 2, b);
     index.setState(slot, 3, c);
   }
-  /** True when some key holds a blob (the journal's encoder skips getBlob's lookup otherwise). */
-  get anyBlobs(): boolean {
-    return this.blobs.size !== 0;
-  }
   /**
    * The variable-size state of a slot, or undefined. A limiter may change the returned array in place
    * (a sliding log appends to its ring), so while a background save runs this counts as a write.
    */
+  /** True when some key holds a blob (the journal's encoder skips getBlob's lookup otherwise). */
+  get anyBlobs(): boolean {
+    return this.blobs.size !== 0;
+  }
   getBlob(slot: number): Float64Array | undefined {
-    if (slot >= this.saveCursor) this.save!.preserve(this, slot);
+    if (slot >= this.saveCursor) this.preserve(slot);
     const blob = this.blobs.get(slot);
     this.blobMemoSlot = slot;
     this.blobMemo = blob;
     return blob;
   }
   setBlob(slot: number, blob: Float64Array | undefined): void {
-    if (slot >= this.saveCursor) this.save!.preserve(this, slot);
+    if (slot >= this.saveCursor) this.preserve(slot);
     if (this.watchedKeys !== 0) this.touchSlot(slot);
     this.dirty++;
     const had = slot === this.blobMemoSlot ? this.blobMemo : this.blobs.get(slot);
@@ -422,9 +424,8 @@ export class Keyspace {
   }
 
   /**
-   * Visits live keys from slot `cursor` on, calling `visit(slot)` for up to `count` slots (keyOf
-   * names the key) and removing expired ones met. Returns the next cursor (0 when the walk is
-   * complete), as SCAN needs (scan.ts).
+   * SCAN (scan.ts): `visit(slot)` for the live keys of up to `count` slots from slot `cursor` on,
+   * removing expired ones met. Returns the next cursor (0 when the walk is complete).
    */
   scan(cursor: number, count: number, nowMs: number, visit: (slot: number) => void): number {
     this.settle();
@@ -470,10 +471,7 @@ export class Keyspace {
     return this.nowSec - ((this.nowSec - (this.index.spare(slot) >>> 8)) & LRU_MASK);
   }
 
-  /**
-   * Picks an eviction victim as Redis does (eviction.ts): samples `samples` live keys and returns the
-   * best still valid candidate for `policy` (-1 if the keyspace is empty). `random()` is in [0, 1).
-   */
+  /** An eviction victim for `policy` from `samples` sampled keys (eviction.ts; -1: none). `random()` ∈ [0, 1). */
   sampleVictim(policy: EvictionPolicy, samples: number, random: () => number): number {
     this.settle();
     if (this.index.size === 0) return -1;
@@ -502,7 +500,7 @@ export class Keyspace {
   }
 
   private unlinkSlot(slot: number): void {
-    if (slot >= this.saveCursor) this.save!.preserve(this, slot);
+    if (slot >= this.saveCursor) this.preserve(slot);
     this.index.remove(slot);
     this.typeCounts[this.typeAt(slot)]--;
     this.index.setSpare(slot, KeyType.Free);
@@ -511,9 +509,8 @@ export class Keyspace {
   }
 
   /**
-   * WATCH (watch-marks.ts): `owner` is marked dirty by the next change of `key` (a binary string); a
-   * key present but already expired is watched as expired (KeyWatch), as Redis's watchForKey. Watching
-   * a key twice for the same owner is one watch (null the second time).
+   * WATCH (watch-marks.ts, as Redis's watchForKey): `owner` is marked dirty by the next change of `key`
+   * (a binary string). Watching a key twice for the same owner is one watch (null the second time).
    */
   watch(owner: WatchOwner, key: string, nowMs: number): KeyWatch | null {
     const w = this.marks.watch(owner, key, nowMs);
@@ -538,10 +535,7 @@ export class Keyspace {
     return this.marks.size;
   }
 
-  /**
-   * Whether a watched key that was not expired when watched has expired by now without being removed
-   * yet (Redis's isWatchedKeyExpired, checked by EXEC: such a key counts as touched).
-   */
+  /** Whether a watched key, not expired when watched, has expired since (Redis's isWatchedKeyExpired: EXEC). */
   watchedKeyExpired(watches: readonly KeyWatch[], nowMs: number): boolean {
     return this.marks.anyExpired(watches, nowMs);
   }
@@ -559,9 +553,8 @@ export class Keyspace {
   }
 
   /**
-   * Starts a background save's point-in-time view (save-copy.ts): the keys live at `startMs`, each
-   * handed to `sink` exactly once, as they are now. One save at a time: a new one replaces the view of
-   * one still running (which then gets nothing more); `sink` names the save in saveStep and endSave.
+   * Starts a background save's point-in-time view (save-copy.ts) of the keys live at `startMs`. One at
+   * a time: a new one replaces one still running (which then gets nothing more); `sink` names it.
    */
   beginSave(startMs: number, sink: SaveSink): void {
     this.settle();
@@ -570,9 +563,8 @@ export class Keyspace {
   }
 
   /**
-   * Walks on: examines up to `maxSlots` slots and hands each key of the save's view to the sink.
-   * Returns false when the walk is complete (the sink then gets nothing more). Throws if the view of
-   * save `sink` was ended (endSave) or replaced: its file would miss keys.
+   * Walks on up to `maxSlots` slots, handing each key of the view to the sink; false when the walk is
+   * complete. Throws if the view of save `sink` was ended (endSave) or replaced: its file would miss keys.
    */
   saveStep(sink: SaveSink, maxSlots: number): boolean {
     const view = this.save;
@@ -591,5 +583,10 @@ export class Keyspace {
     if (this.save === null || this.save.sink !== sink) return;
     this.save = null;
     this.saveCursor = NO_SAVE;
+  }
+
+  /** The first change of a slot the save has not reached (SaveView.preserve). */
+  private preserve(slot: number): void {
+    this.save!.preserve(this, slot);
   }
 }
