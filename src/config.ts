@@ -2,8 +2,9 @@
  * Configuration: Redis-style names and values, from a redis.conf-syntax file, then environment
  * variables (`CELLGATE_PORT=6380`), then command-line flags (`--port 6380`), in rising precedence:
  * a flag always wins, as the most specific word of whoever starts the process (README
- * "Configuration"). The same table serves CONFIG GET/SET/REWRITE and `--help`, so a name means one
- * thing everywhere.
+ * "Configuration"). The same table (config/params.ts) serves CONFIG GET/SET/REWRITE and `--help`, so
+ * a name means one thing everywhere; config/values.ts validates values, config/file.ts reads the file
+ * and rewrites it.
  */
 import { readFileSync } from 'node:fs';
 import { BY_NAME, DEFS, REFUSED, REFUSED_VALUES, type ConfigDef } from './config/params.js';
@@ -18,7 +19,6 @@ export { quoteValue } from './config/file.js';
 function envName(name: string): string {
   return 'CELLGATE_' + name.toUpperCase().replace(/-/g, '_');
 }
-
 
 export class Config {
   private readonly values = new Map<string, string>();

@@ -5,6 +5,7 @@
  */
 import type { ConfigDef } from './params.js';
 
+/** A refused option or value, with the reason (Redis's text where Redis has one). */
 export class ConfigError extends Error {}
 
 /** Redis's upper bound of proto-max-bulk-len and client-query-buffer-limit (LONG_MAX), for its error text. */
