@@ -19,6 +19,7 @@ COPY package.json package-lock.json ./
 # lets Docker reuse the node_modules layer when only src/ changes.
 RUN npm ci --ignore-scripts --no-audit --no-fund
 COPY tsconfig.json ./
+COPY scripts/embed-lua.mjs ./scripts/
 COPY src ./src
 RUN npm run build && npm prune --omit=dev --no-audit --no-fund
 

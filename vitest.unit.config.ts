@@ -21,6 +21,7 @@ export default defineConfig({
       'test/transactions/keyspace-watch.test.ts',
       'test/server/tasks.test.ts',
       'test/build/check-imports.test.ts',
+      'test/build/lua.test.ts',
     ],
     testTimeout: 60_000,
     reporters: ['default', './test/helpers/summary-reporter.ts'],

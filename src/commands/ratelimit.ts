@@ -18,15 +18,13 @@
  */
 import type { CommandArgs } from '../protocol/command-args.js';
 import { createKeyArg, lookupKeyArg } from './args.js';
-import { KeyType, type Keyspace } from '../keyspace/keyspace.js';
+import type { Keyspace } from '../keyspace/keyspace.js';
+import { ParamsProblem, type Algorithm } from '../limiters/algorithm.js';
 import type { CellParams } from '../limiters/cell-throttle.js';
-import { fixedWindowDecide, fixedWindowRefund } from '../limiters/fixed-window.js';
-import { gcraMsDecide, gcraMsParams, gcraMsRefund, newGcraMsParams } from '../limiters/gcra-ms.js';
-import { leakyBucketDecide, leakyBucketRefund } from '../limiters/leaky-bucket.js';
+import { newGcraMsParams } from '../limiters/gcra-ms.js';
 import { MAX_SCALED, newRateDecision, RefundEffect, type RateDecision } from '../limiters/rate-decision.js';
-import { MAX_SLIDING_LOG_LIMIT, slidingLogDecide, slidingLogRecord, slidingLogRefund, slidingLogRefunded } from '../limiters/sliding-log.js';
-import { slidingWindowDecide, slidingWindowRefund } from '../limiters/sliding-window.js';
-import { tokenBucketDecide, tokenBucketRefund } from '../limiters/token-bucket.js';
+import { ALGORITHMS } from '../limiters/registry.js';
+import { MAX_SLIDING_LOG_LIMIT } from '../limiters/sliding-log.js';
 import { WRONGTYPE, writeSix } from './limiter-replies.js';
 import { firstKeyOnly, type ArgDoc, type CommandContext, type CommandSpec } from './types.js';
 import { LimiterCounter } from '../server/stats.js';
@@ -36,22 +34,6 @@ import type { ScriptLimit } from '../backend/limiter-script.js';
 /** The longest period accepted: 10^12 ms, about 31.7 years. */
 export const MAX_PERIOD_MS = 1e12;
 export { MAX_SLIDING_LOG_LIMIT };
-
-interface Algorithm {
-  /** The name after `RL.` (and RL.ALL's ALGO), uppercase. */
-  name: string;
-  type: KeyType;
-  acceptsBurst: boolean;
-}
-
-const ALGORITHMS: Algorithm[] = [
-  { name: 'TOKENBUCKET', type: KeyType.TokenBucket, acceptsBurst: true },
-  { name: 'LEAKYBUCKET', type: KeyType.LeakyBucket, acceptsBurst: true },
-  { name: 'FIXEDWINDOW', type: KeyType.FixedWindow, acceptsBurst: false },
-  { name: 'SLIDINGLOG', type: KeyType.SlidingLog, acceptsBurst: false },
-  { name: 'SLIDINGWINDOW', type: KeyType.SlidingWindow, acceptsBurst: false },
-  { name: 'GCRA', type: KeyType.Gcra, acceptsBurst: true },
-];
 
 /** One limit of a call, parsed. Reused between calls. */
 interface Limit {
@@ -156,7 +138,7 @@ let parsedRefund = 0;
 function parseLimit(argv: CommandArgs, i: number, l: Limit, limitNo: number, costAllowed: boolean): number {
   const algo = l.algo;
   const limitIndex = i;
-  const limit = integerArg(argv, i, 'limit', limitNo, 1, algo.type === KeyType.SlidingLog ? MAX_SLIDING_LOG_LIMIT : MAX_SCALED);
+  const limit = integerArg(argv, i, 'limit', limitNo, 1, algo.maxLimit);
   if (limit === null) return -1;
   const periodMs = integerArg(argv, i + 1, 'period_ms', limitNo, 1, MAX_PERIOD_MS);
   if (periodMs === null) return -1;
@@ -192,17 +174,19 @@ function parseLimit(argv: CommandArgs, i: number, l: Limit, limitNo: number, cos
       break; // RL.ALL: the next limit, or the trailing COST
     }
   }
-  // Products the integer arithmetic needs below 2^52 (see src/limiters/rate-decision.ts).
-  if (algo.type === KeyType.TokenBucket || algo.type === KeyType.LeakyBucket) {
-    if (burst * periodMs > MAX_SCALED) {
+  // Products the integer arithmetic needs below 2^52 (see src/limiters/rate-decision.ts), and RL.GCRA's
+  // intervals.
+  switch (algo.checkParams(limit, periodMs, burst, l.gcra)) {
+    case ParamsProblem.None:
+      break;
+    case ParamsProblem.BurstProduct:
       return invalid(burstIndex === -1 ? 'limit' : 'BURST', argv.text(burstIndex === -1 ? limitIndex : burstIndex), limitNo, `BURST x period_ms must be <= ${MAX_SCALED} (BURST defaults to limit)`);
-    }
-  } else if (algo.type === KeyType.Gcra) {
-    const error = gcraMsParams(limit, periodMs, burst, l.gcra);
-    if (error === 'zero-interval') return fail(`ERR invalid limit${where(limitNo)}: more than 10^9 per second (the emission interval would be 0 ns)`);
-    if (error !== null) return fail(`ERR invalid BURST/period_ms${where(limitNo)}: the burst tolerance (period_ms / limit * BURST) exceeds 100 years`);
-  } else if (limit * periodMs > MAX_SCALED) {
-    return fail(`ERR invalid limit/period_ms${where(limitNo)}: limit x period_ms must be <= ${MAX_SCALED}`);
+    case ParamsProblem.LimitProduct:
+      return fail(`ERR invalid limit/period_ms${where(limitNo)}: limit x period_ms must be <= ${MAX_SCALED}`);
+    case ParamsProblem.ZeroInterval:
+      return fail(`ERR invalid limit${where(limitNo)}: more than 10^9 per second (the emission interval would be 0 ns)`);
+    case ParamsProblem.ToleranceOverflow:
+      return fail(`ERR invalid BURST/period_ms${where(limitNo)}: the burst tolerance (period_ms / limit * BURST) exceeds 100 years`);
   }
   l.limit = limit;
   l.periodMs = periodMs;
@@ -225,43 +209,28 @@ function lookupLimit(ctx: CommandContext, argv: CommandArgs, l: Limit): boolean 
 /** Asks the limiter; writes nothing. */
 function decide(ks: Keyspace, l: Limit, cost: number, nowMs: number, nowUs: number): void {
   const slot = l.slot;
-  const has = slot !== -1;
-  const a = has ? ks.getA(slot) : 0;
-  const b = has ? ks.getB(slot) : 0;
-  const d = l.decision;
-  switch (l.algo.type) {
-    case KeyType.TokenBucket:
-      tokenBucketDecide(l.limit, l.periodMs, l.burst, cost, has, a, b, nowMs, d);
-      break;
-    case KeyType.LeakyBucket:
-      leakyBucketDecide(l.limit, l.periodMs, l.burst, cost, has, a, b, nowMs, d);
-      break;
-    case KeyType.FixedWindow:
-      fixedWindowDecide(l.limit, l.periodMs, cost, has, a, b, nowMs, d);
-      break;
-    case KeyType.SlidingWindow:
-      slidingWindowDecide(l.limit, l.periodMs, cost, has, a, b, has ? ks.getC(slot) : 0, nowMs, d);
-      break;
-    case KeyType.SlidingLog:
-      slidingLogDecide(l.limit, l.periodMs, cost, has, a, b, has ? ks.getC(slot) : 0, has ? ks.getBlob(slot) : undefined, nowMs, d);
-      break;
-    default:
-      gcraMsDecide(l.gcra, cost, has, a, b, nowUs, d);
+  const algo = l.algo;
+  if (slot === -1) {
+    algo.decide(l, cost, false, 0, 0, 0, undefined, nowMs, nowUs, l.decision);
+    return;
   }
+  // The blob is looked up only for an algorithm that has one (a Map lookup per call otherwise).
+  algo.decide(l, cost, true, ks.getA(slot), ks.getB(slot), ks.getC(slot), algo.hasBlob ? ks.getBlob(slot) : undefined, nowMs, nowUs, l.decision);
 }
 
 /** Stores what `decide` allowed (call only when `decision.write`). */
 function commit(ks: Keyspace, argv: CommandArgs, l: Limit, cost: number, nowMs: number): void {
   const d = l.decision;
+  const algo = l.algo;
   let slot = l.slot;
   const has = slot !== -1;
-  if (l.algo.type === KeyType.SlidingLog) {
-    const log = slidingLogRecord(l.limit, l.periodMs, cost, has, has ? ks.getA(slot) : 0, has ? ks.getB(slot) : 0,
-      has ? ks.getC(slot) : 0, has ? ks.getBlob(slot) : undefined, nowMs, d);
-    if (!has) slot = createKeyArg(ks, argv, l.keyArg, l.algo.type);
-    ks.setBlob(slot, log);
+  if (algo.hasBlob) {
+    algo.commit(l, cost, has, has ? ks.getA(slot) : 0, has ? ks.getB(slot) : 0, has ? ks.getC(slot) : 0,
+      has ? ks.getBlob(slot) : undefined, nowMs, 0, d);
+    if (!has) slot = createKeyArg(ks, argv, l.keyArg, algo.type);
+    ks.setBlob(slot, d.blob);
   } else if (!has) {
-    slot = createKeyArg(ks, argv, l.keyArg, l.algo.type);
+    slot = createKeyArg(ks, argv, l.keyArg, algo.type);
   }
   ks.setState(slot, d.a, d.b, d.c);
   ks.setExpireAtMs(slot, d.expireAtMs);
@@ -277,33 +246,13 @@ function commit(ks: Keyspace, argv: CommandArgs, l: Limit, cost: number, nowMs: 
 function refund(ctx: CommandContext, argv: CommandArgs, l: Limit, units: number): void {
   const ks = ctx.keyspace;
   const slot = l.slot;
+  const algo = l.algo;
   const has = slot !== -1;
-  const a = has ? ks.getA(slot) : 0;
-  const b = has ? ks.getB(slot) : 0;
-  const c = has ? ks.getC(slot) : 0;
   const d = l.decision;
-  let effect: RefundEffect;
-  switch (l.algo.type) {
-    case KeyType.TokenBucket:
-      effect = tokenBucketRefund(l.limit, l.periodMs, units, has, a, b, ctx.nowMs, d);
-      break;
-    case KeyType.LeakyBucket:
-      effect = leakyBucketRefund(l.limit, l.periodMs, units, has, a, b, ctx.nowMs, d);
-      break;
-    case KeyType.FixedWindow:
-      effect = fixedWindowRefund(l.periodMs, units, has, a, b, ctx.nowMs, d);
-      break;
-    case KeyType.SlidingWindow:
-      effect = slidingWindowRefund(l.periodMs, units, has, a, b, c, ctx.nowMs, d);
-      break;
-    case KeyType.SlidingLog:
-      effect = slidingLogRefund(l.periodMs, units, has, a, b, c, has ? ks.getBlob(slot) : undefined, ctx.nowMs, d);
-      if (effect === RefundEffect.Write) ks.setBlob(slot, slidingLogRefunded.log);
-      break;
-    default:
-      effect = gcraMsRefund(l.gcra, units, has, a, b, ctx.nowUs, d);
-  }
+  const effect = algo.refund(l, units, has, has ? ks.getA(slot) : 0, has ? ks.getB(slot) : 0, has ? ks.getC(slot) : 0,
+    has && algo.hasBlob ? ks.getBlob(slot) : undefined, ctx.nowMs, ctx.nowUs, d);
   if (effect === RefundEffect.Write) {
+    if (algo.hasBlob) ks.setBlob(slot, d.blob);
     ks.setState(slot, d.a, d.b, d.c);
     ks.setExpireAtMs(slot, d.expireAtMs);
   } else if (effect === RefundEffect.Delete) {
@@ -365,7 +314,8 @@ function scriptLimit(l: Limit, cost: number, refundUnits = 0): ScriptLimit {
   return { kind: 'rl', type: l.algo.type, limit: l.limit, periodMs: l.periodMs, burst: l.burst, gcra: { ...l.gcra }, cost, refund: refundUnits };
 }
 
-const ALGO_LIST = 'TOKENBUCKET, LEAKYBUCKET, FIXEDWINDOW, SLIDINGLOG, SLIDINGWINDOW or GCRA';
+/** RL.ALL's ALGO values, for its error: `A, B or C`. */
+const ALGO_LIST = `${ALGORITHMS.slice(0, -1).map((a) => a.name).join(', ')} or ${ALGORITHMS[ALGORITHMS.length - 1].name}`;
 /** At most this many limits in one RL.ALL. */
 export const MAX_LIMITS = 64;
 
@@ -470,15 +420,6 @@ function rlAll(ctx: CommandContext, argv: CommandArgs): void {
   for (let n = 0; n < count; n++) replySix(ctx, limits[n].decision);
 }
 
-const SUMMARIES: Record<string, string> = {
-  TOKENBUCKET: 'Token bucket: capacity BURST (default limit), refilled at limit per period_ms.',
-  LEAKYBUCKET: 'Leaky bucket as a queue (nginx limit_req): at most BURST waiting, one drained every period_ms/limit; replies delay_ms.',
-  FIXEDWINDOW: 'Fixed window counter: at most limit per window aligned to multiples of period_ms.',
-  SLIDINGLOG: 'Sliding window log: exactly at most limit in any period_ms interval.',
-  SLIDINGWINDOW: "Sliding window counter (Cloudflare's weighted estimate of the last period_ms).",
-  GCRA: 'GCRA with millisecond fields (shares keys with CL.THROTTLE and GCRA).',
-};
-
 function argDocs(algo: Algorithm): ArgDoc[] {
   return [
     { name: 'key', type: 'key' },
@@ -499,8 +440,8 @@ const REPLY = ' Reply: [limited, limit, remaining, retry_after_ms, reset_after_m
 export const rateLimitCommands: CommandSpec[] = [
   ...ALGORITHMS.map((algo): CommandSpec => ({
     name: `rl.${algo.name.toLowerCase()}`, arity: -4, flags: ['write', 'denyoom', 'fast'], ...firstKeyOnly(),
-    group: 'limiter', since: '0.2.0', complexity: algo.type === KeyType.SlidingLog ? 'O(log limit); an accepted call O(1) amortized, O(limit) when it grows the log' : 'O(1)',
-    summary: SUMMARIES[algo.name] + REPLY,
+    group: 'limiter', since: '0.2.0', complexity: algo.complexity,
+    summary: algo.summary + REPLY,
     args: argDocs(algo),
     run: single(algo),
   })),

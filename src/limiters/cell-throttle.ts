@@ -14,6 +14,12 @@
  * refused with retry −1 and nothing written.
  */
 
+import { luaSections, type ScriptOp } from './algorithm.js';
+import { lua } from './cell-throttle.lua.js';
+
+/** CL.THROTTLE's op in the backend's script; its branch also runs RL.GCRA (op 'r'). */
+export const cellThrottleOp: ScriptOp = { op: 'c', ...luaSections(lua), reply: 'throttle-seconds' };
+
 /** Validated parameters with the derived intervals, computed once per call. */
 export interface CellParams {
   /** max_burst + 1. */

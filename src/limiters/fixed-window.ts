@@ -5,7 +5,9 @@
  * State: A = start of the window the count belongs to (ms), B = units admitted in it. The key
  * expires at the end of that window; a count from an older window reads as 0.
  */
-import { peekDecision, RefundEffect, type RateDecision } from './rate-decision.js';
+import { MAX_SCALED, peekDecision, RefundEffect, type RateDecision } from './rate-decision.js';
+import { limitProduct, meterStateProblem, noCommit, luaSections, type Algorithm } from './algorithm.js';
+import { lua } from './fixed-window.lua.js';
 
 export function fixedWindowDecide(
   limit: number, periodMs: number, cost: number,
@@ -64,3 +66,17 @@ export function fixedWindowRefund(
   out.expireAtMs = windowStartMs + periodMs;
   return RefundEffect.Write;
 }
+
+/** `RL.FIXEDWINDOW`. */
+export const fixedWindow: Algorithm = {
+  name: 'FIXEDWINDOW', typeName: 'fixedwindow', type: 4, op: 'f', ...luaSections(lua), reply: 'rl-ms',
+  acceptsBurst: false, maxLimit: MAX_SCALED, hasBlob: false,
+  checkParams: limitProduct,
+  decide: (p, cost, has, a, b, _c, _blob, nowMs, _nowUs, out) => fixedWindowDecide(p.limit, p.periodMs, cost, has, a, b, nowMs, out),
+  commit: noCommit,
+  refund: (p, units, has, a, b, _c, _blob, nowMs, _nowUs, out) => fixedWindowRefund(p.periodMs, units, has, a, b, nowMs, out),
+  stateProblem: (expireAtMs, a, b, c) => meterStateProblem('fixedwindow', false, expireAtMs, a, b, c),
+  summary: 'Fixed window counter: at most limit per window aligned to multiples of period_ms.',
+  complexity: 'O(1)',
+  warmupArgs: ['100', '60000'],
+};

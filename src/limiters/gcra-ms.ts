@@ -14,7 +14,9 @@
  * and the key expires at ⌊now⌋ms + reset_after_ms, so TTL equals reset_after_ms.
  */
 import { cellThrottle, newCellDecision, MAX_TOLERANCE_US, type CellParams } from './cell-throttle.js';
-import { ceilDiv, RefundEffect, type RateDecision } from './rate-decision.js';
+import { ceilDiv, MAX_SCALED, RefundEffect, type RateDecision } from './rate-decision.js';
+import { isIntIn, luaSections, noCommit, ParamsProblem, type Algorithm } from './algorithm.js';
+import { lua } from './gcra-ms.lua.js';
 
 /** Why RL.GCRA parameters are refused: more than 10^9 per second, or τ beyond 100 years. */
 export type GcraMsParamsError = 'zero-interval' | 'tolerance-overflow';
@@ -166,3 +168,38 @@ export function gcraMsRefund(
   out.expireAtMs = Math.floor(nowUs / 1000) + ceilMs(us - nowUs, ns);
   return RefundEffect.Write;
 }
+
+/**
+ * `RL.GCRA`, and the gcra key type it shares with CL.THROTTLE and GCRA (src/commands/throttle.ts): the
+ * type tag, TYPE's name and the stored state's rules are theirs too. The script runs it in
+ * CL.THROTTLE's branch (cell-throttle.lua), with millisecond fields; its REFUND is its own (gcra-ms.lua).
+ */
+export const gcraMs: Algorithm = {
+  name: 'GCRA', typeName: 'gcra', type: 1, op: 'r', ...luaSections(lua), reply: 'rl-ms',
+  acceptsBurst: true, maxLimit: MAX_SCALED, hasBlob: false,
+  checkParams: (limit, periodMs, burst, gcraOut) => {
+    const error = gcraMsParams(limit, periodMs, burst, gcraOut);
+    if (error === 'zero-interval') return ParamsProblem.ZeroInterval;
+    return error === null ? ParamsProblem.None : ParamsProblem.ToleranceOverflow;
+  },
+  decide: (p, cost, has, a, b, _c, _blob, _nowMs, nowUs, out) => gcraMsDecide(p.gcra, cost, has, a, b, nowUs, out),
+  commit: noCommit,
+  refund: (p, units, has, a, b, _c, _blob, _nowMs, nowUs, out) => gcraMsRefund(p.gcra, units, has, a, b, nowUs, out),
+  stateProblem: (_expireAtMs, a, b, c) => {
+    // A = TAT whole µs, B = its extra ns; past 2^53 µs (redis-gcra.ts's BigInt path) C holds the µs
+    // the double A could not.
+    if (a > Number.MAX_SAFE_INTEGER && Number.isInteger(a)) {
+      if (b !== 0) return `gcra TAT extra nanoseconds ${b} on a TAT past 2^53 µs, expected 0`;
+      if (!isIntIn(c, -1024, 1024)) return `gcra TAT remainder ${c} µs is not an integer in [-1024, 1024]`;
+      if (BigInt(a) + BigInt(c) > 9223372036854775807n) return `gcra TAT ${BigInt(a) + BigInt(c)} µs is above 2^63 - 1`;
+      return null;
+    }
+    if (!isIntIn(a, 0, Number.MAX_SAFE_INTEGER)) return `gcra TAT ${a} µs is not an integer in [0, 2^63)`;
+    if (!isIntIn(b, 0, 999)) return `gcra TAT extra nanoseconds ${b} is not an integer in [0, 999]`;
+    if (c !== 0) return `gcra state C is ${c}, expected 0 below 2^53 µs`;
+    return null;
+  },
+  summary: 'GCRA with millisecond fields (shares keys with CL.THROTTLE and GCRA).',
+  complexity: 'O(1)',
+  warmupArgs: ['100', '60000'],
+};

@@ -13,7 +13,8 @@
  * token bucket's plus the delay. A request with COST n takes n consecutive places; its delay is the
  * wait until the first of them comes up.
  */
-import { ceilDiv, type RateDecision } from './rate-decision.js';
+import { ceilDiv, MAX_SCALED, type RateDecision } from './rate-decision.js';
+import { burstProduct, meterStateProblem, noCommit, type Algorithm } from './algorithm.js';
 import { drainedDeficit, tokenBucketDecide, tokenBucketRefund } from './token-bucket.js';
 
 /**
@@ -33,3 +34,17 @@ export function leakyBucketDecide(
   const atMs = a > nowMs ? a : nowMs;
   out.delayMs = atMs - nowMs + ceilDiv(drainedDeficit(b, a, atMs, limit), limit);
 }
+
+/** `RL.LEAKYBUCKET`: the script runs it in the token bucket's branch (op 'l' there adds the delay). */
+export const leakyBucket: Algorithm = {
+  name: 'LEAKYBUCKET', typeName: 'leakybucket', type: 3, op: 'l', luaDecide: '', luaRefund: '', reply: 'rl-ms',
+  acceptsBurst: true, maxLimit: MAX_SCALED, hasBlob: false,
+  checkParams: burstProduct,
+  decide: (p, cost, has, a, b, _c, _blob, nowMs, _nowUs, out) => leakyBucketDecide(p.limit, p.periodMs, p.burst, cost, has, a, b, nowMs, out),
+  commit: noCommit,
+  refund: (p, units, has, a, b, _c, _blob, nowMs, _nowUs, out) => leakyBucketRefund(p.limit, p.periodMs, units, has, a, b, nowMs, out),
+  stateProblem: (expireAtMs, a, b, c) => meterStateProblem('leakybucket', false, expireAtMs, a, b, c),
+  summary: 'Leaky bucket as a queue (nginx limit_req): at most BURST waiting, one drained every period_ms/limit; replies delay_ms.',
+  complexity: 'O(1)',
+  warmupArgs: ['100', '60000', 'BURST', '10'],
+};

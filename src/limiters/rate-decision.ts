@@ -26,10 +26,12 @@ export interface RateDecision {
   b: number;
   c: number;
   expireAtMs: number;
+  /** An algorithm with a blob (the sliding log): the blob to store with A/B/C, set by its commit and refund. */
+  blob: Float64Array | undefined;
 }
 
 export function newRateDecision(): RateDecision {
-  return { limited: false, limit: 0, remaining: 0, retryAfterMs: -1, resetAfterMs: 0, delayMs: 0, write: false, a: 0, b: 0, c: 0, expireAtMs: 0 };
+  return { limited: false, limit: 0, remaining: 0, retryAfterMs: -1, resetAfterMs: 0, delayMs: 0, write: false, a: 0, b: 0, c: 0, expireAtMs: 0, blob: undefined };
 }
 
 /**

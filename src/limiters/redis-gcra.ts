@@ -23,6 +23,12 @@ const FAST_TAT_US = 2 ** 52;
 
 const LLONG_MAX = 9223372036854775807n;
 
+import { luaSections, type ScriptOp } from './algorithm.js';
+import { lua } from './redis-gcra.lua.js';
+
+/** Redis's GCRA command's op in the backend's script. */
+export const redisGcraOp: ScriptOp = { op: 'g', ...luaSections(lua), reply: 'throttle-seconds' };
+
 export interface WideGcraParams {
   limit: bigint;
   emissionUs: bigint;

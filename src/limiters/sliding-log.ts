@@ -26,6 +26,8 @@
  * `slidingLogDecide` only reads the log; when it allows, `slidingLogRecord` prunes and appends.
  */
 import { MAX_SCALED, peekDecision, RefundEffect, type RateDecision } from './rate-decision.js';
+import { limitProduct, luaSections, type Algorithm } from './algorithm.js';
+import { lua } from './sliding-log.lua.js';
 
 /**
  * The largest sliding log limit: the log keeps up to `limit` 16-byte entries per key (the snapshot
@@ -338,3 +340,30 @@ export function slidingLogStateError(a: number, b: number, c: number, log: Float
   if (perEntry && sum !== c) return `sliding log entries hold ${sum} units, not ${c}`;
   return null;
 }
+
+/** `RL.SLIDINGLOG`: the only algorithm with a blob (the ring, beyond one entry). */
+export const slidingLog: Algorithm = {
+  name: 'SLIDINGLOG', typeName: 'slidinglog', type: 5, op: 's', ...luaSections(lua), reply: 'rl-ms',
+  acceptsBurst: false, maxLimit: MAX_SLIDING_LOG_LIMIT, hasBlob: true,
+  checkParams: limitProduct,
+  decide: (p, cost, has, a, b, c, blob, nowMs, _nowUs, out) => slidingLogDecide(p.limit, p.periodMs, cost, has, a, b, c, blob, nowMs, out),
+  commit: (p, cost, has, a, b, c, blob, nowMs, _nowUs, out) => {
+    out.blob = slidingLogRecord(p.limit, p.periodMs, cost, has, a, b, c, blob, nowMs, out);
+  },
+  refund: (p, units, has, a, b, c, blob, nowMs, _nowUs, out) => {
+    const effect = slidingLogRefund(p.periodMs, units, has, a, b, c, blob, nowMs, out);
+    if (effect === RefundEffect.Write) out.blob = slidingLogRefunded.log;
+    return effect;
+  },
+  stateProblem: (expireAtMs, a, b, c, blob) => {
+    // The log's own rules (its ring layout is this module's business), then its newest entry's time.
+    const problem = slidingLogStateError(a, b, c, blob);
+    if (problem !== null) return problem;
+    const newestMs = blob === undefined ? a : blob[2 * ((a + b - 1) % (blob.length / 2))];
+    if (newestMs > expireAtMs) return `slidinglog newest entry time ${newestMs} ms is after the expiry ${expireAtMs}`;
+    return null;
+  },
+  summary: 'Sliding window log: exactly at most limit in any period_ms interval.',
+  complexity: 'O(log limit); an accepted call O(1) amortized, O(limit) when it grows the log',
+  warmupArgs: ['20', '60000'],
+};

@@ -12,7 +12,9 @@
  * the window before it. A key written in window k lives to the end of window k+1, when both counts
  * have slid out.
  */
-import { ceilDiv, floorDiv, peekDecision, RefundEffect, type RateDecision } from './rate-decision.js';
+import { ceilDiv, floorDiv, MAX_SCALED, peekDecision, RefundEffect, type RateDecision } from './rate-decision.js';
+import { limitProduct, meterStateProblem, noCommit, luaSections, type Algorithm } from './algorithm.js';
+import { lua } from './sliding-window.lua.js';
 
 export function slidingWindowDecide(
   limit: number, periodMs: number, cost: number,
@@ -107,3 +109,17 @@ export function slidingWindowRefund(
   out.expireAtMs = windowStartMs + periodMs;
   return RefundEffect.Write;
 }
+
+/** `RL.SLIDINGWINDOW`. */
+export const slidingWindow: Algorithm = {
+  name: 'SLIDINGWINDOW', typeName: 'slidingwindow', type: 6, op: 'w', ...luaSections(lua), reply: 'rl-ms',
+  acceptsBurst: false, maxLimit: MAX_SCALED, hasBlob: false,
+  checkParams: limitProduct,
+  decide: (p, cost, has, a, b, c, _blob, nowMs, _nowUs, out) => slidingWindowDecide(p.limit, p.periodMs, cost, has, a, b, c, nowMs, out),
+  commit: noCommit,
+  refund: (p, units, has, a, b, c, _blob, nowMs, _nowUs, out) => slidingWindowRefund(p.periodMs, units, has, a, b, c, nowMs, out),
+  stateProblem: (expireAtMs, a, b, c) => meterStateProblem('slidingwindow', true, expireAtMs, a, b, c),
+  summary: "Sliding window counter (Cloudflare's weighted estimate of the last period_ms).",
+  complexity: 'O(1)',
+  warmupArgs: ['100', '60000', 'COST', '2'],
+};

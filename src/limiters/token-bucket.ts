@@ -12,7 +12,9 @@
  * The leaky bucket (leaky-bucket.ts) is this same meter read the other way round (the deficit is the
  * queue), plus the delay each accepted request is told.
  */
-import { ceilDiv, floorDiv, peekDecision, RefundEffect, type RateDecision } from './rate-decision.js';
+import { ceilDiv, floorDiv, MAX_SCALED, peekDecision, RefundEffect, type RateDecision } from './rate-decision.js';
+import { burstProduct, meterStateProblem, noCommit, luaSections, type Algorithm } from './algorithm.js';
+import { lua } from './token-bucket.lua.js';
 
 /** The deficit at `nowMs` of a bucket that had `deficit` at `sinceMs`, drained at `limit` per ms. */
 export function drainedDeficit(deficit: number, sinceMs: number, nowMs: number, limit: number): number {
@@ -97,3 +99,17 @@ export function tokenBucketRefund(
   out.expireAtMs = atMs + ceilDiv(left, limit);
   return RefundEffect.Write;
 }
+
+/** `RL.TOKENBUCKET` (the script's branch is also the leaky bucket's). */
+export const tokenBucket: Algorithm = {
+  name: 'TOKENBUCKET', typeName: 'tokenbucket', type: 2, op: 't', ...luaSections(lua), reply: 'rl-ms',
+  acceptsBurst: true, maxLimit: MAX_SCALED, hasBlob: false,
+  checkParams: burstProduct,
+  decide: (p, cost, has, a, b, _c, _blob, nowMs, _nowUs, out) => tokenBucketDecide(p.limit, p.periodMs, p.burst, cost, has, a, b, nowMs, out),
+  commit: noCommit,
+  refund: (p, units, has, a, b, _c, _blob, nowMs, _nowUs, out) => tokenBucketRefund(p.limit, p.periodMs, units, has, a, b, nowMs, out),
+  stateProblem: (expireAtMs, a, b, c) => meterStateProblem('tokenbucket', false, expireAtMs, a, b, c),
+  summary: 'Token bucket: capacity BURST (default limit), refilled at limit per period_ms.',
+  complexity: 'O(1)',
+  warmupArgs: ['100', '60000'],
+};

@@ -1,0 +1,224 @@
+local MAGIC = 198
+local HEADER = 34
+local SAFE = 9007199254740992
+local MAX_LOG = ${MAX_BACKEND_SLIDING_LOG_LIMIT}
+local fmod, floor, ceil = math.fmod, math.floor, math.ceil
+
+local args = ARGV[1]
+local flags, nowUs = struct.unpack('<Bd', args)
+local all = flags % 2 == 1
+if flags < 2 then
+  local t = redis.call('TIME')
+  nowUs = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local nowMs = floor(nowUs / 1000)
+
+-- The key's state: 0 when absent or expired at nowMs, -1 when it is not a cellgate value (or not of
+-- type want), else 1 and exp, A, B, C, the value (nil for a long sliding log: only its start is
+-- read) and the value's length. A sliding log of more than 8 entries is read by its header, then
+-- entry by entry as the binary searches need them: a call reads O(log n) of it, never the whole log.
+local function load(key, log, want)
+  local v, len, hdr
+  if not log then
+    -- One byte past the 34 a value of this kind has: a longer value (a sliding log, a foreign
+    -- string of any size) is told apart without copying it into Lua; another Redis type errors.
+    v = redis.pcall('GETRANGE', key, 0, HEADER)
+    if type(v) == 'table' then return -1 end
+    if v == '' then
+      if redis.call('EXISTS', key) == 1 then return -1 end
+      return 0
+    end
+    len = #v
+    hdr = v
+    if len > HEADER then
+      -- Only a sliding log is longer; it may have expired (then the key is absent), which its header
+      -- says: its length is needed for the header's checks, not its entries.
+      if string.byte(v, 1) ~= MAGIC or string.byte(v, 2) ~= 5 then return -1 end
+      len = redis.call('STRLEN', key)
+    end
+  else
+    -- At most the header and 8 entries: the whole of a short log in one call; STRLEN only when
+    -- there may be more.
+    v = redis.pcall('GETRANGE', key, 0, HEADER + 127)
+    if type(v) == 'table' then return -1 end
+    if v == '' then
+      if redis.call('EXISTS', key) == 1 then return -1 end
+      return 0
+    end
+    len = #v
+    hdr = v
+    if len == HEADER + 128 then
+      len = redis.call('STRLEN', key)
+      if len > HEADER + 128 then v = nil end
+    end
+  end
+  if len < HEADER then return -1 end
+  local magic, t, exp, a, b, c = struct.unpack('<BBdddd', hdr)
+  if magic ~= MAGIC or t < 1 or t > ${MAX_TYPE} then return -1 end
+  -- Integers within 2^53 (NaN fails x == x).
+  if not (exp == floor(exp) and a == floor(a) and b == floor(b) and c == floor(c)
+    and exp <= SAFE and exp >= -SAFE and a <= SAFE and a >= -SAFE and b <= SAFE and b >= -SAFE and c <= SAFE and c >= -SAFE) then
+    return -1
+  end
+  if t == 5 then
+    if (len - HEADER) % 16 ~= 0 or a < 0 or b < 1 or b > MAX_LOG or a + b ~= (len - HEADER) / 16 then return -1 end
+  elseif len ~= HEADER then
+    return -1
+  end
+  if nowMs > exp then return 0 end
+  if t ~= want then return -1 end
+  return 1, exp, a, b, c, v, len
+end
+
+-- One limit's decision (a transcription of src/limiters/), as locals: limited, limit, remaining,
+-- retry, reset, delay, write, then the stored A, B, C and expiry (ms) when it writes, first (the
+-- first µs at which the same call is allowed when the decision knows it better than now + retry),
+-- and commit (a function doing the write, for the sliding log; nil: SET of the header). nil when
+-- the call needs redis-gcra.ts's BigInt path.
+local function decide(op, x1, x2, x3, x4, x5, x6, key, has, sa, sb, sc, sv, slen)
+--@decide c
+--@decide g
+  end
+  -- The RL.* rate limiters (rate-decision.ts): limit x1, period x2 (ms), burst x3, cost x4.
+  local limit, period, burst, cost = x1, x2, x3, x4
+  local function ceil_div(a, b)
+    local q = ceil(a / b)
+    if q * b < a then q = q + 1 elseif q > 0 and (q - 1) * b >= a then q = q - 1 end
+    return q
+  end
+  local function floor_div(a, b)
+    local q = floor(a / b)
+    if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
+    return q
+  end
+--@decide t
+--@decide f
+--@decide w
+  end
+--@decide s
+end
+
+-- The KeyType each op reads and writes (the gcra family shares it).
+local function type_of(op)
+--@type_of
+  return 1
+end
+
+-- The first µs the same call is allowed is decision's first, else now + retry, or when the key
+-- expires if sooner (then it is fresh, and a call that can ever be allowed is allowed on a fresh
+-- key); refusedForUs is the µs before it. µs instants past 2^53 (year 2255) are not exact doubles:
+-- no exact answer then.
+local n = #KEYS
+if n == 1 then
+  -- The single-limit call: no table but the reply.
+  local op, x1, x2, x3, x4, x5, x6 = struct.unpack('<c1dddddd', args, 10)
+  local key = KEYS[1]
+  -- An uppercase op is REFUND of the units in the cost field.
+  local refund = string.byte(op) < 97
+  if refund then op = string.lower(op) end
+  local t = type_of(op)
+  local st, sexp, sa, sb, sc, sv, slen = load(key, op == 's', t)
+  if st < 0 then return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value') end
+  local has = st == 1
+  if refund then
+    -- The refunds of rate-decision.ts's modules (tokenBucketRefund, ...): effect 0 nothing, 1 store
+    -- na/nb/nc expiring at nexp, 2 delete (as full as a fresh key). Then the reply is a COST 0 peek
+    -- on the new state, as locally.
+    if has then
+      local limit, period, units = x1, x2, x4
+      if op == 'r' then units = x6 end
+      local function ceil_div(a, b)
+        local q = ceil(a / b)
+        if q * b < a then q = q + 1 elseif q > 0 and (q - 1) * b >= a then q = q - 1 end
+        return q
+      end
+      local effect, na, nb, nc, nexp = 0, 0, 0, 0, 0
+--@refund t
+--@refund f
+--@refund w
+--@refund r
+--@refund s
+      end
+      if effect == 2 then redis.call('DEL', key)
+      elseif effect == 1 and op ~= 's' then
+        redis.call('SET', key, struct.pack('<BBdddd', MAGIC, t, nexp, na, nb, nc), 'PXAT', string.format('%.0f', nexp))
+      end
+      if effect ~= 0 then
+        st, sexp, sa, sb, sc, sv, slen = load(key, op == 's', t)
+        has = st == 1
+      end
+    end
+    if op == 'r' then x6 = 0 else x4 = 0 end
+  end
+  local limited, limit, remaining, retry, reset, delay, write, a, b, c, exp, first, commit =
+    decide(op, x1, x2, x3, x4, x5, x6, key, has, sa, sb, sc, sv, slen)
+  if limited == nil then return redis.error_reply('${BACKEND_WIDE_ERROR}') end
+  if write then
+    if commit then commit()
+    else redis.call('SET', key, struct.pack('<BBdddd', MAGIC, t, exp, a, b, c), 'PXAT', string.format('%.0f', exp)) end
+  end
+  if remaining == 'max' then remaining = '9223372036854775807' end
+  if not limited then
+    if delay then return { 0, 0, limit, remaining, retry, reset, delay, -1 } end
+    return { 0, 0, limit, remaining, retry, reset, -1 }
+  end
+  local refused = -1
+  if retry ~= -1 then
+    if first == nil then first = (nowMs + retry) * 1000 end
+    if has and (sexp + 1) * 1000 < first then first = (sexp + 1) * 1000 end
+    if first < SAFE then refused = first - nowUs - 1 end
+  end
+  if delay then return { 1, 1, limit, remaining, retry, reset, delay, refused } end
+  return { 1, 1, limit, remaining, retry, reset, refused }
+end
+
+-- Several limits (RL.ALL): every key is looked up, then every limit decided, then written. A
+-- state and a decision are each one table made by a constructor around the call (sized once,
+-- where assigning the values one by one would grow and rehash it several times).
+local st, ds = {}, {}
+for i = 1, n do
+  local op = string.sub(args, 10 + 49 * (i - 1), 10 + 49 * (i - 1))
+  local s = { load(KEYS[i], op == 's', type_of(op)) }
+  if s[1] < 0 then return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value') end
+  st[i] = s
+end
+local limited = false
+for i = 1, n do
+  local s = st[i]
+  local op, x1, x2, x3, x4, x5, x6 = struct.unpack('<c1dddddd', args, 10 + 49 * (i - 1))
+  local d = { decide(op, x1, x2, x3, x4, x5, x6, KEYS[i], s[1] == 1, s[3], s[4], s[5], s[6], s[7]) }
+  if d[1] == nil then return redis.error_reply('${BACKEND_WIDE_ERROR}') end
+  if d[1] then limited = true end
+  ds[i] = d
+end
+local out = { 0 }
+if limited then out[1] = 1 end
+local k = 1
+for i = 1, n do
+  local s, d = st[i], ds[i]
+  if d[7] and not (all and limited) then
+    if d[13] then d[13]()
+    else
+      local op = string.sub(args, 10 + 49 * (i - 1), 10 + 49 * (i - 1))
+      redis.call('SET', KEYS[i], struct.pack('<BBdddd', MAGIC, type_of(op), d[11], d[8], d[9], d[10]), 'PXAT', string.format('%.0f', d[11]))
+    end
+  end
+  local remaining, retry = d[3], d[4]
+  if remaining == 'max' then remaining = '9223372036854775807' end
+  local refused = -1
+  if d[1] and retry ~= -1 then
+    local first = d[12]
+    if first == nil then first = (nowMs + retry) * 1000 end
+    if s[1] == 1 and (s[2] + 1) * 1000 < first then first = (s[2] + 1) * 1000 end
+    if first < SAFE then refused = first - nowUs - 1 end
+  end
+  if d[1] then out[k + 1] = 1 else out[k + 1] = 0 end
+  out[k + 2] = d[2]
+  out[k + 3] = remaining
+  out[k + 4] = retry
+  out[k + 5] = d[5]
+  if d[6] then out[k + 6] = d[6]; k = k + 1 end
+  out[k + 6] = refused
+  k = k + 6
+end
+return out

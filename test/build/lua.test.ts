@@ -1,0 +1,66 @@
+/**
+ * The backend's Lua scripts are assembled from .lua files (src/backend/limiter-script.lua, the
+ * dispatcher, and each algorithm's src/limiters/*.lua), embedded into TypeScript modules by
+ * scripts/embed-lua.mjs. What Redis receives must be byte for byte the script every earlier build sent
+ * (the backend tests' differential and exactness runs were made against it), and the embedded modules
+ * must be the .lua files' text.
+ */
+import { createHash } from 'node:crypto';
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { LIMITER_SCRIPT, TYPE_SCRIPT } from '../../src/backend/limiter-script.js';
+import { luaSections } from '../../src/limiters/algorithm.js';
+import { ALGORITHMS, SCRIPT_OPS } from '../../src/limiters/registry.js';
+
+const EMBED = join(import.meta.dirname, '../../scripts/embed-lua.mjs');
+
+function sha1(text: string): string {
+  return createHash('sha1').update(text).digest('hex');
+}
+
+describe('the Lua scripts', () => {
+  it('are byte for byte the scripts of the single-string builds (SHA1 taken before the split)', () => {
+    expect(sha1(LIMITER_SCRIPT)).toBe('64bd0fd46954f835c39a41be8c2d25e320220727');
+    expect(LIMITER_SCRIPT.length).toBe(29535);
+    expect(sha1(TYPE_SCRIPT)).toBe('2f579ee0ff6946535ecd87d105cbb1208efea3c5');
+  });
+
+  it('every op has its own code, and every op the dispatcher names has a decide branch', () => {
+    const ops = SCRIPT_OPS.map((o) => o.op);
+    expect(new Set(ops).size).toBe(ops.length);
+    expect(new Set(ALGORITHMS.map((a) => a.type)).size).toBe(ALGORITHMS.length);
+    // Each algorithm's op appears in the script as a decide or refund condition (its own or shared).
+    for (const a of ALGORITHMS) expect(LIMITER_SCRIPT).toContain(`op == '${a.op}'`);
+    expect(LIMITER_SCRIPT).not.toContain('--@');
+    expect(LIMITER_SCRIPT).not.toContain('${');
+  });
+
+  it('luaSections splits a file at its --@decide and --@refund lines, which are not kept', () => {
+    expect(luaSections('--@decide\n  a\n  b\n--@refund\n  c\n')).toEqual({ luaDecide: '  a\n  b\n', luaRefund: '  c\n' });
+    expect(luaSections('--@refund\n  c\n')).toEqual({ luaDecide: '', luaRefund: '  c\n' });
+    expect(() => luaSections('  a\n--@decide\n')).toThrow(/must start/);
+  });
+
+  it('the embedded modules are the .lua files\' text (embed-lua --check), and --check catches a stale one', () => {
+    const real = spawnSync(process.execPath, [EMBED, '--check'], { encoding: 'utf8' });
+    expect(real.stderr).toBe('');
+    expect(real.status).toBe(0);
+
+    const dir = mkdtempSync(join(tmpdir(), 'cellgate-lua-'));
+    try {
+      writeFileSync(join(dir, 'x.lua'), "return 'new'\n");
+      writeFileSync(join(dir, 'x.lua.ts'), 'export const lua: string = "return \'old\'\\n";\n');
+      const stale = spawnSync(process.execPath, [EMBED, '--check', dir], { encoding: 'utf8' });
+      expect(stale.status).toBe(1);
+      expect(stale.stderr).toContain('x.lua.ts');
+      // Without --check it rewrites the module; then the check passes.
+      expect(spawnSync(process.execPath, [EMBED, dir]).status).toBe(0);
+      expect(spawnSync(process.execPath, [EMBED, '--check', dir]).status).toBe(0);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
