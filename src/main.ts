@@ -28,7 +28,8 @@
  */
 import { readFileSync, renameSync, rmSync } from 'node:fs';
 import { Config, ConfigError, optionsHelp } from './config.js';
-import { Keyspace, TYPE_NAMES } from './keyspace/keyspace.js';
+import { Keyspace } from './keyspace/keyspace.js';
+import { typeName } from './limiters/registry.js';
 import { Logger } from './log.js';
 import { checkWritable, DirError, DirLock, makeDirs } from './persistence/dir.js';
 import { replaceFileSync } from './persistence/exclusive-file.js';
@@ -328,7 +329,7 @@ function checkSnapshot(file: string): number {
       `bytes: ${summary.bytes}`,
       `keys: ${summary.keyCount}`,
     ];
-    for (const [type, n] of [...summary.perType].sort((x, y) => x[0] - y[0])) lines.push(`keys_${TYPE_NAMES[type]}: ${n}`);
+    for (const [type, n] of [...summary.perType].sort((x, y) => x[0] - y[0])) lines.push(`keys_${typeName(type)}: ${n}`);
     process.stdout.write(lines.join('\n') + '\n');
     return 0;
   } catch (e) {

@@ -5,7 +5,7 @@
 import type { CommandArgs } from '../protocol/command-args.js';
 import os from 'node:os';
 import { randomBytes } from 'node:crypto';
-import { TYPE_NAMES } from '../keyspace/keyspace.js';
+import { KEY_TYPES } from '../limiters/registry.js';
 import { REDIS_VERSION, VERSION } from '../version.js';
 import { processMemory } from '../server/memory.js';
 import { noKeys, type CommandContext, type CommandServer, type CommandSpec } from './types.js';
@@ -157,7 +157,7 @@ const SECTIONS: Record<string, Section> = {
     ]),
   limiter: (s) => {
     const rows: [string, string | number][] = [];
-    for (const [type, name] of Object.entries(TYPE_NAMES)) rows.push([`keys_${name}`, s.keyspace.countOfType(Number(type))]);
+    for (const [type, name] of KEY_TYPES) rows.push([`keys_${name}`, s.keyspace.countOfType(type)]);
     for (const [name, l] of s.stats.limiters) rows.push([`limiter_${name}`, `allowed=${l.allowed},limited=${l.limited}`]);
     return rows;
   },

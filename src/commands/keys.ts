@@ -3,7 +3,7 @@
  * FLUSHDB, FLUSHALL.
  */
 import type { CommandArgs } from '../protocol/command-args.js';
-import { TYPE_NAMES } from '../keyspace/keyspace.js';
+import { typeName } from '../limiters/registry.js';
 import { globMatch } from '../glob.js';
 import { backendDbsize, backendDel, backendExists, backendFlush, backendKeys, backendScan, backendTtl, backendType } from './backend-keys.js';
 import { parseScanArgs } from './scan-args.js';
@@ -43,7 +43,7 @@ function type(ctx: CommandContext, argv: CommandArgs): void {
   }
   const ks = ctx.server.keyspace;
   const slot = lookupArg(ctx, argv, 1);
-  ctx.reply.status(slot === -1 ? 'none' : TYPE_NAMES[ks.typeOf(slot)]);
+  ctx.reply.status(slot === -1 ? 'none' : typeName(ks.typeOf(slot)));
 }
 
 /** TTL/PTTL: −2 no key, −1 no expiry; TTL rounds to the nearest second as Redis does. */
@@ -78,7 +78,7 @@ function scan(ctx: CommandContext, argv: CommandArgs): void {
   const next = ks.scan(cursor, count, ctx.nowMs, (slot) => {
     const key = ks.keyOf(slot);
     if (pattern !== null && !globMatch(pattern, key)) return;
-    if (typeFilter !== null && TYPE_NAMES[ks.typeOf(slot)] !== typeFilter) return;
+    if (typeFilter !== null && typeName(ks.typeOf(slot)) !== typeFilter) return;
     found.push(key);
   });
   r.arrayHeader(2);

@@ -5,9 +5,12 @@
  */
 import type { CommandArgs } from '../protocol/command-args.js';
 import { createKeyArg, lookupKeyArg } from './args.js';
-import { KeyType } from '../keyspace/keyspace.js';
 import { cellParams, cellThrottle, newCellDecision, MAX_BURST, MAX_PERIOD_SEC, MAX_TOLERANCE_US, type CellParams } from '../limiters/cell-throttle.js';
 import { gcraDecide, gcraParams, newGcraDecision } from '../limiters/redis-gcra.js';
+import { GCRA_KEY } from '../limiters/registry.js';
+
+/** The key type of CL.THROTTLE, GCRA and RL.GCRA (they share the TAT). */
+const GCRA_TYPE = GCRA_KEY.type;
 import { firstKeyOnly, type CommandContext, type CommandSpec } from './types.js';
 import { LimiterCounter } from '../server/stats.js';
 import { errorAfterTypeCheck, KEY_TOO_LONG, MAX_BACKEND_KEY_BYTES, prefixedKey, runOnBackend } from './backend-limiter.js';
@@ -61,7 +64,7 @@ function cellInteger(ctx: CommandContext, argv: CommandArgs, i: number, name: st
 function gcraSlot(ctx: CommandContext, argv: CommandArgs): number | null {
   const ks = ctx.keyspace;
   const slot = lookupKeyArg(ks, argv, 1, ctx.nowMs);
-  if (slot !== -1 && ks.typeOf(slot) !== KeyType.Gcra) {
+  if (slot !== -1 && ks.typeOf(slot) !== GCRA_TYPE) {
     ctx.reply.error(WRONGTYPE);
     return null;
   }
@@ -71,7 +74,7 @@ function gcraSlot(ctx: CommandContext, argv: CommandArgs): number | null {
 /** Stores a TAT and expiry, creating the key (argument 1) if needed. */
 function storeTat(ctx: CommandContext, argv: CommandArgs, slot: number, tatUs: number, tatNs: number, expireAtMs: number, tatRestUs = 0): void {
   const ks = ctx.keyspace;
-  if (slot === -1) slot = createKeyArg(ks, argv, 1, KeyType.Gcra);
+  if (slot === -1) slot = createKeyArg(ks, argv, 1, GCRA_TYPE);
   ks.setState(slot, tatUs, tatNs, tatRestUs);
   ks.setExpireAtMs(slot, expireAtMs);
 }

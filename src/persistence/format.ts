@@ -7,7 +7,7 @@
  *     footer   0xFF u8 | key count u64 | CRC-32 u32 of every byte before it
  *
  * Little-endian throughout. Entries are generic: the keyspace's fields per key (type, expiry, A, B,
- * C and the optional blob) are written as they are, so a new algorithm (a new KeyType using those
+ * C and the optional blob) are written as they are, so a new algorithm (a new type tag using those
  * fields) needs no format change. The key count is in the footer, not the header, because BGSAVE streams
  * the file while the server keeps changing: it knows the count only at the end.
  *
@@ -15,9 +15,8 @@
  * written), the same polynomial as zlib, gzip and PNG.
  */
 import zlib from 'node:zlib';
-import { KeyType, TYPE_NAMES, type Keyspace } from '../keyspace/keyspace.js';
-import { MAX_SCALED } from '../limiters/rate-decision.js';
-import { slidingLogStateError } from '../limiters/sliding-log.js';
+import type { Keyspace } from '../keyspace/keyspace.js';
+import { algorithmOfType } from '../limiters/registry.js';
 
 export const MAGIC = Buffer.from('CGSNAP\r\n', 'latin1');
 export const FORMAT_VERSION = 1;
@@ -169,65 +168,18 @@ function isIntIn(x: number, min: number, max: number): boolean {
  * Why an entry's numbers cannot be trusted, or null when they are what this build's limiters can
  * have stored. The loader and `cellgate-server check` both apply it (reader.ts), so a file `check`
  * accepts always loads, and a loaded key never makes a command loop for ages or reply a number RESP
- * cannot carry (NaN, a fraction, 1e+300). The ranges come from what each algorithm writes (see its
- * module in src/limiters/ and docs/snapshot-format.md, "Value ranges"):
- *
- * - every key: expireAtMs an integer ms in [0, 2^53 − 1] (a token bucket of limit 1 refilling one
- *   unit per ms with a 2^52 deficit legitimately expires 2^52 ms ahead); a blob only on a sliding log.
- * - gcra: A = TAT whole µs, an integer in [0, 2^53 − 1]; B = the TAT's extra ns, an integer 0..999;
- *   C = 0. Or, for a GCRA TAT past 2^53 µs (src/limiters/redis-gcra.ts): A = the nearest double of
- *   the TAT, B = 0, C = the exact remainder TAT − A (an integer of at most 1024 either way), the TAT
- *   at most 2^63 − 1.
- * - tokenbucket, leakybucket: A = time of the last write (ms), an integer in [0, expireAtMs];
- *   B = deficit in scaled units, an integer in [0, MAX_SCALED]; C = 0.
- * - fixedwindow: A = window start, an integer in [0, expireAtMs]; B = count in [0, MAX_SCALED]; C = 0.
- * - slidingwindow: A as fixedwindow; B, C = the two counts, integers in [0, MAX_SCALED].
- * - slidinglog inline (no blob): A = the entry's time, an integer in [0, expireAtMs]; B = 1;
- *   C = its units, an integer in [1, MAX_SLIDING_LOG_LIMIT].
- * - slidinglog ring (blob): an even length of 2·capacity numbers, capacity in [2, MAX_SLIDING_LOG_LIMIT];
- *   A = head index in [0, capacity); B = entries in [2, capacity]; the B entries from the head have
- *   strictly increasing integer times (a millisecond's units share one entry), the newest at most
- *   expireAtMs; their second column running totals (an older build's units per entry is accepted
- *   too) of at least 1 unit per entry; C = the live units, at most MAX_SLIDING_LOG_LIMIT
- *   (slidingLogStateError in src/limiters/sliding-log.ts).
+ * cannot carry (NaN, a fraction, 1e+300). Every key: expireAtMs an integer ms in [0, 2^53 − 1] (a
+ * token bucket of limit 1 refilling one unit per ms with a 2^52 deficit legitimately expires 2^52 ms
+ * ahead), a blob only on an algorithm that stores one. The rest is each algorithm's: its entry's
+ * `stateProblem` (src/limiters/registry.ts lists them), from what it writes; docs/snapshot-format.md,
+ * "Value ranges", lists them all.
  */
 export function entryProblem(type: number, expireAtMs: number, a: number, b: number, c: number, blob: Float64Array | undefined): string | null {
   if (!isIntIn(expireAtMs, 0, Number.MAX_SAFE_INTEGER)) return `expiry ${expireAtMs} is not an integer number of ms in [0, 2^53)`;
-  if (blob !== undefined && type !== KeyType.SlidingLog) return `a ${TYPE_NAMES[type]} key carries a blob`;
-  switch (type) {
-    case KeyType.Gcra:
-      if (a > Number.MAX_SAFE_INTEGER && Number.isInteger(a)) {
-        if (b !== 0) return `gcra TAT extra nanoseconds ${b} on a TAT past 2^53 µs, expected 0`;
-        if (!isIntIn(c, -1024, 1024)) return `gcra TAT remainder ${c} µs is not an integer in [-1024, 1024]`;
-        if (BigInt(a) + BigInt(c) > 9223372036854775807n) return `gcra TAT ${BigInt(a) + BigInt(c)} µs is above 2^63 - 1`;
-        return null;
-      }
-      if (!isIntIn(a, 0, Number.MAX_SAFE_INTEGER)) return `gcra TAT ${a} µs is not an integer in [0, 2^63)`;
-      if (!isIntIn(b, 0, 999)) return `gcra TAT extra nanoseconds ${b} is not an integer in [0, 999]`;
-      if (c !== 0) return `gcra state C is ${c}, expected 0 below 2^53 µs`;
-      return null;
-    case KeyType.TokenBucket:
-    case KeyType.LeakyBucket:
-    case KeyType.FixedWindow:
-    case KeyType.SlidingWindow: {
-      const name = TYPE_NAMES[type];
-      if (!isIntIn(a, 0, expireAtMs)) return `${name} time ${a} ms is not an integer in [0, expiry ${expireAtMs}]`;
-      if (!isIntIn(b, 0, MAX_SCALED)) return `${name} state B ${b} is not an integer in [0, 2^52]`;
-      if (type === KeyType.SlidingWindow ? !isIntIn(c, 0, MAX_SCALED) : c !== 0) {
-        return type === KeyType.SlidingWindow ? `${name} previous count ${c} is not an integer in [0, 2^52]` : `${name} state C is ${c}, expected 0`;
-      }
-      return null;
-    }
-    case KeyType.SlidingLog: {
-      // The log's own rules live with the algorithm (its ring layout is the limiter's business).
-      const problem = slidingLogStateError(a, b, c, blob);
-      if (problem !== null) return problem;
-      const newestMs = blob === undefined ? a : blob[2 * ((a + b - 1) % (blob.length / 2))];
-      if (newestMs > expireAtMs) return `slidinglog newest entry time ${newestMs} ms is after the expiry ${expireAtMs}`;
-      return null;
-    }
-    default:
-      return `unknown key type ${type}`;
-  }
+  const algo = algorithmOfType(type);
+  if (blob !== undefined && algo?.hasBlob !== true) return `a ${algo?.typeName} key carries a blob`;
+  if (algo === undefined) return `unknown key type ${type}`;
+  // Each algorithm's rules live with it (src/limiters/: its stateProblem).
+  return algo.stateProblem(expireAtMs, a, b, c, blob);
 }
 

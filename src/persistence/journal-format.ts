@@ -17,7 +17,8 @@
  * The length has its own check byte, so a corrupt length in the middle of a file is found as
  * corruption instead of passing for a record that runs past the end (a torn tail, which is cut).
  */
-import { KeyType, TYPE_NAMES, type Keyspace } from '../keyspace/keyspace.js';
+import { KeyType, type Keyspace } from '../keyspace/keyspace.js';
+import { algorithmOfType, GCRA_KEY } from '../limiters/registry.js';
 import { entryProblem } from './format.js';
 
 export const JOURNAL_MAGIC = Buffer.from('CGJRNL\r\n', 'latin1');
@@ -122,9 +123,11 @@ export function encodeJournalHeader(): Buffer {
   return b;
 }
 
+const GCRA_TYPE = GCRA_KEY.type;
+
 /** The reference A is encoded against: the expiry, in the unit of A (a GCRA TAT is in µs). */
 function referenceOfA(type: number, expireAtMs: number): number {
-  if (type !== KeyType.Gcra) return expireAtMs;
+  if (type !== GCRA_TYPE) return expireAtMs;
   const us = expireAtMs * 1000;
   return Number.isSafeInteger(us) ? us : 0;
 }
@@ -580,7 +583,7 @@ export class JournalParser {
     if (op === OP_SET) {
       if (p >= end) this.bad('a SET record without its type');
       rec.type = buf[p++];
-      if (TYPE_NAMES[rec.type] === undefined) this.bad(`unknown key type ${rec.type}`);
+      if (algorithmOfType(rec.type) === undefined) this.bad(`unknown key type ${rec.type}`);
     } else if (flags !== 0) {
       this.bad('a DEL record with flags');
     }

@@ -16,7 +16,7 @@
  */
 import http from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
-import { TYPE_NAMES } from '../keyspace/keyspace.js';
+import { KEY_TYPES } from '../limiters/registry.js';
 import type { Server } from './server.js';
 import { REDIS_VERSION, VERSION } from '../version.js';
 import type { CommandStat } from './stats.js';
@@ -111,7 +111,7 @@ export function metricsText(server: Server): string {
     seconds.push([{ command }, c.usec / 1e6]);
     failed.push([{ command }, c.failedCalls + c.rejectedCalls]);
   }
-  const keys: Sample[] = Object.entries(TYPE_NAMES).map(([type, name]) => [{ type: name }, ks.countOfType(Number(type))]);
+  const keys: Sample[] = KEY_TYPES.map(([type, name]) => [{ type: name }, ks.countOfType(type)]);
   return [
     family('cellgate_info', 'gauge', 'Version information.', [[{ version: VERSION, redis_version: REDIS_VERSION }, 1]]),
     family('cellgate_uptime_seconds', 'gauge', 'Seconds since the server started.', [[null, Math.floor((Date.now() - server.startedMs) / 1000)]]),

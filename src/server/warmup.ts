@@ -12,6 +12,7 @@
  * module scratch of the command handlers (parse caches and decision buffers, rewritten on every call)
  * and the limiter counters' cached stats, which a Stats generation unique to each instance turns stale.
  */
+import { ALGORITHMS } from '../limiters/registry.js';
 import net from 'node:net';
 import { Client } from './client.js';
 import { Server } from './server.js';
@@ -33,22 +34,21 @@ function encode(args: string[]): string {
 
 /**
  * The commands of one round for key `k`: CL.THROTTLE in both of its forms and two limits (allowed
- * until the burst is spent, then refused), GCRA and every RL.* limiter, RL.ALL, and PING.
+ * until the burst is spent, then refused), GCRA and every RL.* limiter (its entry's sample call), RL.ALL
+ * over every algorithm, and PING.
  */
 function commandsFor(k: number): string[][] {
   const key = `warmup:${k}`;
+  const all = ['RL.ALL', String(ALGORITHMS.length)];
+  // RL.ALL takes limit and period_ms (and BURST) per limit, its COST only at the end.
+  for (const algo of ALGORITHMS) all.push(`${key}:all:${algo.typeName}`, algo.name, algo.warmupArgs[0], algo.warmupArgs[1]);
   return [
     ['CL.THROTTLE', key, '100', '1000', '60', '1'],
     ['CL.THROTTLE', `${key}:b`, '15', '30', '86400'],
     ['CL.THROTTLE', `${key}:c`, '10', '5'],
     ['GCRA', `${key}:g`, '10', '100', '60'],
-    ['RL.TOKENBUCKET', `${key}:tb`, '100', '60000'],
-    ['RL.LEAKYBUCKET', `${key}:lb`, '100', '60000', 'BURST', '10'],
-    ['RL.FIXEDWINDOW', `${key}:fw`, '100', '60000'],
-    ['RL.SLIDINGWINDOW', `${key}:sw`, '100', '60000', 'COST', '2'],
-    ['RL.SLIDINGLOG', `${key}:sl`, '20', '60000'],
-    ['RL.GCRA', `${key}:rg`, '100', '60000'],
-    ['RL.ALL', '2', `${key}:a1`, 'TOKENBUCKET', '100', '60000', `${key}:a2`, 'FIXEDWINDOW', '1000', '3600000'],
+    ...ALGORITHMS.map((algo) => [`RL.${algo.name}`, `${key}:${algo.typeName}`, ...algo.warmupArgs]),
+    all,
     ['PING'],
   ];
 }
