@@ -43,6 +43,9 @@ export type Algorithm = 'tokenbucket' | 'leakybucket' | 'fixedwindow' | 'sliding
 
 export const ALGORITHMS: readonly Algorithm[] = ['tokenbucket', 'leakybucket', 'fixedwindow', 'slidinglog', 'slidingwindow', 'gcra'];
 
+/** The algorithms that take a `burst` (a capacity apart from `limit`). */
+export const BURST_ALGORITHMS: readonly Algorithm[] = ['tokenbucket', 'leakybucket', 'gcra'];
+
 /** Options of every `RL.*` call. */
 export interface RlOptions {
   /** Capacity (token bucket, leaky bucket, GCRA only); default `limit`. */
@@ -104,7 +107,9 @@ const RL_COMMAND: Record<Algorithm, string> = {
   slidingwindow: 'RL.SLIDINGWINDOW',
   gcra: 'RL.GCRA',
 };
-const HAS_BURST: ReadonlySet<Algorithm> = new Set<Algorithm>(['tokenbucket', 'leakybucket', 'gcra']);
+const HAS_BURST: ReadonlySet<Algorithm> = new Set<Algorithm>(BURST_ALGORITHMS);
+/** BURST_ALGORITHMS as the errors list them: `a, b and c`. */
+const BURST_LIST = `${BURST_ALGORITHMS.slice(0, -1).join(', ')} and ${BURST_ALGORITHMS[BURST_ALGORITHMS.length - 1]}`;
 
 export class CellgateClient {
   readonly timeoutMs: number;
@@ -402,7 +407,7 @@ function pushLimit(args: string[], l: LimitSpec): void {
   checkInt('period_ms', l.periodMs, 1);
   args.push(String(l.limit), String(l.periodMs));
   if (l.burst !== undefined) {
-    if (!HAS_BURST.has(l.algorithm)) throw new CellgateArgumentError('BURST', `BURST applies to tokenbucket, leakybucket and gcra only, not ${l.algorithm}`);
+    if (!HAS_BURST.has(l.algorithm)) throw new CellgateArgumentError('BURST', `BURST applies to ${BURST_LIST} only, not ${l.algorithm}`);
     checkInt('BURST', l.burst, 1);
     args.push('BURST', String(l.burst));
   }

@@ -24,7 +24,6 @@ import type { CellParams } from '../limiters/cell-throttle.js';
 import { newGcraMsParams } from '../limiters/gcra-ms.js';
 import { MAX_SCALED, newRateDecision, RefundEffect, type RateDecision } from '../limiters/rate-decision.js';
 import { ALGORITHMS } from '../limiters/registry.js';
-import { MAX_SLIDING_LOG_LIMIT } from '../limiters/sliding-log.js';
 import { WRONGTYPE, writeSix } from './limiter-replies.js';
 import { firstKeyOnly, type ArgDoc, type CommandContext, type CommandSpec } from './types.js';
 import { LimiterCounter } from '../server/stats.js';
@@ -33,7 +32,6 @@ import type { ScriptLimit } from '../backend/limiter-script.js';
 
 /** The longest period accepted: 10^12 ms, about 31.7 years. */
 export const MAX_PERIOD_MS = 1e12;
-export { MAX_SLIDING_LOG_LIMIT };
 
 /** One limit of a call, parsed. Reused between calls. */
 interface Limit {

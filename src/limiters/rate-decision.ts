@@ -18,7 +18,7 @@ export interface RateDecision {
   retryAfterMs: number;
   /** Wait in ms until the key is indistinguishable from a fresh one (also its TTL). */
   resetAfterMs: number;
-  /** Leaky bucket only: ms until this accepted request's turn. */
+  /** ms until this accepted request's turn, for an algorithm that queues; else 0. */
   delayMs: number;
   /** When true, the key must be stored with state A/B/C and expire at `expireAtMs`. */
   write: boolean;
@@ -26,7 +26,7 @@ export interface RateDecision {
   b: number;
   c: number;
   expireAtMs: number;
-  /** An algorithm with a blob (the sliding log): the blob to store with A/B/C, set by its commit and refund. */
+  /** An algorithm with a blob: the blob to store with A/B/C, set by its commit and refund. */
   blob: Float64Array | undefined;
 }
 

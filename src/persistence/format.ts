@@ -168,11 +168,11 @@ function isIntIn(x: number, min: number, max: number): boolean {
  * Why an entry's numbers cannot be trusted, or null when they are what this build's limiters can
  * have stored. The loader and `cellgate-server check` both apply it (reader.ts), so a file `check`
  * accepts always loads, and a loaded key never makes a command loop for ages or reply a number RESP
- * cannot carry (NaN, a fraction, 1e+300). Every key: expireAtMs an integer ms in [0, 2^53 − 1] (a
- * token bucket of limit 1 refilling one unit per ms with a 2^52 deficit legitimately expires 2^52 ms
- * ahead), a blob only on an algorithm that stores one. The rest is each algorithm's: its entry's
- * `stateProblem` (src/limiters/registry.ts lists them), from what it writes; docs/snapshot-format.md,
- * "Value ranges", lists them all.
+ * cannot carry (NaN, a fraction, 1e+300). Every key: expireAtMs an integer ms in [0, 2^53 − 1] (a key
+ * may legitimately expire 2^52 ms ahead: a deficit of 2^52 scaled units refilled at 1 per ms), a blob
+ * only on an algorithm that stores one. The rest is each algorithm's: its entry's `stateProblem`
+ * (src/limiters/registry.ts lists them), from what it writes; docs/snapshot-format.md, "Value
+ * ranges", lists them all.
  */
 export function entryProblem(type: number, expireAtMs: number, a: number, b: number, c: number, blob: Float64Array | undefined): string | null {
   if (!isIntIn(expireAtMs, 0, Number.MAX_SAFE_INTEGER)) return `expiry ${expireAtMs} is not an integer number of ms in [0, 2^53)`;

@@ -6,7 +6,7 @@
  * would send: what crosses the wire is test/client/client.test.ts's business.
  */
 import { describe, expect, it } from 'vitest';
-import { ALGORITHMS as CLIENT_ALGORITHMS, CellgateArgumentError, CellgateClient } from '../../src/client/index.ts';
+import { ALGORITHMS as CLIENT_ALGORITHMS, BURST_ALGORITHMS, CellgateArgumentError, CellgateClient } from '../../src/client/index.ts';
 import { ALGORITHMS } from '../../src/limiters/registry.ts';
 
 function recordingClient(): { client: CellgateClient; sent: string[][] } {
@@ -24,6 +24,7 @@ function recordingClient(): { client: CellgateClient; sent: string[][] } {
 describe('the client\'s algorithm list', () => {
   it('names the registry\'s algorithms, in its order', () => {
     expect([...CLIENT_ALGORITHMS]).toEqual(ALGORITHMS.map((a) => a.typeName));
+    expect([...BURST_ALGORITHMS]).toEqual(ALGORITHMS.filter((a) => a.acceptsBurst).map((a) => a.typeName));
   });
 
   it('sends each as its RL.* command, with BURST only where the registry accepts it', async () => {
