@@ -19,13 +19,7 @@
  * their own: expiry.ts, eviction.ts, watch-marks.ts (WATCH), save-copy.ts (BGSAVE's view), scan.ts.
  */
 
-/**
- * The algorithm a key holds, as its type tag (the snapshot's and the journal's type byte); 0 is a free
- * slot. The keyspace stores the tag and never interprets it: the algorithms, their tags and the names
- * TYPE answers are src/limiters/registry.ts's (a sibling room, not imported here). The named tags
- * after Free, and TYPE_NAMES, are kept for the modules and tests still written against them;
- * test/limiters/registry.test.ts holds them equal to the registry.
- */
+/** A key's type tag (0: a free slot); the algorithms and their names are src/limiters/registry.ts's. */
 export enum KeyType {
   Free = 0,
   Gcra = 1,
@@ -36,7 +30,6 @@ export enum KeyType {
   SlidingWindow = 6,
 }
 
-/** @deprecated The registry's typeName / KEY_TYPES (src/limiters/registry.ts) are the names. */
 export const TYPE_NAMES: Record<number, string> = {
   [KeyType.Gcra]: 'gcra',
   [KeyType.TokenBucket]: 'tokenbucket',

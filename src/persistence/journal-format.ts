@@ -123,11 +123,9 @@ export function encodeJournalHeader(): Buffer {
   return b;
 }
 
-const GCRA_TYPE = GCRA_KEY.type;
-
 /** The reference A is encoded against: the expiry, in the unit of A (a GCRA TAT is in µs). */
 function referenceOfA(type: number, expireAtMs: number): number {
-  if (type !== GCRA_TYPE) return expireAtMs;
+  if (type !== GCRA_KEY.type) return expireAtMs;
   const us = expireAtMs * 1000;
   return Number.isSafeInteger(us) ? us : 0;
 }
