@@ -212,8 +212,8 @@ function decide(ks: Keyspace, l: Limit, cost: number, nowMs: number, nowUs: numb
     algo.decide(l, cost, false, 0, 0, 0, undefined, nowMs, nowUs, l.decision);
     return;
   }
-  // The blob is looked up only for an algorithm that has one (a Map lookup per call otherwise).
-  algo.decide(l, cost, true, ks.getA(slot), ks.getB(slot), ks.getC(slot), algo.hasBlob ? ks.getBlob(slot) : undefined, nowMs, nowUs, l.decision);
+  // C and the blob are read only for an algorithm that uses them (a measurable read, a Map lookup).
+  algo.decide(l, cost, true, ks.getA(slot), ks.getB(slot), algo.readsC ? ks.getC(slot) : 0, algo.hasBlob ? ks.getBlob(slot) : undefined, nowMs, nowUs, l.decision);
 }
 
 /** Stores what `decide` allowed (call only when `decision.write`). */

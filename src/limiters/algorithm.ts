@@ -68,6 +68,8 @@ export interface Algorithm extends ScriptOp {
   acceptsBurst: boolean;
   /** The largest `limit` accepted. */
   maxLimit: number;
+  /** Whether decide reads field C (read only then: a keyspace read per call is measurable). */
+  readsC: boolean;
   /** Whether the state has a blob besides A, B, C (read and stored only then). */
   hasBlob: boolean;
   /**

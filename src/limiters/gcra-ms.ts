@@ -176,7 +176,7 @@ export function gcraMsRefund(
  */
 export const gcraMs: Algorithm = {
   name: 'GCRA', typeName: 'gcra', type: 1, op: 'r', ...luaSections(lua), reply: 'rl-ms',
-  acceptsBurst: true, maxLimit: MAX_SCALED, hasBlob: false,
+  acceptsBurst: true, maxLimit: MAX_SCALED, readsC: false, hasBlob: false,
   checkParams: (limit, periodMs, burst, gcraOut) => {
     const error = gcraMsParams(limit, periodMs, burst, gcraOut);
     if (error === 'zero-interval') return ParamsProblem.ZeroInterval;

@@ -70,4 +70,18 @@ describe('the algorithm registry', () => {
       expect([a.name, effect]).toEqual([a.name, RefundEffect.Delete]);
     }
   });
+
+  it('an entry that does not read C decides the same whatever C holds (the command then skips reading it)', () => {
+    const d = newRateDecision();
+    for (const a of ALGORITHMS.filter((x) => !x.readsC)) {
+      const p = { limit: 5, periodMs: 1000, burst: 5, gcra: newGcraMsParams() };
+      a.checkParams(p.limit, p.periodMs, p.burst, p.gcra);
+      a.decide(p, 2, false, 0, 0, 0, undefined, 10_000, 10_000_000, d);
+      const [sa, sb] = [d.a, d.b];
+      a.decide(p, 1, true, sa, sb, 0, undefined, 10_100, 10_100_000, d);
+      const withZero = { ...d };
+      a.decide(p, 1, true, sa, sb, 12_345, undefined, 10_100, 10_100_000, d);
+      expect({ ...d }, a.name).toEqual(withZero);
+    }
+  });
 });
