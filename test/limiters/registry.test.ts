@@ -32,10 +32,12 @@ describe('the algorithm registry', () => {
   it('keeps the tags and names every earlier snapshot and journal was written with', () => {
     expect(KEY_TYPES).toEqual([[1, 'gcra'], [2, 'tokenbucket'], [3, 'leakybucket'], [4, 'fixedwindow'], [5, 'slidinglog'], [6, 'slidingwindow']]);
     expect(GCRA_KEY.typeName).toBe('gcra');
-    // The keyspace's named tags (kept for older call sites) are the registry's.
-    expect(Object.entries(TYPE_NAMES).map(([t, n]) => [Number(t), n])).toEqual(KEY_TYPES);
-    const named = Object.entries(KeyType).filter(([k, v]) => typeof v === 'number' && k !== 'Free').map(([k, v]) => [v, k.toLowerCase()]);
-    expect(named.sort((x, y) => (x[0] as number) - (y[0] as number))).toEqual(KEY_TYPES);
+    // The keyspace's named tags (kept for older call sites; a new algorithm need not be added there)
+    // are the registry's.
+    for (const [type, name] of Object.entries(TYPE_NAMES)) expect(typeName(Number(type))).toBe(name);
+    for (const [key, type] of Object.entries(KeyType)) {
+      if (typeof type === 'number' && key !== 'Free') expect(typeName(type)).toBe(key.toLowerCase());
+    }
     for (const [type, name] of KEY_TYPES) expect(typeName(type)).toBe(name);
   });
 
