@@ -11,6 +11,10 @@
  * in as doubles and go out to Redis with '%.0f', never tostring's 14 digits). The differential property test
  * (test/backend/limiter-script.property.test.ts) replays random timelines on both and compares.
  *
+ * The Lua is in .lua files: the dispatcher (lookup, REFUND, RL.ALL, the reply) in
+ * limiter-script.lua, each op's branches in its algorithm's .lua file beside its limiter in
+ * src/limiters/, embedded at build by scripts/embed-lua.mjs and put together here.
+ *
  * Not transcribed: redis-gcra.ts's BigInt path (intervals beyond 2^51 µs, limits or TATs beyond 2^53).
  * limiterScriptArgv refuses such parameters up front, and the script refuses a stored TAT that would
  * need it; neither happens with TATs of this era and intervals below 71 years.
@@ -59,8 +63,9 @@ export const MAX_BACKEND_SLIDING_LOG_LIMIT = 65_536;
 export const BACKEND_LOG_LIMIT_ERROR = `ERR RL.SLIDINGLOG limit above ${MAX_BACKEND_SLIDING_LOG_LIMIT} is not supported with a backend`;
 
 /**
- * The value layout (docs/backend.md): byte 1 the format tag, byte 2 the type tag (src/limiters/registry.ts), then little-endian
- * doubles: absolute expiry (ms), A, B, C; a sliding log appends its entries as (ms, running total).
+ * The value layout (docs/backend.md): byte 1 the format tag, byte 2 the type tag (src/limiters/
+ * registry.ts), then little-endian doubles: absolute expiry (ms), A, B, C; a sliding log appends its
+ * entries as (ms, running total).
  *
  * ARGV (limiterScriptArgv) is one binary string: a flags byte (1: all-or-nothing, 2: the debug clock
  * is given), the debug clock in µs as a little-endian double, then per limit 49 bytes: the op code
@@ -95,6 +100,7 @@ function assembleLimiterScript(): string {
     if (o === undefined) throw new Error(`limiter-script.lua: no op '${op}'`);
     return part === 'decide' ? o.luaDecide : o.luaRefund;
   });
+  // The leading newline: the script began with one when it was a template literal (same bytes, same SHA1).
   return '\n' + text
     .replaceAll('${MAX_BACKEND_SLIDING_LOG_LIMIT}', String(MAX_BACKEND_SLIDING_LOG_LIMIT))
     .replaceAll('${BACKEND_WIDE_ERROR}', BACKEND_WIDE_ERROR)
