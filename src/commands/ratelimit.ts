@@ -13,8 +13,8 @@
  * the order given, each as if that limit alone had been asked. A trailing `COST n` applies to every
  * limit. Nothing is spent anywhere unless every limit allows.
  *
- * State per key type (fields A/B/C of the keyspace, plus a blob for an algorithm that keeps one) is documented
- * in each limiter module.
+ * State per key type (fields A/B/C of the keyspace, plus a blob for an algorithm that keeps one) is
+ * documented in each limiter module; each module's entry (src/limiters/registry.ts) decides over it.
  */
 import type { CommandArgs } from '../protocol/command-args.js';
 import { createKeyArg, lookupKeyArg } from './args.js';
