@@ -13,6 +13,7 @@ import { createClient } from 'redis';
 import { freePort, startServer, type RunningServer } from '../helpers/server.js';
 import { RawConnection, infoField, mbulk } from '../helpers/raw.js';
 import { waitFor } from '../helpers/wait.js';
+import { REDIS_SERVER, expectOracleRedis } from '../helpers/redis.js';
 
 /**
  * The least maxmemory the server accepts: what it holds with no key (used_memory_startup). With a
@@ -40,7 +41,8 @@ beforeAll(async () => {
   await Promise.all([redis.connect(), other.connect()]);
   await redis.call('DEBUG', 'CLOCK', 'SET', T0);
   redisPort = await freePort();
-  redisServer = spawn('redis-server', ['--port', String(redisPort), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' });
+  expectOracleRedis();
+  redisServer = spawn(REDIS_SERVER, ['--port', String(redisPort), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' });
   for (let i = 0; i < 100; i++) {
     try {
       const c = await RawConnection.open(redisPort);
