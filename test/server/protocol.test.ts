@@ -550,7 +550,7 @@ describe('reply encoding', () => {
     const conn = await RawConnection.open(server.port);
     try {
       await conn.write('CLIENT GETNAME\r\nCONFIG GET maxclients\r\nHELLO 3\r\nCLIENT GETNAME\r\nCONFIG GET maxclients\r\nINFO server\r\nHELLO 2\r\nCLIENT GETNAME\r\n');
-      await conn.settle(30);
+      await conn.settle(30, 3000, 8);
       const { replies, rest } = parseReplies(conn.received);
       expect(rest).toBe(0);
       expect(replies.length).toBe(8);

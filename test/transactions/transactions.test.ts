@@ -157,7 +157,7 @@ describe('limiters in transactions', () => {
       // Queued: nothing spent yet.
       expect(await other.exists('tx:lim')).toBe(0);
       await c.write(lines('EXEC'));
-      await c.settle();
+      await c.settle(15, 3000, 4);
       expect(c.text()).toBe(
         '+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n*5\r\n:0\r\n:6\r\n:5\r\n:-1\r\n:6\r\n*5\r\n:0\r\n:6\r\n:4\r\n:-1\r\n:12\r\n',
       );
@@ -177,7 +177,7 @@ describe('limiters in transactions', () => {
         await c.waitForBytes(5 + 9 * (i + 1));
       }
       await c.write(lines('EXEC'));
-      await c.settle();
+      await c.settle(15, 3000, 7);
       expect(c.text()).toContain(`*5\r\n${'*5\r\n:0\r\n:6\r\n:5\r\n:-1\r\n:6\r\n'.repeat(5)}`);
     } finally {
       c.destroy();
@@ -190,7 +190,7 @@ describe('limiters in transactions', () => {
       const c = await RawConnection.open(server.port);
       try {
         await c.write(lines('MULTI', 'CL.THROTTLE tx:abort 5 10 60', bad, 'RL.FIXEDWINDOW tx:abort2 10 60000', 'EXEC'));
-        await c.settle();
+        await c.settle(15, 3000, 5);
         expect(c.text()).toMatch(/^\+OK\r\n\+QUEUED\r\n-ERR [^\r]*\r\n\+QUEUED\r\n-EXECABORT Transaction discarded because of previous errors\.\r\n$/);
       } finally {
         c.destroy();
@@ -306,13 +306,13 @@ describe('WATCH', () => {
     const c = await RawConnection.open(server.port);
     try {
       await c.write(lines('HELLO 3'));
-      await c.settle();
+      await c.settle(15, 3000, 1);
       const skip = c.length;
       await c.write(lines('WATCH tx:w3'));
       await c.waitForBytes(skip + 5);
       await other.call('CL.THROTTLE', 'tx:w3', '5', '10', '60');
       await c.write(lines('MULTI', 'PING', 'EXEC'));
-      await c.settle();
+      await c.settle(15, 3000, 5);
       expect(c.received.subarray(skip).toString('latin1')).toBe('+OK\r\n+OK\r\n+QUEUED\r\n_\r\n');
     } finally {
       c.destroy();
@@ -476,7 +476,7 @@ describe('introspection and limits', () => {
       expect(after).toMatch(/ flags=N .* multi=-1 .* multi-mem=0 /);
       // Inside EXEC the client is still in MULTI, as Redis shows it.
       await c.write(lines('MULTI', 'CLIENT INFO', 'EXEC'));
-      await c.settle();
+      await c.settle(15, 3000, 8);
       expect(c.text()).toMatch(/\*1\r\n\$\d+\r\nid=\d+ .* flags=x .* multi=1 /);
     } finally {
       c.destroy();
@@ -491,7 +491,7 @@ describe('introspection and limits', () => {
       await c.waitForBytes('+OK\r\n+QUEUED\r\n+QUEUED\r\n'.length);
       expect(infoField(await redis.info('commandstats'), 'cmdstat_echo')).toBeUndefined();
       await c.write(lines('EXEC'));
-      await c.settle();
+      await c.settle(15, 3000, 4);
     } finally {
       c.destroy();
     }
@@ -510,7 +510,7 @@ describe('introspection and limits', () => {
       await other.config('SET', 'maxmemory-policy', 'noeviction');
       await other.config('SET', 'maxmemory', await leastMaxmemory(other));
       await c.write(lines('PING', 'EXEC'));
-      await c.settle();
+      await c.settle(15, 3000, 3);
       expect(c.text()).toBe("+OK\r\n-OOM command not allowed when used memory > 'maxmemory'.\r\n-EXECABORT Transaction discarded because of previous errors.\r\n");
     } finally {
       c.destroy();
@@ -528,7 +528,7 @@ describe('introspection and limits', () => {
       await other.config('SET', 'maxmemory-policy', 'noeviction');
       await other.config('SET', 'maxmemory', await leastMaxmemory(other));
       await c.write(lines('EXEC', 'EXEC'));
-      await c.settle();
+      await c.settle(15, 3000, 4);
       expect(c.text()).toBe(
         "+OK\r\n+QUEUED\r\n-EXECABORT Transaction discarded because of: OOM command not allowed when used memory > 'maxmemory'.\r\n-ERR EXEC without MULTI\r\n",
       );
