@@ -22,8 +22,11 @@ export default defineConfig({
       'test/server/tasks.test.ts',
       'test/build/check-imports.test.ts',
       'test/build/lua.test.ts',
+      'test/build/fast-check-seed.test.ts',
     ],
     testTimeout: 60_000,
     reporters: ['default', './test/helpers/summary-reporter.ts'],
+    // Every fast-check property from a seed of its test's name (CELLGATE_FC_SEED / CELLGATE_SOAK=1 to vary).
+    setupFiles: ['./test/helpers/fast-check-seed.ts'],
   },
 });

@@ -6,8 +6,13 @@
  *
  * What must hold every time: every call gets a reply, and it is the `backend-unavailable` policy's
  * answer (`local`, `allow` or `deny`), never a hang or a raw backend error; INFO backend goes down
- * and comes back up; decisions are exact across sidecars again afterwards. Reply times are measured
- * and printed; the bound asserted is generous (20 × the timeout), since the machine is shared.
+ * and comes back up; decisions are exact across sidecars again afterwards.
+ *
+ * "Never a hang" is asserted by its mechanism, not by a reply time: INFO backend counts every call
+ * the policy answered (backend_policy_decisions moves by exactly the number of calls sent) and says
+ * why (backend_timeouts for the calls a stopped Redis never answered, backend_errors for its error
+ * replies). Reply times are measured and printed only: on a shared machine they say more about the
+ * other processes than about cellgate.
  */
 import { rmSync } from 'node:fs';
 import { join } from 'node:path';
@@ -24,7 +29,6 @@ import {
 // Not the default 100 ms: on a loaded 2-core machine a healthy burst can take that long, and its
 // calls would be answered by the policy where the test expects the backend's decisions.
 const TIMEOUT_MS = 500;
-const BOUND_MS = 20 * TIMEOUT_MS;
 const T0 = frozenInstant();
 type Policy = 'local' | 'allow' | 'deny';
 const POLICIES: Policy[] = ['local', 'allow', 'deny'];
@@ -76,11 +80,66 @@ async function policyAnswers(policy: Policy, algo: Algo, n: number): Promise<str
   return seq.map((r) => JSON.stringify(r));
 }
 
+/** INFO backend's counters of one sidecar, as numbers. */
+interface Counters {
+  calls: number;
+  errors: number;
+  timeouts: number;
+  policy: number;
+  stateChanges: number;
+}
+
+async function counters(s: Sidecar): Promise<Counters> {
+  const info = await backendInfo(s);
+  return {
+    calls: Number(info.backend_calls),
+    errors: Number(info.backend_errors),
+    timeouts: Number(info.backend_timeouts),
+    policy: Number(info.backend_policy_decisions),
+    stateChanges: Number(info.backend_state_changes),
+  };
+}
+
+async function countersOf(sidecars: Record<Policy, Sidecar>): Promise<Record<Policy, Counters>> {
+  const out = {} as Record<Policy, Counters>;
+  await Promise.all(POLICIES.map(async (p) => { out[p] = await counters(sidecars[p]); }));
+  return out;
+}
+
+/** after − before, field by field. */
+function moved(before: Counters, after: Counters): Counters {
+  return {
+    calls: after.calls - before.calls,
+    errors: after.errors - before.errors,
+    timeouts: after.timeouts - before.timeouts,
+    policy: after.policy - before.policy,
+    stateChanges: after.stateChanges - before.stateChanges,
+  };
+}
+
+/**
+ * No call of a round was decided by the backend: each one sent failed there (an error reply, a
+ * closed connection, or no reply within backend-timeout), which is what made the policy answer.
+ * backend_timeouts may count more (the PINGs that probe a down backend time out too).
+ */
+function expectEverySentCallFailed(m: Record<Policy, Counters>, what: string): void {
+  for (const policy of POLICIES) {
+    expect(m[policy].errors + m[policy].timeouts, `${what}: ${policy}: every call sent to the backend failed there (${JSON.stringify(m[policy])})`).toBeGreaterThanOrEqual(m[policy].calls);
+  }
+}
+
 /**
  * Each sidecar (one per policy) sends `perKey` calls of every algorithm on a fresh key, all at
- * once; checks each reply is its policy's and returns the slowest reply time.
+ * once; checks each reply is its policy's and that INFO counted exactly these calls as the
+ * policy's decisions (plus `extra[policy]` calls the test sent itself since `before`, taken here
+ * when not given). Returns the slowest reply time (printed, never asserted) and what each
+ * sidecar's counters moved by.
  */
-async function expectPolicyAnswers(sidecars: Record<Policy, Sidecar>, perKey: number, what: string): Promise<number> {
+async function expectPolicyAnswers(
+  sidecars: Record<Policy, Sidecar>, perKey: number, what: string,
+  opts: { before?: Record<Policy, Counters>; extra?: Partial<Record<Policy, number>> } = {},
+): Promise<{ maxMs: number; moved: Record<Policy, Counters> }> {
+  const before = opts.before ?? await countersOf(sidecars);
   let maxMs = 0;
   await Promise.all(POLICIES.map(async (policy) => {
     const s = sidecars[policy];
@@ -96,7 +155,14 @@ async function expectPolicyAnswers(sidecars: Record<Policy, Sidecar>, perKey: nu
       expect(got.slice().sort(), `${what}: ${policy} ${algo.name}`).toEqual(want.slice().sort());
     }));
   }));
-  return maxMs;
+  const after = await countersOf(sidecars);
+  const delta = {} as Record<Policy, Counters>;
+  for (const policy of POLICIES) {
+    delta[policy] = moved(before[policy], after[policy]);
+    const sent = perKey * ALGOS.length + (opts.extra?.[policy] ?? 0);
+    expect(delta[policy].policy, `${what}: ${policy}: INFO backend_policy_decisions counts every call (${JSON.stringify(delta[policy])})`).toBe(sent);
+  }
+  return { maxMs, moved: delta };
 }
 
 /**
@@ -147,24 +213,36 @@ describe('standalone backend faults', () => {
     await node?.destroy();
   });
 
-  it('Redis paused (SIGSTOP) beyond backend-timeout: every call gets its policy\'s answer in bounded time; down, then up after SIGCONT; exact again', async () => {
+  it('Redis paused (SIGSTOP) beyond backend-timeout: every call gets its policy\'s answer, the timeouts fire; down, then up after SIGCONT; exact again', async () => {
     await expectExact(list(), 'before pause');
     for (const s of list()) expect((await readyz(s)).status).toBe(200);
+    const before = await countersOf(sidecars);
     node.pause();
     let maxMs: number;
     // Sent first, while the sidecars still think the backend is up: these reach Redis's socket.
     const lateKey = freshKey('late');
     const late = timedCalls(sidecars.deny.conns[0], [0, 1, 2].map(() => ['RL.FIXEDWINDOW', lateKey, '10', '10000']));
     try {
-      maxMs = await expectPolicyAnswers(sidecars, 12, 'paused');
+      const paused = await expectPolicyAnswers(sidecars, 12, 'paused', { before, extra: { deny: 3 } });
+      maxMs = paused.maxMs;
       for (const r of await late) expect(r.reply).toEqual([1, 10, 0, 1000, 1000, 0]);
-      for (const s of list()) {
-        const info = await waitBackendState(s, 'down');
-        expect(Number(info.backend_timeouts)).toBeGreaterThanOrEqual(1);
-        expect(Number(info.backend_policy_decisions)).toBeGreaterThanOrEqual(12 * ALGOS.length);
+      for (const policy of POLICIES) {
+        const m = paused.moved[policy];
+        // What bounded the wait: a paused Redis answers nothing, so every call that was sent to it
+        // was answered when its backend-timeout fired (backend_timeouts also counts the PINGs that
+        // probe a down backend), and the others came while it was down, at once.
+        expect(m.calls, `paused: ${policy}: some calls reached the paused Redis (${JSON.stringify(m)})`).toBeGreaterThanOrEqual(1);
+        expect(m.timeouts, `paused: ${policy}: every call sent to the paused Redis timed out (${JSON.stringify(m)})`).toBeGreaterThanOrEqual(m.calls);
+        expect(m.errors, `paused: ${policy}: no error, only timeouts`).toBe(0);
+        const info = await waitBackendState(sidecars[policy], 'down');
+        expect(info.backend_state).toBe('down');
+        expect(sidecars[policy].server.logs.some((l) => l.includes(`took longer than backend-timeout ${TIMEOUT_MS} ms`)), `${policy}: down for timeouts`).toBe(true);
       }
-      // While down, answers come at once: a second round is answered by the policy too.
-      maxMs = Math.max(maxMs, await expectPolicyAnswers(sidecars, 4, 'paused, down'));
+      // While down, answers come at once: a second round is answered by the policy too, and none
+      // of its calls is sent to Redis.
+      const down = await expectPolicyAnswers(sidecars, 4, 'paused, down');
+      maxMs = Math.max(maxMs, down.maxMs);
+      for (const policy of POLICIES) expect(down.moved[policy].calls, `paused, down: ${policy}: no call sent to the backend`).toBe(0);
       const r = await readyz(sidecars.deny);
       expect(r.status).toBe(503);
       expect(r.body).toContain('backend unavailable');
@@ -173,8 +251,7 @@ describe('standalone backend faults', () => {
     } finally {
       node.resume();
     }
-    console.log(`faults standalone SIGSTOP: max reply time ${maxMs.toFixed(0)} ms with backend-timeout ${TIMEOUT_MS} ms`);
-    expect(maxMs).toBeLessThan(BOUND_MS);
+    console.log(`faults standalone SIGSTOP: max reply time ${maxMs.toFixed(0)} ms with backend-timeout ${TIMEOUT_MS} ms (printed, not asserted)`);
     for (const s of list()) await waitBackendState(s, 'up');
     expect((await readyz(sidecars.deny)).status).toBe(200);
     // The calls that timed out were still in Redis's socket: it ran them after SIGCONT.
@@ -192,10 +269,18 @@ describe('standalone backend faults', () => {
     await node.stop();
     let maxMs: number;
     try {
-      maxMs = await expectPolicyAnswers(sidecars, 8, 'stopped');
-      for (const s of list()) await waitBackendState(s, 'down');
+      const stopped = await expectPolicyAnswers(sidecars, 8, 'stopped');
+      expectEverySentCallFailed(stopped.moved, 'stopped');
+      maxMs = stopped.maxMs;
+      for (const s of list()) {
+        await waitBackendState(s, 'down');
+        expect(s.server.logs.some((l) => l.includes('backend down: connection closed')), 'down for the closed connection').toBe(true);
+      }
       expect((await readyz(sidecars.deny)).status).toBe(503);
-      maxMs = Math.max(maxMs, await expectPolicyAnswers(sidecars, 4, 'stopped, down'));
+      // Down: answered at once, nothing sent to the backend.
+      const down = await expectPolicyAnswers(sidecars, 4, 'stopped, down');
+      for (const policy of POLICIES) expect(down.moved[policy].calls, `stopped, down: ${policy}: no call sent`).toBe(0);
+      maxMs = Math.max(maxMs, down.maxMs);
 
       // allow: a fresh key's reply, so a cost above the burst is refused even now.
       const tooBig = ['RL.TOKENBUCKET', freshKey('too-big'), '10', '10000', 'COST', '11'];
@@ -221,19 +306,19 @@ describe('standalone backend faults', () => {
     } finally {
       await node.restart();
     }
-    console.log(`faults standalone stop/restart: max reply time ${maxMs.toFixed(0)} ms`);
-    expect(maxMs).toBeLessThan(BOUND_MS);
+    console.log(`faults standalone stop/restart: max reply time ${maxMs.toFixed(0)} ms (printed, not asserted)`);
     for (const s of list()) await waitBackendState(s, 'up');
     expect(await (await fetch(`http://127.0.0.1:${sidecars.deny.metricsPort}/metrics`)).text()).toMatch(/^cellgate_backend_up 1$/m);
     await expectExact(list(), 'after restart');
     // A SIGKILL too: connections reset rather than closed.
     await node.kill();
     try {
-      maxMs = await expectPolicyAnswers(sidecars, 4, 'killed');
+      const killed = await expectPolicyAnswers(sidecars, 4, 'killed');
+      expectEverySentCallFailed(killed.moved, 'killed');
+      console.log(`faults standalone SIGKILL: max reply time ${killed.maxMs.toFixed(0)} ms (printed, not asserted); counters moved ${JSON.stringify(killed.moved)}`);
     } finally {
       await node.restart();
     }
-    expect(maxMs).toBeLessThan(BOUND_MS);
     for (const s of list()) await waitBackendState(s, 'up');
     await expectExact(list(), 'after kill and restart');
   });
@@ -246,6 +331,7 @@ describe('standalone backend faults', () => {
       await freezeClocks([slow], T0);
       await expectExact([slow, sidecars.local, sidecars.allow], 'through the proxy, no delay');
       proxy.setDelay(3 * TIMEOUT_MS);
+      const before = await counters(slow);
       const t0 = performance.now();
       let maxMs = 0;
       for (const [i, algo] of ALGOS.entries()) {
@@ -256,9 +342,16 @@ describe('standalone backend faults', () => {
         }
       }
       const info = await waitBackendState(slow, 'down');
-      expect(Number(info.backend_timeouts)).toBeGreaterThanOrEqual(3);
-      console.log(`faults standalone delay proxy +${proxy.delay} ms each way: max reply time ${maxMs.toFixed(0)} ms, ${(performance.now() - t0).toFixed(0)} ms for ${6 * ALGOS.length} calls, timeouts ${info.backend_timeouts}`);
-      expect(maxMs).toBeLessThan(BOUND_MS);
+      const m = moved(before, await counters(slow));
+      console.log(`faults standalone delay proxy +${proxy.delay} ms each way: max reply time ${maxMs.toFixed(0)} ms, ${(performance.now() - t0).toFixed(0)} ms for ${6 * ALGOS.length} calls (printed, not asserted); counters moved ${JSON.stringify(m)}`);
+      // Each call got the policy; those sent ran into backend-timeout (a reply takes 2 × the delay),
+      // three of them in a row took the backend down, and the rest were answered at once.
+      expect(m.policy, 'every call answered by the policy').toBe(6 * ALGOS.length);
+      expect(m.errors).toBe(0);
+      expect(m.calls).toBeGreaterThanOrEqual(3);
+      expect(m.timeouts, 'every call sent timed out').toBeGreaterThanOrEqual(m.calls);
+      expect(info.backend_state).toBe('down');
+      expect(slow.server.logs.some((l) => l.includes(`took longer than backend-timeout ${TIMEOUT_MS} ms`)), 'down for timeouts').toBe(true);
       proxy.setDelay(0);
       await waitBackendState(slow, 'up');
       await expectExact([slow, sidecars.local, sidecars.allow], 'through the proxy, delay removed');
@@ -276,7 +369,9 @@ describe('standalone backend faults', () => {
       const before = await Promise.all(list().map((s) => backendInfo(s)));
       let maxMs: number;
       try {
-        maxMs = await expectPolicyAnswers(sidecars, 3, 'oom');
+        const oom = await expectPolicyAnswers(sidecars, 3, 'oom');
+        expectEverySentCallFailed(oom.moved, 'oom');
+        maxMs = oom.maxMs;
       } finally {
         await admin.call('CONFIG', 'SET', 'maxmemory', '0');
       }
@@ -307,7 +402,9 @@ describe('standalone backend faults', () => {
       await pollUntil(async () => String(await node.call('PING').catch((e: Error) => e.message)).startsWith('LOADING'), 'redis loading');
       let maxMs: number;
       try {
-        maxMs = await expectPolicyAnswers(sidecars, 3, 'loading');
+        const loading = await expectPolicyAnswers(sidecars, 3, 'loading');
+        expectEverySentCallFailed(loading.moved, 'loading');
+        maxMs = loading.maxMs;
       } finally {
         await reload;
         await admin.call('CONFIG', 'SET', 'key-load-delay', '0');
@@ -316,10 +413,9 @@ describe('standalone backend faults', () => {
       const after = await Promise.all(list().map((s) => backendInfo(s)));
       for (const [i, s] of list().entries()) {
         console.log(`faults standalone LOADING (${POLICIES[i]}): state ${after[i].backend_state}, errors +${Number(after[i].backend_errors) - Number(before[i].backend_errors)}, timeouts +${Number(after[i].backend_timeouts) - Number(before[i].backend_timeouts)}, policy decisions +${Number(after[i].backend_policy_decisions) - Number(before[i].backend_policy_decisions)}, last error "${after[i].backend_last_error}", max reply ${maxMs.toFixed(0)} ms`);
-        expect(Number(after[i].backend_policy_decisions)).toBeGreaterThanOrEqual(Number(before[i].backend_policy_decisions) + 3 * ALGOS.length);
+        expect(Number(after[i].backend_errors), 'backend_errors counts the -LOADING replies').toBeGreaterThan(Number(before[i].backend_errors));
         await waitBackendState(s, 'up');
       }
-      expect(maxMs).toBeLessThan(BOUND_MS);
       await admin.flushall();
       await expectExact(list(), 'after LOADING');
     } finally {
@@ -388,8 +484,15 @@ describe('cluster backend faults', () => {
     /** Per master group: `remaining` values the backend gave twice on one key (a forgotten decision). */
     duplicates: number[];
     victimGroup: number;
+    /** The masters' ports, in group order. */
+    masterPorts: number[];
     maxMs: number;
-    policyDecisions: number[];
+    /** Per sidecar, per master group: the deny policy's answers the test saw (every phase). */
+    policyBySidecar: number[][];
+    /** Per sidecar: what INFO backend's counters moved by over the run. */
+    moved: { policy: number; timeouts: number; overflows: number; stateChanges: number }[];
+    /** Per sidecar: its log lines written during the run. */
+    logs: string[][];
   }
 
   const BIG = 1_000_000;
@@ -401,9 +504,9 @@ describe('cluster backend faults', () => {
    * while the master of group `victimGroup` is killed and its replica takes over, then 10 rounds
    * more. Every reply is either the backend's (allowed) or the deny policy's.
    */
-  async function killRun(label: string, base: string, pickVictim: (groups: { master: RedisNode }[]) => number): Promise<KillRun> {
+  async function killRun(label: string, base: string, pickVictim: (groups: { master: RedisNode }[]) => Promise<number>): Promise<KillRun> {
     const groups = await cluster.keysPerMaster(base, 2);
-    const victimGroup = pickVictim(groups);
+    const victimGroup = await pickVictim(groups);
     const victim = groups[victimGroup].master;
     const newStats = () => ({ calls: 0, policy: 0, errors: 0 });
     const stats = groups.map(() => ({ before: newStats(), outage: newStats(), after: newStats() }));
@@ -412,8 +515,9 @@ describe('cluster backend faults', () => {
     let maxMs = 0;
     const now = { phase: 'before' as Phase };
     let afterRounds = 0;
+    const policyBySidecar = sidecars.map(() => groups.map(() => 0));
+    const logsBefore = sidecars.map((s) => s.server.logs.length);
     const infosBefore = await Promise.all(sidecars.map((s) => backendInfo(s)));
-    const policyBefore = infosBefore.map((x) => Number(x.backend_policy_decisions));
     const keys = groups.flatMap((g) => g.keys);
     const groupOf = (i: number): number => Math.floor(i / groups[0].keys.length);
 
@@ -423,7 +527,7 @@ describe('cluster backend faults', () => {
       while (afterRounds < 10 && Date.now() < deadline) {
         if (now.phase === 'after') afterRounds++;
         await new Promise((r) => setTimeout(r, 10));
-        await (round = Promise.all(sidecars.flatMap((s) => s.conns.map(async (c) => {
+        await (round = Promise.all(sidecars.flatMap((s, si) => s.conns.map(async (c) => {
           const sentIn = now.phase;
           const results = await timedCalls(c, keys.map((k) => bigArgv(k)));
           results.forEach((r, i) => {
@@ -438,6 +542,7 @@ describe('cluster backend faults', () => {
             if (reply[0] === 1) {
               expect(reply).toEqual([1, BIG, 0, 1000, 1000, 0]);
               st.policy++;
+              policyBySidecar[si][groupOf(i)]++;
             } else {
               const seen = remaining.get(keys[i]) ?? new Set<number>();
               remaining.set(keys[i], seen);
@@ -458,16 +563,26 @@ describe('cluster backend faults', () => {
 
     for (const s of sidecars) expect(s.server.proc.exitCode, 'sidecar alive').toBeNull();
     const infos = await Promise.all(sidecars.map((s) => backendInfo(s)));
-    const policyDecisions = infos.map((info, i) => Number(info.backend_policy_decisions) - policyBefore[i]);
+    const delta = (field: string) => infos.map((x, i) => Number(x[field]) - Number(infosBefore[i][field]));
+    const policyDecisions = delta('backend_policy_decisions');
+    const timeouts = delta('backend_timeouts');
+    const overflows = delta('backend_overflows');
+    const stateChanges = delta('backend_state_changes');
+    const moved = sidecars.map((_, i) => ({ policy: policyDecisions[i], timeouts: timeouts[i], overflows: overflows[i], stateChanges: stateChanges[i] }));
+    const logs = sidecars.map((s, i) => s.server.logs.slice(logsBefore[i]));
     const show = (p: Phase) => stats.map((g) => `${g[p].calls}/${g[p].policy}/${g[p].errors}`).join(', ');
-    console.log(`faults cluster ${label}: max reply time ${maxMs.toFixed(0)} ms; calls/policy/errors per master (victim #${victimGroup}) before: ${show('before')}; outage: ${show('outage')}; after failover: ${show('after')}; INFO policy decisions per sidecar ${policyDecisions.join(', ')}; INFO timeouts ${infos.map((x, i) => Number(x.backend_timeouts) - Number(infosBefore[i].backend_timeouts)).join(', ')}, errors ${infos.map((x, i) => Number(x.backend_errors) - Number(infosBefore[i].backend_errors)).join(', ')}; 'backend down' transitions ${sidecars.map((s) => s.server.logs.filter((l) => l.includes('"backend down')).length).join(', ')}; remaining values seen twice per master ${duplicates.join(', ')}; promoted :${promoted.port}`);
+    console.log(`faults cluster ${label}: max reply time ${maxMs.toFixed(0)} ms (printed, not asserted); calls/policy/errors per master (victim #${victimGroup}) before: ${show('before')}; outage: ${show('outage')}; after failover: ${show('after')}; INFO policy decisions per sidecar ${policyDecisions.join(', ')}; INFO timeouts ${infos.map((x, i) => Number(x.backend_timeouts) - Number(infosBefore[i].backend_timeouts)).join(', ')}, errors ${infos.map((x, i) => Number(x.backend_errors) - Number(infosBefore[i].backend_errors)).join(', ')}; 'backend down' transitions ${sidecars.map((s) => s.server.logs.filter((l) => l.includes('"backend down')).length).join(', ')}; remaining values seen twice per master ${duplicates.join(', ')}; promoted :${promoted.port}`);
 
     for (const [gi, g] of stats.entries()) {
       for (const p of ['before', 'outage', 'after'] as Phase[]) expect(g[p].errors, `${label}: group ${gi} ${p}: no error replies`).toBe(0);
       expect(g.before.policy, `${label}: group ${gi} before the kill`).toBe(0);
     }
     expect(stats[victimGroup].outage.policy, `${label}: the dead master's keys got the policy`).toBeGreaterThan(0);
-    expect(maxMs).toBeLessThan(BOUND_MS);
+    // Every deny answer seen here is one INFO counted as the policy's decision (none a backend
+    // refusal, none lost), sidecar by sidecar.
+    for (const [si, bySidecar] of policyBySidecar.entries()) {
+      expect(policyDecisions[si], `${label}: sidecar ${si}: INFO backend_policy_decisions = the policy answers seen`).toBe(bySidecar.reduce((a, b) => a + b, 0));
+    }
 
     // After the failover: the dead master's keys are decided by the backend again, from every sidecar.
     const victimKey = groups[victimGroup].keys[0];
@@ -479,34 +594,53 @@ describe('cluster backend faults', () => {
     expect(fresh.map((g) => g.master.port)).toContain(promoted.port);
     // Round-robin over the masters: algorithm i on master i mod 3.
     await expectExact(sidecars, `${label}, after failover`, [0, 1, 2].flatMap((j) => fresh.map((g) => g.keys[j])));
-    return { stats, duplicates, victimGroup, maxMs, policyDecisions };
+    return { stats, duplicates, victimGroup, masterPorts: groups.map((g) => g.master.port), maxMs, policyBySidecar, moved, logs };
   }
 
-  let first: KillRun | undefined;
+  /** A master that has a live replica now (each kill uses one up): killRun's victim group. */
+  async function masterWithReplica(groups: { master: RedisNode }[]): Promise<number> {
+    const topo = await cluster.topology();
+    const withReplica = new Set(topo.filter((r) => r.role === 'replica' && !r.failed).map((r) => topo.find((m) => m.id === r.masterId)?.port));
+    const i = groups.findIndex((g) => withReplica.has(g.master.port));
+    if (i < 0) throw new Error('no master with a live replica left');
+    return i;
+  }
 
-  it('a master killed mid-run: every call answered in bounded time, no error reply, no crash; the dead master\'s keys get the policy until its replica takes over; exact after', async () => {
-    first = await killRun('master kill', 'kill:', () => 1);
-  });
-
-  it('while one master is down, the other masters\' keys are still decided by the backend (the policy at most for a stray timeout, no decision forgotten)', () => {
-    expect(first, 'the master-kill run above completed').toBeDefined();
-    for (const gi of [0, 1, 2]) {
-      if (gi === first!.victimGroup) continue;
-      // Alone this is 0; under the full suite on 2 cores a turn's calls now and then miss the
-      // timeout (seen: 12 of 264, all INFO timeouts). When one failing master took the whole backend
-      // down, it was 620 of 708.
-      const { calls, policy } = first!.stats[gi].outage;
-      expect(policy, `master group ${gi} (alive): calls answered by the policy during the outage (of ${calls})`).toBeLessThanOrEqual(calls * 0.1);
-      expect(first!.duplicates[gi], `master group ${gi} (alive): remaining values seen twice`).toBe(0);
+  it('a master killed mid-run: every call answered, no error reply, no crash; the dead master\'s keys get the policy until its replica takes over, the other masters\' keys stay on the backend (the policy only for a call of theirs that timed out, no decision forgotten); exact after', async () => {
+    const run = await killRun('master kill', 'kill:', masterWithReplica);
+    const alive = [0, 1, 2].filter((gi) => gi !== run.victimGroup);
+    for (const gi of alive) {
+      expect(run.duplicates[gi], `master group ${gi} (alive): remaining values seen twice`).toBe(0);
+      expect(run.stats[gi].outage.calls - run.stats[gi].outage.policy, `master group ${gi} (alive): decided by the backend during the outage`).toBeGreaterThan(0);
+    }
+    // How many of the live masters' calls the policy answers depends on the machine's load (alone
+    // none; under the full suite on 2 cores a turn's calls now and then outlast backend-timeout).
+    // What must not happen is the dead master's failure reaching them: asserted by its mechanism.
+    for (const [si, m] of run.moved.entries()) {
+      const logs = run.logs[si];
+      // The backend as a whole never went down: only the dead master's slots did.
+      expect(m.stateChanges, `sidecar ${si}: backend_state never changed (${logs.filter((l) => l.includes('backend down')).join(' | ')})`).toBe(0);
+      // A live master is marked down only for its own timeouts (a loaded machine), never for the dead one's.
+      const aliveDown = logs.filter((l) => alive.some((gi) => l.includes(`backend node`) && l.includes(`:${run.masterPorts[gi]} down`)));
+      for (const l of aliveDown) expect(l, `sidecar ${si}: a live master marked down`).toContain('took longer than backend-timeout');
+      const alivePolicy = alive.reduce((n, gi) => n + run.policyBySidecar[si][gi], 0);
+      if (aliveDown.length === 0) {
+        // Then each of their policy answers is a call of theirs that timed out (or found its
+        // master's queue full), counted by INFO.
+        expect(alivePolicy, `sidecar ${si}: live masters' policy answers, each a timeout or an overflow (${JSON.stringify(m)})`).toBeLessThanOrEqual(m.timeouts + m.overflows);
+      }
     }
   });
 
-  it('with cluster-require-full-coverage yes (Redis\'s default) a second master killed: Redis refuses every slot until the failover, every call still gets an answer, exact after', async () => {
+  it('with cluster-require-full-coverage yes (Redis\'s default) a master killed: Redis refuses every slot until the failover, every call still gets an answer, exact after', async () => {
     for (const n of cluster.liveNodes) await n.call('CONFIG', 'SET', 'cluster-require-full-coverage', 'yes');
-    // A master that still has a replica (the one promoted above has none).
-    const topo = await cluster.topology();
-    const withReplica = new Set(topo.filter((r) => r.role === 'replica' && !r.failed).map((r) => topo.find((m) => m.id === r.masterId)?.port));
-    const run = await killRun('second master kill, full coverage', 'kill2:', (groups) => groups.findIndex((g) => withReplica.has(g.master.port)));
+    let run: KillRun;
+    try {
+      run = await killRun('master kill, full coverage', 'kill2:', masterWithReplica);
+    } finally {
+      // Back to the describe's setting, whatever runs next.
+      for (const n of cluster.liveNodes) await n.call('CONFIG', 'SET', 'cluster-require-full-coverage', 'no');
+    }
     // What Redis does here is reported, not asserted: between the master's FAIL and its replica's
     // promotion every node answers -CLUSTERDOWN, which ioredis retries until the call times out.
     const live = [0, 1, 2].filter((gi) => gi !== run.victimGroup);

@@ -6,6 +6,7 @@
  */
 import { Redis } from 'ioredis';
 import { startServer, type RunningServer } from '../helpers/server.js';
+import { WAIT_LIMIT_MS } from '../helpers/wait.js';
 
 export interface Sidecar {
   server: RunningServer;
@@ -62,17 +63,19 @@ export async function backendInfo(s: Sidecar): Promise<Record<string, string>> {
 }
 
 /**
- * Polls INFO backend (every `intervalMs`, at most `polls` times) until backend_state is `state`.
- * A bounded count, not a sleep: fails with the last INFO when it never gets there.
+ * Polls INFO backend (every `intervalMs`) until backend_state is `state`: at least `polls` times
+ * and for at least WAIT_LIMIT_MS (test/helpers/wait.ts), so a loaded machine's slow polls do not
+ * use the bound up. Not a sleep: fails with the last INFO when it never gets there.
  */
 export async function waitBackendState(s: Sidecar, state: string, polls = 200, intervalMs = 50): Promise<Record<string, string>> {
   let info: Record<string, string> = {};
-  for (let i = 0; i < polls; i++) {
+  const deadline = Date.now() + WAIT_LIMIT_MS;
+  for (let i = 0; i < polls || Date.now() < deadline; i++) {
     info = await backendInfo(s);
     if (info.backend_state === state) return info;
     await new Promise((r) => setTimeout(r, intervalMs));
   }
-  throw new Error(`backend_state never became ${state} in ${polls} polls: ${JSON.stringify(info)}\n${s.server.logs.slice(-10).join('\n')}`);
+  throw new Error(`backend_state never became ${state} in ${WAIT_LIMIT_MS} ms: ${JSON.stringify(info)}\n${s.server.logs.slice(-10).join('\n')}`);
 }
 
 /** Freezes every sidecar's clock at `unixMs` (DEBUG CLOCK SET): one timeline for all of them. */
@@ -157,11 +160,15 @@ export async function warmUp(sidecars: Sidecar[], tries = 50): Promise<void> {
   }));
 }
 
-/** Polls `check` (every `intervalMs`, at most `polls` times) until it returns true. */
+/**
+ * Polls `check` (every `intervalMs`) until it returns true: at least `polls` times and for at least
+ * WAIT_LIMIT_MS (test/helpers/wait.ts). Returns the number of polls it took.
+ */
 export async function pollUntil(check: () => Promise<boolean>, what: string, polls = 200, intervalMs = 25): Promise<number> {
-  for (let i = 0; i < polls; i++) {
+  const deadline = Date.now() + WAIT_LIMIT_MS;
+  for (let i = 0; i < polls || Date.now() < deadline; i++) {
     if (await check()) return i;
     await new Promise((r) => setTimeout(r, intervalMs));
   }
-  throw new Error(`${what}: not true after ${polls} polls`);
+  throw new Error(`${what}: not true after ${WAIT_LIMIT_MS} ms`);
 }

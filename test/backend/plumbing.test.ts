@@ -16,6 +16,7 @@ import { join } from 'node:path';
 import { keySlot } from '../../src/backend/key-slot.js';
 import { parseBackendUrl } from '../../src/backend/backend-url.js';
 import { errorOf } from '../helpers/replies.js';
+import { waitFor } from '../helpers/wait.js';
 
 const redis = useRedis();
 let sidecar: RunningServer;
@@ -29,10 +30,7 @@ beforeAll(async () => {
   // A generous timeout: on a loaded 2-core machine these tests are about order, not about speed.
   sidecar = await startServer({ args: ['--backend', redis.node.url, '--backend-timeout', '5000'] });
   client = new Redis({ port: sidecar.port, host: '127.0.0.1', protocol: 2, maxRetriesPerRequest: 0 });
-  for (let i = 0; i < 200; i++) {
-    if (info(String(await client.info('backend')), 'backend_state') === 'up') break;
-    await new Promise((r) => setTimeout(r, 25));
-  }
+  await waitFor(async () => info(String(await client.info('backend')), 'backend_state') === 'up', 'backend_state up');
 });
 
 afterAll(async () => {

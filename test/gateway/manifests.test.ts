@@ -31,6 +31,7 @@ import { Service } from 'kubernetes-models/v1/Service';
 import { freePort, startServer, type RunningServer } from '../helpers/server.js';
 import { parseExposition, type Exposition } from './prometheus.js';
 import { RedisNode } from '../helpers/redis.js';
+import { waitFor } from '../helpers/wait.js';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const K8S_DIR = join(ROOT, 'examples/kubernetes');
@@ -261,7 +262,7 @@ describe('the sidecar configuration on a real cellgate; the dashboard and alerts
     const b = new Redis({ port: backendServer.port, host: '127.0.0.1', protocol: 2 });
     try {
       // Up first: a call before the backend connection is up is answered by the policy.
-      for (let i = 0; i < 200 && !String(await b.call('INFO', 'backend')).includes('backend_state:up'); i++) await new Promise((r) => setTimeout(r, 25));
+      await waitFor(async () => String(await b.call('INFO', 'backend')).includes('backend_state:up'), 'backend_state up');
       await b.call('RL.FIXEDWINDOW', 'k8s:b', '5', '1000');
     } finally {
       b.disconnect();

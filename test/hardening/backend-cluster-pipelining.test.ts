@@ -17,6 +17,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
 import { startServer, type RunningServer } from '../helpers/server.ts';
 import { keySlot } from '../../src/backend/key-slot.ts';
+import { waitFor } from '../helpers/wait.js';
 
 const nodes: { port: number; proc: ChildProcess; dir: string }[] = [];
 let sidecar: RunningServer;
@@ -81,10 +82,7 @@ beforeAll(async () => {
   // A generous timeout: on a loaded 2-core machine this is about which answers come, not how fast.
   sidecar = await startServer({ args: ['--backend', `redis-cluster://${ports.map((p) => `127.0.0.1:${p}`).join(',')}`, '--backend-timeout', '5000'] });
   client = new Redis({ port: sidecar.port, host: '127.0.0.1', protocol: 2, maxRetriesPerRequest: 0, enableAutoPipelining: true });
-  for (let i = 0; i < 200; i++) {
-    if (info(String(await client.info('backend')), 'backend_state') === 'up') break;
-    await new Promise((r) => setTimeout(r, 25));
-  }
+  await waitFor(async () => info(String(await client.info('backend')), 'backend_state') === 'up', 'backend_state up');
 }, 60_000);
 
 afterAll(async () => {

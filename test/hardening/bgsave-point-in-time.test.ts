@@ -11,6 +11,7 @@ import { rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { fillKeys, info, runToExit, startOn, T0_AHEAD_MS, tempDir } from '../persistence/helpers.js';
+import { waitFor } from '../helpers/wait.js';
 
 const dirs: string[] = [];
 afterAll(() => {
@@ -108,7 +109,7 @@ async function saveUnderTraffic(extra: Extra): Promise<void> {
       if (extra === 'expire' && !stats.includes('\r\nexpired_keys:0\r\n')) extraDuringSave = true;
     }
     if (extra === 'evict') await ra.config('SET', 'maxmemory', '0');
-    for (let i = 0; i < 2000 && (await info(ra)).rdb_bgsave_in_progress !== '0'; i++) await new Promise((res) => setTimeout(res, 5));
+    await waitFor(async () => (await info(ra)).rdb_bgsave_in_progress === '0', 'the background save to end', undefined, 5);
     expect((await info(ra)).rdb_last_bgsave_status).toBe('ok');
   } finally {
     ra.disconnect();

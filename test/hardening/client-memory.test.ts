@@ -10,6 +10,7 @@ import { readFileSync } from 'node:fs';
 import { startServer, type RunningServer } from '../helpers/server.js';
 import { Checker, RawConnection, infoField, mbulk, parseReplies, processAlive, startPingProbe } from '../helpers/raw.js';
 import { RedisNode } from '../helpers/redis.js';
+import { waitFor } from '../helpers/wait.js';
 
 const SOAK = process.env.CELLGATE_SOAK === '1';
 const QUEUED = '+QUEUED\r\n'.length;
@@ -224,14 +225,11 @@ describe('backend calls in flight', () => {
       await caller.write(Buffer.concat(Array.from({ length: 500 }, (_, i) => mbulk('CL.THROTTLE', `k${i}`, '5', '10', '60'))));
       // The calls are read and sent on (nothing answers): the account holds them (~3.2 KB each, client-memory.ts).
       let held = 0;
-      for (let i = 0; i < 200 && held < idle + 500 * 3200; i++) {
-        held = await totMem();
-        await new Promise((r) => setTimeout(r, 10));
-      }
+      await waitFor(async () => (held = await totMem()) >= idle + 500 * 3200, 'the 500 calls held in client memory');
       expect(held).toBeGreaterThanOrEqual(idle + 500 * 3200);
       redis.resume();
       await caller.waitFor(() => parseReplies(caller.received.subarray(start)).replies.length === 500, 20_000, '500 replies');
-      for (let i = 0; i < 100 && (await totMem()) > idle + 1024; i++) await new Promise((r) => setTimeout(r, 20));
+      await waitFor(async () => (await totMem()) <= idle + 1024, 'client memory back to idle');
       expect(await totMem()).toBeLessThanOrEqual(idle + 1024);
       caller.destroy();
       c.close();
@@ -289,7 +287,7 @@ describe('WATCH is bounded and big watch sets are freed in slices', () => {
     expect(await a.call('MULTI')).toBe('OK');
     expect(await a.call('PING')).toBe('QUEUED');
     expect(await a.call('EXEC')).toEqual(['PONG']);
-    for (let i = 0; i < 500 && (await info(b, 'memory', 'lazyfree_pending_watches')) > 0; i++) await new Promise((r) => setTimeout(r, 10));
+    await waitFor(async () => (await info(b, 'memory', 'lazyfree_pending_watches')) === 0, 'lazyfree_pending_watches 0');
     expect(await info(b, 'memory', 'lazyfree_pending_watches')).toBe(0);
     expect(await info(b, 'clients', 'total_watched_keys')).toBe(0);
     // Freed: out of the account, and the cap is free again.
@@ -311,7 +309,7 @@ describe('WATCH is bounded and big watch sets are freed in slices', () => {
     const slicesBefore = await info(b, 'stats', 'lazyfree_watch_slices');
     const probe = await startPingProbe(server.port, 1);
     for (const w of watchers) w.close();
-    for (let i = 0; i < 1000 && (await info(b, 'clients', 'total_watched_keys')) > 0; i++) await new Promise((r) => setTimeout(r, 10));
+    await waitFor(async () => (await info(b, 'clients', 'total_watched_keys')) === 0, 'total_watched_keys 0', undefined, 10);
     const pings = await probe.stop();
     expect(await info(b, 'clients', 'total_watched_keys')).toBe(0);
     expect((await info(b, 'stats', 'lazyfree_watch_slices')) - slicesBefore).toBeGreaterThanOrEqual(Math.ceil((n * KEYS) / 8192));

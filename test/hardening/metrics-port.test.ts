@@ -12,6 +12,7 @@ import { setTimeout as delay } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
 import { freePort, startServer } from '../helpers/server.js';
 import { RawConnection } from '../helpers/raw.js';
+import { waitFor } from '../helpers/wait.js';
 
 /** The HTTP status of GET `path` (/metrics) at host:port, or the connection error's code ('timeout' after `timeoutMs`). */
 function scrape(host: string, port: number, path = '/metrics', timeoutMs = 5000): Promise<number | string> {
@@ -65,9 +66,9 @@ describe('metrics port', () => {
       const fdsBefore = readdirSync(`/proc/${pid}/fd`).length;
       for (let i = 0; i < 100; i++) idle.push(await RawConnection.open(metricsPort, { allowHalfOpen: true }));
       // Those beyond the cap are closed by the server (this side never closes them).
-      for (let i = 0; i < 300 && idle.filter((c) => c.ended).length < 100 - 16; i++) await delay(20);
+      await waitFor(() => idle.filter((c) => c.ended).length >= 100 - 16, 'the connections beyond the cap closed');
       expect(idle.filter((c) => c.ended).length).toBeGreaterThanOrEqual(100 - 16);
-      for (let i = 0; i < 300 && readdirSync(`/proc/${pid}/fd`).length > fdsBefore + 16; i++) await delay(20);
+      await waitFor(() => readdirSync(`/proc/${pid}/fd`).length <= fdsBefore + 16, 'their descriptors released');
       expect(readdirSync(`/proc/${pid}/fd`).length).toBeLessThanOrEqual(fdsBefore + 16);
       for (const c of idle) c.destroy();
       let status: number | string = 0;

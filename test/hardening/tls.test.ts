@@ -14,6 +14,7 @@ import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { MAIN, startServer, type RunningServer } from '../helpers/server.js';
 import { Checker, infoField, RawConnection } from '../helpers/raw.js';
+import { waitFor } from '../helpers/wait.js';
 
 const hasOpenssl = spawnSync('sh', ['-c', 'command -v openssl'], { encoding: 'utf8' }).status === 0;
 const hasCli = spawnSync('sh', ['-c', 'command -v redis-cli'], { encoding: 'utf8' }).status === 0;
@@ -231,7 +232,7 @@ describe('TLS', () => {
       const checker = await Checker.open(s.port); // one client
       for (let i = 0; i < 3; i++) silent.push(await RawConnection.open(tlsPort, { allowHalfOpen: true }));
       const inProgress = async (): Promise<number> => Number(infoField(await checker.call('INFO', 'clients'), 'tls_handshakes_in_progress'));
-      for (let i = 0; i < 500 && (await inProgress()) < 3; i++) await new Promise((r) => setTimeout(r, 10));
+      await waitFor(async () => (await inProgress()) >= 3, '3 TLS handshakes in progress');
       expect(await inProgress()).toBe(3);
       // 1 client + 3 handshakes = maxclients: the next TCP client and the next TLS connection are refused.
       const tcp = await RawConnection.open(s.port);
@@ -242,7 +243,7 @@ describe('TLS', () => {
       expect(await inProgress()).toBe(3);
       // Once the handshakes end, their slots are free again.
       for (const c of silent) c.destroy();
-      for (let i = 0; i < 500 && (await inProgress()) > 0; i++) await new Promise((r) => setTimeout(r, 10));
+      await waitFor(async () => (await inProgress()) === 0, 'no TLS handshake in progress');
       expect(await inProgress()).toBe(0);
       expect((await rawTls(tlsPort, 'PING\r\n', {}, '+PONG\r\n')).text).toBe('+PONG\r\n');
       tcp.destroy();

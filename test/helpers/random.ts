@@ -8,3 +8,13 @@ export function mulberry32(seed: number): () => number {
     return ((x ^ (x >>> 14)) >>> 0) / 4294967296;
   };
 }
+
+/** FNV-1a over a name: a stable 32-bit seed per test (test/helpers/fast-check-seed.ts). */
+export function seedOf(name: string): number {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < name.length; i++) {
+    h ^= name.charCodeAt(i);
+    h = Math.imul(h, 0x01000193);
+  }
+  return h | 0;
+}

@@ -23,6 +23,42 @@ import { keySlot as backendKeySlot } from '../../src/backend/key-slot.js';
 export const REDIS_SERVER = '/usr/bin/redis-server';
 export const REDIS_CLI = '/usr/bin/redis-cli';
 
+/**
+ * The Redis the suite compares with and runs as a backend: the replies in test/server/redis-diffs
+ * are Redis 7.0's byte for byte, and the suite was checked with Debian 12's redis-server 7.0.15
+ * (README.md, Development). Another version fails the check with its name instead of as a list of
+ * differing replies.
+ */
+export const ORACLE_REDIS = '7.0';
+
+let versionSeen: string | undefined;
+const versions = new Map<string, string>();
+
+/** `redis-server --version`'s `v=` field (`7.0.15`) of `bin` (asked once per binary). */
+export function redisServerVersion(bin = REDIS_SERVER): string {
+  const known = versions.get(bin);
+  if (known !== undefined) return known;
+  const r = spawnSync(bin, ['--version'], { encoding: 'utf8' });
+  const v = /\bv=(\d+\.\d+\.\d+)/.exec(r.stdout ?? '')?.[1];
+  if (v === undefined) throw new Error(`${bin} --version: no version in ${JSON.stringify(r.stdout ?? r.error?.message)}`);
+  versions.set(bin, v);
+  return v;
+}
+
+/**
+ * Prints (once per test file) and checks the version of the redis-server the tests compare with:
+ * Redis `ORACLE_REDIS`.x. Returns it.
+ */
+export function expectOracleRedis(bin = REDIS_SERVER): string {
+  const v = redisServerVersion(bin);
+  if (versionSeen !== v) {
+    versionSeen = v;
+    console.log(`[oracle] ${bin}: Redis ${v} (the suite compares with Redis ${ORACLE_REDIS}.x)`);
+  }
+  if (!v.startsWith(`${ORACLE_REDIS}.`)) throw new Error(`${bin} is Redis ${v}; these tests compare with Redis ${ORACLE_REDIS}.x (README.md, Development)`);
+  return v;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Ports
 // ---------------------------------------------------------------------------------------------
@@ -107,6 +143,7 @@ export class RedisNode {
 
   /** Starts a redis-server on a free random port (retrying when another process takes it first). */
   static async start(opts: RedisNodeOptions = {}): Promise<RedisNode> {
+    expectOracleRedis();
     const dir = mkdtempSync(join(tmpdir(), 'cellgate-redis-'));
     for (let attempt = 0; ; attempt++) {
       const port = opts.port ?? (await randomFreePort({ bus: opts.cluster }));

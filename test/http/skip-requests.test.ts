@@ -18,6 +18,7 @@ import { createRateLimiter } from '../../src/http/node.ts';
 import { rateLimit as expressLimit } from '../../src/http/express.ts';
 import { rateLimit as fastifyLimit } from '../../src/http/fastify.ts';
 import { startServer, type RunningServer } from '../helpers/server.ts';
+import { waitFor } from '../helpers/wait.js';
 
 const express4 = createRequire(import.meta.url)('express4') as typeof express;
 
@@ -103,9 +104,9 @@ async function app(framework: string, prefix: string, options: Options): Promise
   return { url: `http://127.0.0.1:${(srv.address() as AddressInfo).port}/x`, stats, hung };
 }
 
-/** Waits (a bounded number of short polls) until the limiter has settled `n` refunds, ok or failed. */
+/** Waits (polls, bounded by test/helpers/wait.ts's limit) until the limiter has settled `n` refunds, ok or failed. */
 async function refundsSettled(stats: LimiterStats, n: number): Promise<void> {
-  for (let i = 0; i < 400 && stats.refunded + stats.refundErrors < n; i++) await new Promise((r) => setTimeout(r, 5));
+  await waitFor(() => stats.refunded + stats.refundErrors >= n, `${n} refunds settled`, undefined, 5);
   expect(stats.refunded + stats.refundErrors).toBe(n);
 }
 

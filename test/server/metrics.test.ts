@@ -125,17 +125,26 @@ describe('metrics', () => {
     const metricsPort = await freePort();
     // 1 ms per key: the load lasts at least 3 s of real time, so the probes see it.
     const proc = spawn(process.execPath, [MAIN, '--port', '0', '--bind', '127.0.0.1', '--log-format', 'json', '--dir', dir,
-      '--key-load-delay', '1000', '--metrics-port', String(metricsPort)], { stdio: 'ignore' });
+      '--key-load-delay', '1000', '--metrics-port', String(metricsPort)], { stdio: ['ignore', 'ignore', 'pipe'] });
+    let stderr = '';
+    proc.stderr!.on('data', (d: Buffer) => { stderr += d.toString(); });
     try {
       const seen: string[] = [];
       let liveWhileLoading = 0;
+      // On failure: what /readyz said last, and whether the process is still there.
+      const what = () => `/readyz to answer 200 (last answers ${JSON.stringify(seen.slice(-3))}, exit ${proc.exitCode ?? proc.signalCode ?? 'none'}, stderr ${JSON.stringify(stderr.slice(-500))})`;
       await waitFor('/readyz to answer 200', async () => {
+        if (proc.exitCode !== null) throw new Error(what());
         const r = await get(metricsPort, '/readyz').catch(() => null);
         if (r === null) return false;
         seen.push(`${r.status} ${r.body}`);
-        if (r.status === 503 && (await get(metricsPort, '/healthz')).status === 200) liveWhileLoading++;
+        // A probe may meet a kept-alive connection the server is closing (ECONNRESET on a loaded
+        // machine): like the /readyz probe above, it is tried again at the next poll.
+        if (r.status === 503 && (await get(metricsPort, '/healthz').catch(() => null))?.status === 200) liveWhileLoading++;
         return r.status === 200;
-      }, 60_000);
+      }, 60_000).catch((e: Error) => {
+        throw new Error(`${e.message}: ${what()}`);
+      });
       expect(seen[0]).toBe('503 not ready: loading the snapshot\n');
       expect(seen.at(-1)).toBe('200 ready\n');
       expect(liveWhileLoading).toBeGreaterThanOrEqual(1);

@@ -15,6 +15,7 @@ import {
   prng, processAlive, randomBytes, type Reply,
 } from '../helpers/raw.js';
 import { frameWithSplits } from '../helpers/frames.js';
+import { WAIT_LIMIT_MS } from '../helpers/wait.js';
 
 // ---------------------------------------------------------------------------------------------
 
@@ -216,7 +217,7 @@ describe('protocol errors and other requests', () => {
       await conn.write('*1\r\nfoo\r\n');
       await conn.waitForEnd();
       expect(conn.text()).toBe("-ERR Protocol error: expected '$', got 'f'\r\n");
-      const deadline = Date.now() + 3000;
+      const deadline = Date.now() + WAIT_LIMIT_MS;
       while (!conn.closed && Date.now() < deadline) {
         await conn.write('PING\r\n');
         await delay(10);
@@ -241,7 +242,7 @@ describe('protocol errors and other requests', () => {
       await conn.write('QUIT\r\nPING\r\n');
       await conn.waitForEnd();
       expect(conn.text()).toBe('+OK\r\n');
-      const deadline = Date.now() + 3000;
+      const deadline = Date.now() + WAIT_LIMIT_MS;
       while (!conn.closed && Date.now() < deadline) {
         await conn.write('PING\r\n');
         await delay(10);
@@ -260,7 +261,7 @@ describe('protocol errors and other requests', () => {
     try {
       await conn.write(seq);
       const line = 'A'.repeat(1024) + '\n';
-      const deadline = Date.now() + 5000;
+      const deadline = Date.now() + WAIT_LIMIT_MS;
       while (!conn.closed && Date.now() < deadline) {
         await conn.write(line.repeat(8));
         await delay(1);
@@ -549,7 +550,7 @@ describe('reply encoding', () => {
     const conn = await RawConnection.open(server.port);
     try {
       await conn.write('CLIENT GETNAME\r\nCONFIG GET maxclients\r\nHELLO 3\r\nCLIENT GETNAME\r\nCONFIG GET maxclients\r\nINFO server\r\nHELLO 2\r\nCLIENT GETNAME\r\n');
-      await conn.settle(30);
+      await conn.settle(30, 3000, 8);
       const { replies, rest } = parseReplies(conn.received);
       expect(rest).toBe(0);
       expect(replies.length).toBe(8);

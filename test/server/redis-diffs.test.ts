@@ -1,5 +1,6 @@
 /**
- * Replies compared byte for byte with a real redis-server 7.0 (started here on a free port,
+ * Replies compared byte for byte with a real redis-server 7.0 (checked: test/helpers/redis.ts
+ * expectOracleRedis; started here on a free port,
  * loopback only), over raw sockets in RESP2 and RESP3; plus the Redis behaviours found that way
  * which a comparison cannot show (GCRA is newer than Redis 7.0, cellgate's keys are its own types).
  * What still differs, and why, is listed in docs/commands.md, "Differences from Redis".
@@ -12,6 +13,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { freePort, startServer, type RunningServer } from '../helpers/server.js';
 import { waitFor } from '../helpers/wait.js';
+import { ORACLE_REDIS, REDIS_SERVER, expectOracleRedis } from '../helpers/redis.js';
 import { allCommands } from '../../src/commands/table.ts';
 import { VERSION } from '../../src/version.ts';
 
@@ -81,7 +83,8 @@ beforeAll(async () => {
   cellgate = await startServer({ args: ['--slowlog-log-slower-than', '-1'] });
   redisPort = await freePort();
   redisDir = mkdtempSync(join(tmpdir(), 'cellgate-redis-'));
-  redis = spawn('redis-server', ['--port', String(redisPort), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--slowlog-log-slower-than', '-1', '--dir', redisDir], { stdio: 'ignore' });
+  expectOracleRedis();
+  redis = spawn(REDIS_SERVER, ['--port', String(redisPort), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--slowlog-log-slower-than', '-1', '--dir', redisDir], { stdio: 'ignore' });
   for (let i = 0; ; i++) {
     try {
       const c = await Conn.open(redisPort);
@@ -162,6 +165,17 @@ const SHARED: string[][] = [
 ];
 
 describe('replies byte for byte against redis-server 7.0', () => {
+  it(`the Redis compared with is ${ORACLE_REDIS}.x (its INFO server and \`redis-server --version\` agree)`, async () => {
+    const c = await Conn.open(redisPort);
+    try {
+      const version = /\r\nredis_version:([\d.]+)\r\n/.exec(await c.call('INFO', 'server'))?.[1];
+      expect(version).toBe(expectOracleRedis());
+      expect(version!.startsWith(`${ORACLE_REDIS}.`)).toBe(true);
+    } finally {
+      c.close();
+    }
+  });
+
   for (const proto of [2, 3] as const) {
     it(`RESP${proto}: every shared keyspace/server command in the list replies as Redis does`, async () => {
       expect(await differences(proto, SHARED)).toEqual([]);

@@ -43,6 +43,19 @@ interface Mismatch { timeline: number; step: number; params: unknown; at_us: num
 const env = useServer();
 
 /**
+ * The oracles of these vectors, as their README records them: redis-cell 0.5.0 loaded into Redis
+ * 7.0.15 (CL.THROTTLE) and a Redis 8.8 development build (GCRA). No redis-server runs here; the
+ * replies were recorded once, with a controlled clock.
+ */
+const ORACLES = ['redis-cell 0.5.0', 'Redis 7.0.15', 'Redis 8.8 development build'];
+
+it('the vectors name the implementations they were recorded from', () => {
+  const readme = readFileSync(VECTORS + 'README.md', 'utf8');
+  for (const oracle of ORACLES) expect(readme.replace(/\*\*/g, ''), oracle).toContain(oracle);
+  console.log(`[oracle] vectors recorded from ${ORACLES[0]} on ${ORACLES[1]} (CL.THROTTLE) and a ${ORACLES[2]} (GCRA): test/fixtures/vectors/README.md`);
+});
+
+/**
  * Runs `timelines` in pipelined batches. `command(t, step)` is the limiter command for a step. Returns
  * every mismatch (the test prints the first few and the count, so one bug does not flood the log).
  */

@@ -13,6 +13,7 @@ import { createClient } from 'redis';
 import { freePort, startServer, type RunningServer } from '../helpers/server.js';
 import { RawConnection, infoField, mbulk } from '../helpers/raw.js';
 import { waitFor } from '../helpers/wait.js';
+import { REDIS_SERVER, expectOracleRedis } from '../helpers/redis.js';
 
 /**
  * The least maxmemory the server accepts: what it holds with no key (used_memory_startup). With a
@@ -40,7 +41,8 @@ beforeAll(async () => {
   await Promise.all([redis.connect(), other.connect()]);
   await redis.call('DEBUG', 'CLOCK', 'SET', T0);
   redisPort = await freePort();
-  redisServer = spawn('redis-server', ['--port', String(redisPort), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' });
+  expectOracleRedis();
+  redisServer = spawn(REDIS_SERVER, ['--port', String(redisPort), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' });
   for (let i = 0; i < 100; i++) {
     try {
       const c = await RawConnection.open(redisPort);
@@ -155,7 +157,7 @@ describe('limiters in transactions', () => {
       // Queued: nothing spent yet.
       expect(await other.exists('tx:lim')).toBe(0);
       await c.write(lines('EXEC'));
-      await c.settle();
+      await c.settle(15, 3000, 4);
       expect(c.text()).toBe(
         '+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n*5\r\n:0\r\n:6\r\n:5\r\n:-1\r\n:6\r\n*5\r\n:0\r\n:6\r\n:4\r\n:-1\r\n:12\r\n',
       );
@@ -175,7 +177,7 @@ describe('limiters in transactions', () => {
         await c.waitForBytes(5 + 9 * (i + 1));
       }
       await c.write(lines('EXEC'));
-      await c.settle();
+      await c.settle(15, 3000, 7);
       expect(c.text()).toContain(`*5\r\n${'*5\r\n:0\r\n:6\r\n:5\r\n:-1\r\n:6\r\n'.repeat(5)}`);
     } finally {
       c.destroy();
@@ -188,7 +190,7 @@ describe('limiters in transactions', () => {
       const c = await RawConnection.open(server.port);
       try {
         await c.write(lines('MULTI', 'CL.THROTTLE tx:abort 5 10 60', bad, 'RL.FIXEDWINDOW tx:abort2 10 60000', 'EXEC'));
-        await c.settle();
+        await c.settle(15, 3000, 5);
         expect(c.text()).toMatch(/^\+OK\r\n\+QUEUED\r\n-ERR [^\r]*\r\n\+QUEUED\r\n-EXECABORT Transaction discarded because of previous errors\.\r\n$/);
       } finally {
         c.destroy();
@@ -304,13 +306,13 @@ describe('WATCH', () => {
     const c = await RawConnection.open(server.port);
     try {
       await c.write(lines('HELLO 3'));
-      await c.settle();
+      await c.settle(15, 3000, 1);
       const skip = c.length;
       await c.write(lines('WATCH tx:w3'));
       await c.waitForBytes(skip + 5);
       await other.call('CL.THROTTLE', 'tx:w3', '5', '10', '60');
       await c.write(lines('MULTI', 'PING', 'EXEC'));
-      await c.settle();
+      await c.settle(15, 3000, 5);
       expect(c.received.subarray(skip).toString('latin1')).toBe('+OK\r\n+OK\r\n+QUEUED\r\n_\r\n');
     } finally {
       c.destroy();
@@ -382,9 +384,10 @@ describe('WATCH', () => {
     try {
       await redis.call('CL.THROTTLE', 'tx:wa', '5', '10', '60');
       expect(await watchedExec('tx:wa', async () => {
+        // Read before the clock moves: the cycle may remove the key before the next INFO.
+        const before = Number(infoField(await other.info('stats'), 'expired_keys'));
         await redis.call('DEBUG', 'CLOCK', 'ADVANCE', '7000');
         // The periodic task's expiry cycle removes it (nothing looks it up): wait for expired_keys to count it.
-        const before = Number(infoField(await other.info('stats'), 'expired_keys'));
         await waitFor(async () => Number(infoField(await other.info('stats'), 'expired_keys')) > before, 'the expiry cycle to remove tx:wa');
       })).toBeNull();
     } finally {
@@ -473,7 +476,7 @@ describe('introspection and limits', () => {
       expect(after).toMatch(/ flags=N .* multi=-1 .* multi-mem=0 /);
       // Inside EXEC the client is still in MULTI, as Redis shows it.
       await c.write(lines('MULTI', 'CLIENT INFO', 'EXEC'));
-      await c.settle();
+      await c.settle(15, 3000, 8);
       expect(c.text()).toMatch(/\*1\r\n\$\d+\r\nid=\d+ .* flags=x .* multi=1 /);
     } finally {
       c.destroy();
@@ -488,7 +491,7 @@ describe('introspection and limits', () => {
       await c.waitForBytes('+OK\r\n+QUEUED\r\n+QUEUED\r\n'.length);
       expect(infoField(await redis.info('commandstats'), 'cmdstat_echo')).toBeUndefined();
       await c.write(lines('EXEC'));
-      await c.settle();
+      await c.settle(15, 3000, 4);
     } finally {
       c.destroy();
     }
@@ -507,7 +510,7 @@ describe('introspection and limits', () => {
       await other.config('SET', 'maxmemory-policy', 'noeviction');
       await other.config('SET', 'maxmemory', await leastMaxmemory(other));
       await c.write(lines('PING', 'EXEC'));
-      await c.settle();
+      await c.settle(15, 3000, 3);
       expect(c.text()).toBe("+OK\r\n-OOM command not allowed when used memory > 'maxmemory'.\r\n-EXECABORT Transaction discarded because of previous errors.\r\n");
     } finally {
       c.destroy();
@@ -525,7 +528,7 @@ describe('introspection and limits', () => {
       await other.config('SET', 'maxmemory-policy', 'noeviction');
       await other.config('SET', 'maxmemory', await leastMaxmemory(other));
       await c.write(lines('EXEC', 'EXEC'));
-      await c.settle();
+      await c.settle(15, 3000, 4);
       expect(c.text()).toBe(
         "+OK\r\n+QUEUED\r\n-EXECABORT Transaction discarded because of: OOM command not allowed when used memory > 'maxmemory'.\r\n-ERR EXEC without MULTI\r\n",
       );
