@@ -47,6 +47,7 @@ const RANKS = [
   ['base'],
   ['protocol', 'limiters', 'keyspace'],
   ['persistence'],
+  ['store'],
   ['acl', 'backend'],
   ['server-parts'],
   ['config'],

@@ -7,7 +7,7 @@ local fmod, floor, ceil = math.fmod, math.floor, math.ceil
 local args = ARGV[1]
 local flags, nowUs = struct.unpack('<Bd', args)
 local all = flags % 2 == 1
-if flags < 2 then
+if flags % 4 < 2 then
   local t = redis.call('TIME')
   nowUs = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
@@ -108,6 +108,9 @@ end
 -- expires if sooner (then it is fresh, and a call that can ever be allowed is allowed on a fresh
 -- key); refusedForUs is the µs before it. µs instants past 2^53 (year 2255) are not exact doubles:
 -- no exact answer then.
+-- One call: its ARGV element, its keys, whether all-or-nothing. A function, so a unit of several
+-- calls (flag 4) runs it per call (the body is not indented for it, to keep its text as it was).
+local function run(args, KEYS, all)
 local n = #KEYS
 if n == 1 then
   -- The single-limit call: no table but the reply.
@@ -222,3 +225,18 @@ for i = 1, n do
   k = k + 6
 end
 return out
+end
+
+if flags < 4 then return run(args, KEYS, all) end
+-- A unit (a transaction's calls, in order): ARGV[1] is the header (flags, clock), then one element
+-- per call laid out as a call's own ARGV, whose keys follow each other in KEYS. The reply holds each
+-- call's reply, or its error (WRONGTYPE): a call's error does not stop the calls after it.
+local replies, at = {}, 0
+for c = 2, #ARGV do
+  local one = ARGV[c]
+  local keys = {}
+  for j = 1, (#one - 9) / 49 do keys[j] = KEYS[at + j] end
+  at = at + #keys
+  replies[c - 1] = run(one, keys, string.byte(one, 1) % 2 == 1)
+end
+return replies

@@ -68,7 +68,7 @@ export const BACKEND_LOG_LIMIT_ERROR = `ERR RL.SLIDINGLOG limit above ${MAX_BACK
  * entries as (ms, running total).
  *
  * ARGV (limiterScriptArgv) is one binary string: a flags byte (1: all-or-nothing, 2: the debug clock
- * is given), the debug clock in µs as a little-endian double, then per limit 49 bytes: the op code
+ * is given; 4: a unit of several calls, see unitScriptArgv), the debug clock in µs as a little-endian double, then per limit 49 bytes: the op code
  * and six little-endian doubles. An RL.* op code in uppercase (single-limit calls only) is a
  * `REFUND n`, n in the cost's place. One element, as each costs the sidecar's client CPU to send, and
  * binary, as one struct.unpack is cheaper in Redis than parsing and tonumber of decimal strings.
@@ -169,6 +169,19 @@ function toInteger(x: unknown): number {
     return s === '9223372036854775807' ? Number.MAX_VALUE : Number(s);
   }
   throw new TypeError(`limiter script: unexpected reply element ${String(x)}`);
+}
+
+/**
+ * ARGV for a unit of calls decided together, in order, in one run of LIMITER_SCRIPT (a transaction's
+ * calls): a header (flag 4, and the debug clock as limiterScriptArgv gives it), then each call's own
+ * ARGV element (from limiterScriptArgv); KEYS are the calls' keys, one call's after the other's.
+ * The reply is an array of each call's reply (or its error).
+ */
+export function unitScriptArgv(calls: readonly Buffer[], nowUs: number | null): Buffer[] {
+  const header = Buffer.allocUnsafe(9);
+  header[0] = 4 | (nowUs === null ? 0 : 2);
+  header.writeDoubleLE(nowUs ?? 0, 1);
+  return [header, ...calls];
 }
 
 /**

@@ -3,56 +3,35 @@
  * [BURST n] [COST n | REFUND n]` (REFUND gives n spent units back), and `RL.ALL`, several limits
  * checked and spent all-or-nothing.
  *
- * Each call parses every argument first (an error leaves every key untouched), looks its key up
- * (WRONGTYPE for a key of another algorithm), asks the pure limiter in src/limiters/ for a decision,
- * stores the new state only when the limiter says so (an allowed call with COST ≥ 1), and replies
- * `limited, limit, remaining, retry_after_ms, reset_after_ms, delay_ms`: six integers in RESP2, a map
- * with those keys in RESP3.
+ * Each call parses every argument first (an error leaves every key untouched), then hands the call
+ * to the limiter store (src/store/store.ts), which looks its key up (WRONGTYPE for a key of another
+ * algorithm), asks the pure limiter for a decision, stores the new state only when the limiter says
+ * so (an allowed call with COST ≥ 1), and replies `limited, limit, remaining, retry_after_ms,
+ * reset_after_ms, delay_ms`: six integers in RESP2, a map with those keys in RESP3.
  *
  * RL.ALL replies an array: the overall limited flag (0/1), then one such 6-field reply per limit, in
  * the order given, each as if that limit alone had been asked. A trailing `COST n` applies to every
  * limit. Nothing is spent anywhere unless every limit allows.
  *
  * State per key type (fields A/B/C of the keyspace, plus a blob for an algorithm that keeps one) is
- * documented in each limiter module; each module's entry (src/limiters/registry.ts) decides over it.
+ * documented in each limiter module; each module's entry (src/limiters/registry.ts) decides over it,
+ * and the local steps around it are in src/store/local-limiter.ts.
  */
 import type { CommandArgs } from '../protocol/command-args.js';
-import { createKeyArg, lookupKeyArg } from './args.js';
-import type { Keyspace } from '../keyspace/keyspace.js';
 import { ParamsProblem, type Algorithm } from '../limiters/algorithm.js';
-import type { CellParams } from '../limiters/cell-throttle.js';
-import { newGcraMsParams } from '../limiters/gcra-ms.js';
-import { MAX_SCALED, newRateDecision, RefundEffect, type RateDecision } from '../limiters/rate-decision.js';
+import { MAX_SCALED } from '../limiters/rate-decision.js';
 import { ALGORITHMS } from '../limiters/registry.js';
-import { WRONGTYPE, writeSix } from './limiter-replies.js';
+import { newLimit, newLimiterCall, type Limit } from '../store/limiter-call.js';
 import { firstKeyOnly, type ArgDoc, type CommandContext, type CommandSpec } from './types.js';
 import { LimiterCounter } from '../server/stats.js';
-import { runOnBackend } from './backend-limiter.js';
-import type { ScriptLimit } from '../backend/limiter-script.js';
 
 /** The longest period accepted: 10^12 ms, about 31.7 years. */
 export const MAX_PERIOD_MS = 1e12;
 
-/** One limit of a call, parsed. Reused between calls. */
-interface Limit {
-  algo: Algorithm;
-  /** The argument holding the key. */
-  keyArg: number;
-  limit: number;
-  periodMs: number;
-  burst: number;
-  gcra: CellParams;
-  /** The key's slot, or −1 when absent. */
-  slot: number;
-  decision: RateDecision;
-}
-
-function newLimit(): Limit {
-  return { algo: ALGORITHMS[0], keyArg: 1, limit: 0, periodMs: 0, burst: 0, gcra: newGcraMsParams(), slot: -1, decision: newRateDecision() };
-}
-
 /** Limits of the current call: index 0 serves the single-algorithm commands. */
-const limits: Limit[] = [newLimit()];
+const limits: Limit[] = [newLimit(ALGORITHMS[0])];
+/** The call handed to the store: one record, refilled by every call. */
+const call = newLimiterCall('rl', limits);
 
 /**
  * Where an argument error happened, from the limit's number: '' for single commands (0), ` in limit 2`
@@ -192,84 +171,12 @@ function parseLimit(argv: CommandArgs, i: number, l: Limit, limitNo: number, cos
   return i;
 }
 
-/** Finds the key's slot; false after a WRONGTYPE reply. */
-function lookupLimit(ctx: CommandContext, argv: CommandArgs, l: Limit): boolean {
-  const ks = ctx.keyspace;
-  const slot = lookupKeyArg(ks, argv, l.keyArg, ctx.nowMs);
-  if (slot !== -1 && ks.typeOf(slot) !== l.algo.type) {
-    ctx.reply.error(WRONGTYPE);
-    return false;
-  }
-  l.slot = slot;
-  return true;
-}
-
-/** Asks the limiter; writes nothing. */
-function decide(ks: Keyspace, l: Limit, cost: number, nowMs: number, nowUs: number): void {
-  const slot = l.slot;
-  const algo = l.algo;
-  if (slot === -1) {
-    algo.decide(l, cost, false, 0, 0, 0, undefined, nowMs, nowUs, l.decision);
-    return;
-  }
-  // C and the blob are read only for an algorithm that uses them (a measurable read, a Map lookup).
-  algo.decide(l, cost, true, ks.getA(slot), ks.getB(slot), algo.readsC ? ks.getC(slot) : 0, algo.hasBlob ? ks.getBlob(slot) : undefined, nowMs, nowUs, l.decision);
-}
-
-/** Stores what `decide` allowed (call only when `decision.write`). */
-function commit(ks: Keyspace, argv: CommandArgs, l: Limit, cost: number, nowMs: number): void {
-  const d = l.decision;
-  const algo = l.algo;
-  let slot = l.slot;
-  const has = slot !== -1;
-  if (algo.hasBlob) {
-    algo.commit(l, cost, has, has ? ks.getA(slot) : 0, has ? ks.getB(slot) : 0, has ? ks.getC(slot) : 0,
-      has ? ks.getBlob(slot) : undefined, nowMs, 0, d);
-    if (!has) slot = createKeyArg(ks, argv, l.keyArg, algo.type);
-    ks.setBlob(slot, d.blob);
-  } else if (!has) {
-    slot = createKeyArg(ks, argv, l.keyArg, algo.type);
-  }
-  ks.setState(slot, d.a, d.b, d.c);
-  ks.setExpireAtMs(slot, d.expireAtMs);
-  l.slot = slot;
-}
-
-/**
- * `REFUND n`: gives n units back to the key (docs/algorithms.md, "Refunds"), through the same
- * keyspace writes a decision uses (or a delete, when the key is fresh again), then decides a COST 0
- * peek on the new state into `l.decision`: the reply is the state after the refund. An absent key
- * stays absent.
- */
-function refund(ctx: CommandContext, argv: CommandArgs, l: Limit, units: number): void {
-  const ks = ctx.keyspace;
-  const slot = l.slot;
-  const algo = l.algo;
-  const has = slot !== -1;
-  const d = l.decision;
-  const effect = algo.refund(l, units, has, has ? ks.getA(slot) : 0, has ? ks.getB(slot) : 0, has ? ks.getC(slot) : 0,
-    has && algo.hasBlob ? ks.getBlob(slot) : undefined, ctx.nowMs, ctx.nowUs, d);
-  if (effect === RefundEffect.Write) {
-    if (algo.hasBlob) ks.setBlob(slot, d.blob);
-    ks.setState(slot, d.a, d.b, d.c);
-    ks.setExpireAtMs(slot, d.expireAtMs);
-  } else if (effect === RefundEffect.Delete) {
-    ks.deleteKey(argv.source(l.keyArg), argv.start(l.keyArg), argv.end(l.keyArg), ctx.nowMs);
-    l.slot = -1;
-  }
-  decide(ks, l, 0, ctx.nowMs, ctx.nowUs);
-}
-
-function replySix(ctx: CommandContext, d: RateDecision): void {
-  writeSix(ctx.reply, d.limited ? 1 : 0, d.limit, d.remaining, d.retryAfterMs, d.resetAfterMs, d.delayMs);
-}
-
 const rlAllCounter = new LimiterCounter('rl.all');
 
 /** The handler of `RL.<algo>`. */
 function single(algo: Algorithm): (ctx: CommandContext, argv: CommandArgs) => void {
   const counter = new LimiterCounter(`rl.${algo.name.toLowerCase()}`);
-  const handler = (ctx: CommandContext, argv: CommandArgs): void => {
+  return (ctx: CommandContext, argv: CommandArgs): void => {
     const l = limits[0];
     l.algo = algo;
     parsedCost = 1;
@@ -278,38 +185,16 @@ function single(algo: Algorithm): (ctx: CommandContext, argv: CommandArgs) => vo
       ctx.reply.error(parseError);
       return;
     }
-    const cost = parsedCost;
-    const refundUnits = parsedRefund;
     l.keyArg = 1;
-    if (ctx.backend !== null) {
-      // A refund is never answered from (nor stored in) the refusal cache: it makes refusals false.
-      runOnBackend(ctx, argv, ctx.backend, {
-        limits: [scriptLimit(l, cost, refundUnits)], keyArgs: [1], allOrNothing: false, cost,
-        signature: refundUnits === 0 ? `${algo.name} ${l.limit} ${l.periodMs} ${l.burst}` : '', local: handler,
-        counter: refundUnits === 0 ? counter : null,
-        resetsRefusals: refundUnits !== 0,
-      });
-      return;
-    }
-    if (!lookupLimit(ctx, argv, l)) return;
-    const ks = ctx.keyspace;
-    if (refundUnits !== 0) {
-      // Not a decision: the limiter counters (INFO limiter, metrics) count decisions only.
-      refund(ctx, argv, l, refundUnits);
-      replySix(ctx, l.decision);
-      return;
-    }
-    decide(ks, l, cost, ctx.nowMs, ctx.nowUs);
-    if (l.decision.write) commit(ks, argv, l, cost, ctx.nowMs);
-    counter.count(ctx.server.stats, l.decision.limited);
-    replySix(ctx, l.decision);
+    call.argv = argv;
+    call.count = 1;
+    call.allOrNothing = false;
+    call.cost = parsedCost;
+    call.refund = parsedRefund;
+    // Not a decision: the limiter counters (INFO limiter, metrics) count decisions only.
+    call.counter = parsedRefund === 0 ? counter : null;
+    ctx.limiter.decide(call, ctx);
   };
-  return handler;
-}
-
-/** A parsed limit as the backend's script takes it (a copy: the call outlives this turn). */
-function scriptLimit(l: Limit, cost: number, refundUnits = 0): ScriptLimit {
-  return { kind: 'rl', type: l.algo.type, limit: l.limit, periodMs: l.periodMs, burst: l.burst, gcra: { ...l.gcra }, cost, refund: refundUnits };
 }
 
 /** RL.ALL's ALGO values, for its error: `A, B or C`. */
@@ -361,7 +246,7 @@ let allCost = 1;
 function parseAll(argv: CommandArgs, base: number): number {
   const count = integerArg(argv, base + 1, 'numlimits', 0, 1, MAX_LIMITS);
   if (count === null) return -1;
-  while (limits.length < count) limits.push(newLimit());
+  while (limits.length < count) limits.push(newLimit(ALGORITHMS[0]));
   let i = base + 2;
   for (let n = 0; n < count; n++) {
     if (i + 4 > argv.length) return fail(`ERR wrong number of arguments for 'rl.all' command: limit ${n + 1} of ${count} needs key ALGO limit period_ms`);
@@ -390,32 +275,13 @@ function rlAll(ctx: CommandContext, argv: CommandArgs): void {
     ctx.reply.error(parseError);
     return;
   }
-  const cost = allCost;
-  if (ctx.backend !== null) {
-    const all: ScriptLimit[] = [];
-    const keyArgs: number[] = [];
-    for (let n = 0; n < count; n++) {
-      all.push(scriptLimit(limits[n], cost));
-      keyArgs.push(limits[n].keyArg);
-    }
-    runOnBackend(ctx, argv, ctx.backend, { limits: all, keyArgs, allOrNothing: true, cost, signature: '', local: rlAll, counter: rlAllCounter });
-    return;
-  }
-  for (let n = 0; n < count; n++) if (!lookupLimit(ctx, argv, limits[n])) return;
-  const ks = ctx.keyspace;
-  let limited = false;
-  for (let n = 0; n < count; n++) {
-    decide(ks, limits[n], cost, ctx.nowMs, ctx.nowUs);
-    if (limits[n].decision.limited) limited = true;
-  }
-  if (!limited) {
-    for (let n = 0; n < count; n++) if (limits[n].decision.write) commit(ks, argv, limits[n], cost, ctx.nowMs);
-  }
-  rlAllCounter.count(ctx.server.stats, limited);
-  const r = ctx.reply;
-  r.arrayHeader(count + 1);
-  r.integer(limited ? 1 : 0);
-  for (let n = 0; n < count; n++) replySix(ctx, limits[n].decision);
+  call.argv = argv;
+  call.count = count;
+  call.allOrNothing = true;
+  call.cost = allCost;
+  call.refund = 0;
+  call.counter = rlAllCounter;
+  ctx.limiter.decide(call, ctx);
 }
 
 function argDocs(algo: Algorithm): ArgDoc[] {

@@ -1,6 +1,6 @@
 /**
  * SCAN's arguments, parsed once for both keyspaces: the local one (src/commands/keys.ts) and the
- * shared backend's (src/commands/backend-keys.ts).
+ * shared backend's (src/backend/backend-keys.ts).
  */
 import type { CommandArgs } from '../protocol/command-args.js';
 import type { CommandContext } from './types.js';

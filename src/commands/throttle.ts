@@ -1,22 +1,19 @@
 /**
- * CL.THROTTLE (redis-cell 0.5) and GCRA (Redis 8.8). Both keep one TAT per key and share it:
- * TYPE answers `gcra` for either. State in the keyspace: A = TAT whole µs, B = TAT extra ns (0..999),
- * C = GCRA's exact remainder beyond A when its TAT passes 2^53 µs (src/limiters/redis-gcra.ts), else 0.
+ * CL.THROTTLE (redis-cell 0.5) and GCRA (Redis 8.8): their arguments parsed into a call for the
+ * limiter store (src/store/store.ts). Both keep one TAT per key and share it: TYPE answers `gcra`
+ * for either (the state is described in src/store/local-limiter.ts).
  */
 import type { CommandArgs } from '../protocol/command-args.js';
-import { createKeyArg, lookupKeyArg } from './args.js';
-import { cellParams, cellThrottle, newCellDecision, MAX_BURST, MAX_PERIOD_SEC, MAX_TOLERANCE_US, type CellParams } from '../limiters/cell-throttle.js';
-import { gcraDecide, gcraParams, newGcraDecision } from '../limiters/redis-gcra.js';
-import { GCRA_KEY } from '../limiters/registry.js';
-
-/** The key type of CL.THROTTLE, GCRA and RL.GCRA (they share the TAT). */
-const GCRA_TYPE = GCRA_KEY.type;
+import { cellParams, MAX_BURST, MAX_PERIOD_SEC, MAX_TOLERANCE_US, type CellParams } from '../limiters/cell-throttle.js';
+import { gcraParams } from '../limiters/redis-gcra.js';
 import { firstKeyOnly, type CommandContext, type CommandSpec } from './types.js';
 import { LimiterCounter } from '../server/stats.js';
-import { errorAfterTypeCheck, KEY_TOO_LONG, MAX_BACKEND_KEY_BYTES, prefixedKey, runOnBackend } from './backend-limiter.js';
-import { replyFive, WRONGTYPE } from './limiter-replies.js';
+import { newLimiterCall } from '../store/limiter-call.js';
+import { GCRA_OVERFLOW } from '../store/limiter-replies.js';
 
-const cellDecision = newCellDecision();
+/** The calls handed to the store: one record per command, refilled by every call. */
+const clThrottleCall = newLimiterCall('cl.throttle', []);
+const gcraCall = newLimiterCall('gcra', []);
 
 // Range rules, made once (they are passed on every call).
 const BURST_RULE = `must be <= ${MAX_BURST}`;
@@ -41,7 +38,6 @@ function memoCellParams(maxBurst: number, count: number, period: number): Return
   }
   return memoParams;
 }
-const gcraDecision = newGcraDecision();
 
 /**
  * Parses a redis-cell integer argument; writes a clear error naming it when it is not an integer,
@@ -58,25 +54,6 @@ function cellInteger(ctx: CommandContext, argv: CommandArgs, i: number, name: st
     return null;
   }
   return n;
-}
-
-/** Looks up the key (argument 1) for a GCRA-family command: slot, -1 when absent, or null after a WRONGTYPE reply. */
-function gcraSlot(ctx: CommandContext, argv: CommandArgs): number | null {
-  const ks = ctx.keyspace;
-  const slot = lookupKeyArg(ks, argv, 1, ctx.nowMs);
-  if (slot !== -1 && ks.typeOf(slot) !== GCRA_TYPE) {
-    ctx.reply.error(WRONGTYPE);
-    return null;
-  }
-  return slot;
-}
-
-/** Stores a TAT and expiry, creating the key (argument 1) if needed. */
-function storeTat(ctx: CommandContext, argv: CommandArgs, slot: number, tatUs: number, tatNs: number, expireAtMs: number, tatRestUs = 0): void {
-  const ks = ctx.keyspace;
-  if (slot === -1) slot = createKeyArg(ks, argv, 1, GCRA_TYPE);
-  ks.setState(slot, tatUs, tatNs, tatRestUs);
-  ks.setExpireAtMs(slot, expireAtMs);
 }
 
 /**
@@ -106,21 +83,12 @@ function clThrottle(ctx: CommandContext, argv: CommandArgs): void {
     lastLimitArgc = argv.length;
     lastLimitBytes = argv.restBytes(2);
   }
-  if (ctx.backend !== null) {
-    runOnBackend(ctx, argv, ctx.backend, {
-      limits: [{ kind: 'cl.throttle', params, quantity }], keyArgs: [1], allOrNothing: false, cost: quantity,
-      signature: `cl ${params.limit} ${params.intervalUs} ${params.intervalNs}`, local: clThrottle, counter: clThrottleCounter,
-    });
-    return;
-  }
-  const slot = gcraSlot(ctx, argv);
-  if (slot === null) return;
-  const ks = ctx.keyspace;
-  const d = cellDecision;
-  cellThrottle(params, quantity, slot !== -1, slot !== -1 ? ks.getA(slot) : 0, slot !== -1 ? ks.getB(slot) : 0, ctx.nowUs, d);
-  if (d.write) storeTat(ctx, argv, slot, d.tatUs, d.tatNs, d.expireAtMs);
-  clThrottleCounter.count(ctx.server.stats, d.limited);
-  replyFive(ctx.reply, d.limited, d.limit, d.remaining, d.retryAfterSec, d.resetAfterSec);
+  const call = clThrottleCall;
+  call.argv = argv;
+  call.cell = params;
+  call.cost = quantity;
+  call.counter = clThrottleCounter;
+  ctx.limiter.decide(call, ctx);
 }
 
 /** Parses CL.THROTTLE's numbers into lastParams/lastQuantity; false after an error reply (they stay). */
@@ -188,8 +156,6 @@ function positiveLong(ctx: CommandContext, argv: CommandArgs, i: number): number
   return n > Number.MAX_SAFE_INTEGER ? BigInt(argv.text(i)) : n;
 }
 
-const GCRA_OVERFLOW = 'ERR GCRA limiting uses microsecond accuracy. Combination of period, tokens_per_period and';
-
 function gcra(ctx: CommandContext, argv: CommandArgs): void {
   const r = ctx.reply;
   if (argv.length > 7) {
@@ -227,45 +193,20 @@ function gcra(ctx: CommandContext, argv: CommandArgs): void {
     if (t === null) return;
     tokens = t;
   }
-  const backend = ctx.backend;
-  const slot = backend === null ? gcraSlot(ctx, argv) : -1;
-  if (slot === null) return;
+  const call = gcraCall;
+  call.argv = argv;
+  call.counter = gcraCounter;
   // C divides by the long converted to double: the nearest double, as Number() gives.
   const params = gcraParams(maxBurst, Number(tokensPerPeriod), period, tokens);
   if (params === 'tokens-overflow' || params === 'burst-overflow') {
-    const message = `${GCRA_OVERFLOW} ${params === 'tokens-overflow' ? 'TOKENS' : 'max_burst'} would cause an overflow`;
-    if (backend === null) r.error(message);
-    else if (argv.byteLength(1) > MAX_BACKEND_KEY_BYTES) r.error(KEY_TOO_LONG);
-    else errorAfterTypeCheck(ctx, backend, [prefixedKey(backend.prefixBytes, argv, 1)], ['gcra'], message);
-    return;
+    // Answered after the key's lookup: a key of another type answers WRONGTYPE first.
+    call.gcra = null;
+    call.lateError = `${GCRA_OVERFLOW} ${params === 'tokens-overflow' ? 'TOKENS' : 'max_burst'} would cause an overflow`;
+  } else {
+    call.gcra = params;
+    call.lateError = '';
   }
-  if (backend !== null) {
-    runOnBackend(ctx, argv, backend, {
-      limits: [{ kind: 'gcra', params }], keyArgs: [1], allOrNothing: false, cost: params.incrementUs,
-      signature: `gcra ${params.limit} ${params.emissionUs} ${params.varianceUs}`, local: gcra, counter: gcraCounter,
-    });
-    return;
-  }
-  const ks = ctx.keyspace;
-  const d = gcraDecision;
-  if (slot !== -1) gcraDecide(params, true, ks.getA(slot), ctx.nowUs, d, ks.getC(slot));
-  else gcraDecide(params, false, 0, ctx.nowUs, d);
-  if (d.overflow) {
-    r.error(`${GCRA_OVERFLOW} TOKENS would cause an overflow`);
-    return;
-  }
-  if (d.write) storeTat(ctx, argv, slot, d.tatUs, 0, d.expireAtMs, d.tatRestUs);
-  gcraCounter.count(ctx.server.stats, d.limited);
-  if (!d.wide) {
-    replyFive(ctx.reply, d.limited, d.limit, d.remaining, d.retryAfterSec, d.resetAfterSec);
-    return;
-  }
-  // limit or remaining beyond 2^53: written from the exact bigints.
-  r.arrayHeader(5);
-  r.integer(d.limited ? 1 : 0);
-  r.raw(`:${d.wideLimit}\r\n:${d.wideRemaining}\r\n`);
-  r.integer(d.retryAfterSec);
-  r.integer(d.resetAfterSec);
+  ctx.limiter.decide(call, ctx);
 }
 
 export const throttleCommands: CommandSpec[] = [

@@ -6,7 +6,7 @@
  * docs/commands.md (Transactions).
  */
 import { CommandArgs } from '../protocol/command-args.js';
-import { MAX_WATCHED_KEYS, queuedArgs, Transaction, Watching, watchBytes } from '../server/transaction.js';
+import { MAX_WATCHED_KEYS, queuedArgs, Transaction, Watching, watchBytes, type QueuedCommand } from '../server/transaction.js';
 import { ACL_DENIED_CMD, ACL_OK, aclCheck } from '../acl/users.js';
 import { noKeys, type CommandContext, type CommandSpec } from './types.js';
 
@@ -72,8 +72,19 @@ function exec(ctx: CommandContext): void {
       }
     }
   }
+  // The limiter calls go to the store as one unit (on a backend, one script): a Cluster node takes
+  // one only when all their keys share a slot, else EXEC is refused, nothing run, as Redis Cluster
+  // refuses a transaction across slots.
+  const refusal = unitKeysRefusal(ctx, m.commands);
+  if (refusal !== null) {
+    client.discardTransaction();
+    reply.error(refusal);
+    return;
+  }
   reply.arrayHeader(m.commands.length);
   const nowUs = ctx.nowUs;
+  const limiter = ctx.limiter;
+  limiter.beginUnit();
   try {
     for (const c of m.commands) {
       // The user's ACL may have changed since the command was queued (ACL SETUSER, ACL LOAD from
@@ -90,9 +101,39 @@ function exec(ctx: CommandContext): void {
       server.callQueued(client, c.spec, args, nowUs);
     }
   } finally {
+    limiter.endUnit();
     execArgs.release();
     client.discardTransaction();
   }
+}
+
+/** Whether a command is a limiter call (CL.THROTTLE, GCRA, RL.*): its keys go in the transaction's unit. */
+function isLimiterCall(spec: CommandSpec): boolean {
+  return spec.aclCategories?.includes('limiter') === true && spec.flags.includes('write');
+}
+
+/** Why the queued limiter calls cannot go to the store as one unit (CROSSSLOT), or null. */
+function unitKeysRefusal(ctx: CommandContext, commands: readonly QueuedCommand[]): string | null {
+  const check = ctx.limiter.unitKeys();
+  if (check === null) return null;
+  try {
+    for (const c of commands) {
+      const spec = c.spec;
+      if (!isLimiterCall(spec)) continue;
+      const args = queuedArgs(c, execArgs);
+      if (spec.forEachKey !== undefined) {
+        spec.forEachKey(args, 0, (i) => {
+          check.add(args, i);
+          return true;
+        });
+      } else if (spec.firstKey > 0 && spec.firstKey < args.length) {
+        check.add(args, spec.firstKey);
+      }
+    }
+  } finally {
+    execArgs.release();
+  }
+  return check.refusal();
 }
 
 /** Redis's execCommand texts for a queued command its user may no longer run. */

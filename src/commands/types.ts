@@ -10,6 +10,7 @@ import type { Client } from '../server/client.js';
 import type { ReplyWriter } from '../protocol/reply-writer.js';
 import type { Acl, User } from '../acl/users.js';
 import type { Clock } from '../clock.js';
+import type { KeyStore, LimiterStore } from '../store/store.js';
 import type { Config } from '../config.js';
 import type { Logger } from '../log.js';
 import type { AppendOnly } from '../persistence/journal.js';
@@ -122,15 +123,9 @@ export interface KeyspaceAccess {
   readonly watchFreeSliceMaxUs: number;
 }
 
-/** The shared backend and the local answers its unavailability policies give: the limiter commands. */
+/** The shared backend, for INFO backend (the commands reach it only through their stores). */
 export interface BackendAccess {
   readonly backend: RedisBackend | null;
-  /** The keyspace of the `allow` policy's answers, thrown away after each. */
-  readonly scratchKeyspace: Keyspace;
-  /** A context for a reply written later (after a backend call). */
-  contextFor(client: Client, reply: ReplyWriter): CommandContext;
-  /** `ctx` deciding locally: on the server's keyspace, or on the scratch one. */
-  localContext(ctx: CommandContext, reply: ReplyWriter, scratch: boolean): CommandContext;
 }
 
 /** Running the commands a MULTI queued: EXEC. */
@@ -154,10 +149,10 @@ export interface CommandContext {
   /** The server clock at the start of this command, in µs (one snapshot per command, as Redis). */
   nowUs: number;
   nowMs: number;
-  /** Where limiter commands keep state locally: the server's keyspace (a scratch one for the `allow` policy). */
-  keyspace: Keyspace;
-  /** The shared backend the limiter commands decide on, or null (local mode, or a policy's local answer). */
-  backend: RedisBackend | null;
+  /** Where the limiter commands' calls are decided (this process's keyspace, or the shared backend), picked at start. */
+  limiter: LimiterStore;
+  /** Where the keyspace commands (DEL, TTL, SCAN...) read and reset keys, picked with `limiter`. */
+  keys: KeyStore;
 }
 
 /** Runs a command whose arity was checked. `argv[0]` is the command name as sent. */

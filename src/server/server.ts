@@ -34,6 +34,11 @@ import { runsInMulti } from '../commands/transactions.js';
 import { parseBackendUrl } from '../backend/backend-url.js';
 import { RedisBackend, type UnavailablePolicy } from '../backend/redis-backend.js';
 import { LIMITER_SCRIPT, TYPE_SCRIPT } from '../backend/limiter-script.js';
+import { BackendLimiterStore } from '../backend/backend-limiter.js';
+import { BackendKeyStore } from '../backend/backend-keys.js';
+import { LocalLimiterStore } from '../store/local-limiter.js';
+import { LocalKeyStore } from '../store/local-keys.js';
+import { PolicyLimiterStore } from '../store/policy-limiter.js';
 
 /** The reply to a command queued in MULTI. */
 const QUEUED_REPLY = Buffer.from('+QUEUED\r\n');
@@ -78,7 +83,9 @@ export class Server implements CommandServer {
   readonly asyncWriter = new ReplyWriter();
   /** The shared backend (`backend`), or null: limiter state in `keyspace`. */
   backend: RedisBackend | null = null;
-  private scratch: Keyspace | null = null
+  /** Where the commands' limiter calls and key operations go (src/store/store.ts): picked at start. */
+  private readonly localLimiter = new LocalLimiterStore(this.keyspace, this.stats);
+  private readonly localKeys = new LocalKeyStore(this.keyspace, this.stats);
   readonly clients = new Map<number, Client>();
   /** The clients' memory accounts and their sum, checked against maxmemory-clients (client-memory.ts). */
   readonly clientsMemory = new ClientsMemory(() => this.clients.values());
@@ -153,7 +160,7 @@ export class Server implements CommandServer {
     readonly log: Logger,
   ) {
     this.memory = new MemoryGuard(config, this.keyspace);
-    this.ctx = { server: this, commands: commandCatalog, client: null as unknown as Client, reply: this.writer, nowUs: 0, nowMs: 0, keyspace: this.keyspace, backend: null };
+    this.ctx = { server: this, commands: commandCatalog, client: null as unknown as Client, reply: this.writer, nowUs: 0, nowMs: 0, limiter: this.localLimiter, keys: this.localKeys };
     this.tasks = new Tasks(log);
     this.flushTask = this.tasks.guard('reply flush', this.flushPending);
     this.expireTask = this.tasks.guard('active expiry', () => this.expireCycle());
@@ -370,14 +377,10 @@ export class Server implements CommandServer {
     const target = parseBackendUrl(url);
     this.backend = new RedisBackend(target, this.config.get('backend-prefix'), this.config.int('backend-timeout'),
       this.config.get('backend-unavailable') as UnavailablePolicy, LIMITER_SCRIPT, TYPE_SCRIPT, { log: this.log, after: (name, ms, task) => this.tasks.after(name, ms, task) });
-    this.ctx.backend = this.backend;
+    const limiter = new BackendLimiterStore(this.backend, new PolicyLimiterStore(this.localLimiter, this.stats), this.stats, this.clock);
+    this.ctx.limiter = limiter;
+    this.ctx.keys = new BackendKeyStore(this.backend, this.localKeys, limiter, this.stats, this.clock);
     this.log.notice(`limiter state on the backend ${target.display} (${target.mode}, prefix '${this.config.get('backend-prefix')}', timeout ${this.config.int('backend-timeout')} ms, backend-unavailable ${this.config.get('backend-unavailable')})`, { backend: target.display });
-  }
-
-  /** An empty keyspace for answers that must leave no trace (the backend's `allow` policy); flushed after each use. */
-  get scratchKeyspace(): Keyspace {
-    if (this.scratch === null) this.scratch = new Keyspace();
-    return this.scratch;
   }
 
   /**
@@ -398,17 +401,6 @@ export class Server implements CommandServer {
       if (c === caller) c.closing = true;
       else c.kill();
     }
-  }
-
-  /** A context for a reply written later (after a backend call): the clock of now. */
-  contextFor(client: Client, reply: ReplyWriter): CommandContext {
-    const nowUs = this.clock.nowUs();
-    return { server: this, commands: commandCatalog, client, reply, nowUs, nowMs: Math.floor(nowUs / 1000), keyspace: this.keyspace, backend: this.backend };
-  }
-
-  /** `ctx` deciding locally: on this process's keyspace, or on the scratch one. */
-  localContext(ctx: CommandContext, reply: ReplyWriter, scratch: boolean): CommandContext {
-    return { ...ctx, reply, keyspace: scratch ? this.scratchKeyspace : this.keyspace, backend: null };
   }
 
   /** Applies settings that CONFIG SET can change while running (logging, task frequency). */

@@ -1,7 +1,7 @@
 /**
- * What the limiter commands answer, written the same way whether the decision was taken locally
- * (src/commands/throttle.ts, src/commands/ratelimit.ts) or by the shared backend
- * (src/commands/backend-limiter.ts), which all import it from here.
+ * What the limiter commands answer, written the same way by every store: this process's
+ * (src/store/local-limiter.ts), the shared backend's (src/backend/backend-limiter.ts) and its
+ * policy's (src/store/policy-limiter.ts).
  */
 import type { ReplyWriter } from '../protocol/reply-writer.js';
 
@@ -43,3 +43,6 @@ export function writeSix(r: ReplyWriter, limited: number, limit: number, remaini
     r.integer(delayMs);
   }
 }
+
+/** The start of Redis's GCRA overflow errors (then `TOKENS` or `max_burst` ` would cause an overflow`). */
+export const GCRA_OVERFLOW = 'ERR GCRA limiting uses microsecond accuracy. Combination of period, tokens_per_period and';

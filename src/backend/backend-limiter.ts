@@ -1,0 +1,370 @@
+/**
+ * The limiter store of the shared backend (docs/backend.md): a call parsed and validated exactly as
+ * in local mode is decided by one script on the backend, and the reply comes when the backend
+ * answers (the connection's later commands go on meanwhile and their replies keep their order, see
+ * Client.defer).
+ *
+ * In order, a call is answered by:
+ * 1. the refusal cache, when the same key, parameters and an equal or larger cost were refused and
+ *    that refusal cannot have stopped being true (src/backend/refusal-cache.ts);
+ * 2. the `backend-unavailable` policy at once, while the backend is down;
+ * 3. the backend; past `backend-timeout`, or on an error that is not a decision (-LOADING,
+ *    -READONLY, -OOM, a lost connection, ...), the policy (src/store/policy-limiter.ts), handed the
+ *    call as parsed.
+ *
+ * A transaction's calls (EXEC: beginUnit .. endUnit) go as one script, decided in order on the
+ * backend with nothing in between; a keyspace command of the transaction sends those before it
+ * first (flushUnit), so the backend sees the commands in the transaction's order.
+ */
+import type { Clock } from '../clock.js';
+import { KeyType, TYPE_NAMES } from '../keyspace/keyspace.js';
+import type { CommandArgs } from '../protocol/command-args.js';
+import type { ReplyWriter } from '../protocol/reply-writer.js';
+import type { Stats } from '../server/stats.js';
+import { detachCall, type LimiterCall } from '../store/limiter-call.js';
+import { replyFive, WRONGTYPE, writeSix } from '../store/limiter-replies.js';
+import type { PolicyLimiterStore } from '../store/policy-limiter.js';
+import type { LimiterStore, ReplyPlace, StoreSink, UnitKeyCheck } from '../store/store.js';
+import { keySlot } from './key-slot.js';
+import { limiterScriptArgv, parseLimiterReply, unitScriptArgv, type ScriptLimit, type ScriptOutcome } from './limiter-script.js';
+import { isDecision, TIMED_OUT, type CallDone, type NodeState, type RedisBackend } from './redis-backend.js';
+
+/**
+ * The longest key sent to the backend. Limiter keys are short; a huge one would be copied, sent and
+ * stored on the one connection every call of this sidecar shares (and past Redis's own bulk limit it
+ * would close that connection), so it is refused here instead.
+ */
+export const MAX_BACKEND_KEY_BYTES = 64 * 1024;
+export const KEY_TOO_LONG = `ERR key too long for the backend (at most ${MAX_BACKEND_KEY_BYTES} bytes)`;
+
+export const CROSSSLOT = "CROSSSLOT Keys in request don't hash to the same slot (use a hash tag such as {user:42}:s and {user:42}:h)";
+
+/** A call sent (or to be sent, in a unit) to the backend, and what its answer needs. */
+interface SentCall {
+  /** The call as parsed, detached from the request (a policy answer decides it). */
+  call: LimiterCall;
+  limits: ScriptLimit[];
+  /** Its keys, prefixed. */
+  keys: Buffer[];
+  scriptArgv: Buffer[];
+  node: NodeState;
+  client: ReplyPlace;
+  resolve: (write: (reply: ReplyWriter) => void) => void;
+  /** The refusal cache's key and parameters ('' = not cached). */
+  cacheKey: string;
+  signature: string;
+  cost: number;
+  sentAtUs: number;
+  epoch: number;
+  /** The frozen debug clock the call was decided at (µs), or null: the backend's TIME. */
+  clockUs: number | null;
+}
+
+export class BackendLimiterStore implements LimiterStore {
+  /** The calls of the transaction running (EXEC), not sent yet; null outside one. */
+  private unit: SentCall[] | null = null;
+
+  constructor(
+    private readonly backend: RedisBackend,
+    /** Answers the calls the backend does not. */
+    private readonly fallback: PolicyLimiterStore,
+    private readonly stats: Stats,
+    private readonly clock: Clock,
+  ) {}
+
+  decide(call: LimiterCall, sink: StoreSink): void {
+    const backend = this.backend;
+    const keys = this.keysOf(call, sink);
+    if (keys === null) return;
+    if (call.lateError !== '') {
+      this.errorAfterTypeCheck(sink, keys, [TYPE_NAMES[KeyType.Gcra]], call.lateError);
+      return;
+    }
+    if (backend.target.mode === 'cluster' && keys.length > 1) {
+      const slot = keySlot(keys[0]);
+      for (let i = 1; i < keys.length; i++) {
+        if (keySlot(keys[i]) !== slot) {
+          sink.reply.error(CROSSSLOT);
+          return;
+        }
+      }
+    }
+    const cache = backend.cache;
+    const prefixLength = backend.prefixBytes.length;
+    // A refund is never answered from (nor stored in) the refusal cache: it makes refusals false.
+    const signature = signatureOf(call);
+    const cost = call.kind === 'gcra' ? call.gcra!.incrementUs : call.cost;
+    const cacheKey = signature !== '' ? keys[0].toString('latin1', prefixLength) : '';
+    const limits = scriptLimits(call);
+    if (cacheKey !== '') {
+      const hit = cache.lookup(cacheKey, signature, cost, sink.nowUs);
+      if (hit !== null) {
+        writeCached(sink.reply, limits[0], hit.values, hit.elapsedUs, hit.leftUs);
+        call.counter?.count(this.stats, true);
+        return;
+      }
+    }
+    // Down (the backend, or in a Cluster the key's master), or too many calls pending there: the
+    // policy at once.
+    const node = backend.usable ? backend.admit(keys[0]) : null;
+    if (node === null) {
+      this.answerByPolicy(call, sink);
+      return;
+    }
+    // The debug clock, when frozen (DEBUG CLOCK, tests), is the script's time; otherwise the backend's TIME.
+    const clockUs = this.clock.frozen ? sink.nowUs : null;
+    const scriptArgv = limiterScriptArgv(limits, call.allOrNothing, clockUs);
+    if (!Array.isArray(scriptArgv)) {
+      this.errorAfterTypeCheck(sink, keys, limits.map(typeName), scriptArgv.error);
+      return;
+    }
+    const sent: SentCall = {
+      call: detachCall(call, keys, prefixLength), limits, keys, scriptArgv, node, client: sink.client, resolve: sink.client.defer(),
+      cacheKey, signature, cost, sentAtUs: sink.nowUs, epoch: cache.epoch, clockUs,
+    };
+    if (this.unit !== null) this.unit.push(sent);
+    else backend.limit(node, keys, scriptArgv, (error, reply) => this.answer(sent, error, reply));
+  }
+
+  beginUnit(): void {
+    this.unit = [];
+  }
+
+  endUnit(): void {
+    this.flushUnit();
+    this.unit = null;
+  }
+
+  /**
+   * Sends the transaction's calls so far as one script (one call: as outside a transaction), before
+   * whatever the transaction does next on the backend.
+   */
+  flushUnit(): void {
+    const unit = this.unit;
+    if (unit === null || unit.length === 0) return;
+    this.unit = [];
+    if (unit.length === 1) {
+      const sent = unit[0];
+      this.backend.limit(sent.node, sent.keys, sent.scriptArgv, (error, reply) => this.answer(sent, error, reply));
+      return;
+    }
+    const keys = unit.flatMap((s) => s.keys);
+    const argv = unitScriptArgv(unit.map((s) => s.scriptArgv[0]), unit[0].clockUs);
+    this.backend.limit(unit[0].node, keys, argv, (error, reply) => {
+      if (error !== null) {
+        for (const sent of unit) this.answer(sent, error, undefined);
+        return;
+      }
+      if (!Array.isArray(reply) || reply.length !== unit.length) {
+        // Each call's parse fails the same way: counted as an error each, and answered by the policy.
+        for (const sent of unit) this.answer(sent, null, undefined);
+        return;
+      }
+      // Each call's reply, or its own error (WRONGTYPE): the others were decided all the same.
+      for (let i = 0; i < unit.length; i++) {
+        const one: unknown = reply[i];
+        if (one instanceof Error) this.answer(unit[i], one, undefined);
+        else this.answer(unit[i], null, one);
+      }
+    });
+  }
+
+  unitKeys(): UnitKeyCheck | null {
+    // One Redis takes any keys in one script; a Cluster node only keys of one slot.
+    return this.backend.target.mode === 'cluster' ? new SlotCheck(this.backend.prefixBytes) : null;
+  }
+
+  /** The backend's answer to one call (or its failure). */
+  private readonly answer: (sent: SentCall, error: Parameters<CallDone>[0], reply: unknown) => void = (sent, error, reply) => {
+    const { backend, stats } = this;
+    const { call, resolve } = sent;
+    if (error === null) {
+      let outcome: ScriptOutcome;
+      try {
+        outcome = parseLimiterReply(reply, sent.limits);
+      } catch (e) {
+        this.unexpectedReply(e as Error);
+        resolve((w) => this.answerByPolicy(call, this.sinkLater(sent.client, w)));
+        return;
+      }
+      if (sent.cacheKey !== '' && outcome.limited) {
+        const refusedForUs = outcome.limits[0].refusedForUs;
+        if (refusedForUs > 0) backend.cache.store(sent.cacheKey, sent.signature, sent.cost, sent.sentAtUs, refusedForUs, outcome.limits[0].values, sent.epoch);
+      }
+      call.counter?.count(stats, outcome.limited);
+      if (call.refund !== 0) {
+        // This sidecar forgets at once; the reply waits for the others (or backend-timeout).
+        const clientKey = sent.keys[0].subarray(backend.prefixBytes.length);
+        backend.cache.invalidateKey(clientKey.toString('latin1'));
+        backend.invalidate([clientKey]).then(() => resolve((w) => writeOutcome(w, call, sent.limits, outcome)));
+        return;
+      }
+      resolve((w) => writeOutcome(w, call, sent.limits, outcome));
+      return;
+    }
+    if (error !== TIMED_OUT && isDecision(error)) {
+      resolve((w) => w.error(error.message));
+      return;
+    }
+    resolve((w) => this.answerByPolicy(call, this.sinkLater(sent.client, w)));
+  };
+
+  private unexpectedReply(e: Error): void {
+    this.backend.errors++;
+    this.backend.lastError = `unexpected script reply: ${e.message}`;
+  }
+
+  /** Where a policy answer given after the backend call goes: the deferred reply, the time of now. */
+  private sinkLater(client: ReplyPlace, reply: ReplyWriter): StoreSink {
+    const nowUs = this.clock.nowUs();
+    return { reply, client, nowUs, nowMs: Math.floor(nowUs / 1000) };
+  }
+
+  /** The policy's answer (backend down, slow, or failing). */
+  private answerByPolicy(call: LimiterCall, sink: StoreSink): void {
+    const backend = this.backend;
+    if (call.refund !== 0) {
+      // A refund is not a decision a policy can stand in for: it did not happen, and says so (as DEL).
+      sink.reply.error(`ERR backend unavailable (${backend.state}${backend.lastError !== '' ? `: ${oneLine(backend.lastError)}` : ''})`);
+      return;
+    }
+    backend.policyDecisions++;
+    this.fallback.decide(call, sink, backend.policy);
+  }
+
+  /** The call's keys, prefixed (copies: they outlive this turn), or null after KEY_TOO_LONG. */
+  private keysOf(call: LimiterCall, sink: StoreSink): Buffer[] | null {
+    const argv = call.argv;
+    const prefix = this.backend.prefixBytes;
+    const keys: Buffer[] = [];
+    const count = call.kind === 'rl' ? call.count : 1;
+    for (let n = 0; n < count; n++) {
+      const i = call.kind === 'rl' ? call.limits[n].keyArg : 1;
+      if (argv.byteLength(i) > MAX_BACKEND_KEY_BYTES) {
+        sink.reply.error(KEY_TOO_LONG);
+        return null;
+      }
+      keys.push(prefixedKey(prefix, argv, i));
+    }
+    return keys;
+  }
+
+  /**
+   * An argument error found after the key lookup locally (GCRA's overflow errors, the backend's 2^53
+   * limit): a key of another type answers WRONGTYPE first, as it does locally, so the type is asked.
+   */
+  private errorAfterTypeCheck(sink: StoreSink, keys: Buffer[], expected: string[], message: string): void {
+    const backend = this.backend;
+    if (!backend.usable) {
+      sink.reply.error(message);
+      return;
+    }
+    // After the transaction's calls before it, which may have made the keys.
+    this.flushUnit();
+    const resolve = sink.client.defer();
+    const argv = [this.clock.frozen ? String(sink.nowUs) : ''];
+    Promise.all(keys.map((k) => backend.askType(k, argv))).then(
+      (types) => resolve((w) => w.error(types.some((t, i) => String(t) !== 'none' && String(t) !== expected[i]) ? WRONGTYPE : message)),
+      () => resolve((w) => w.error(message)),
+    );
+  }
+}
+
+/** EXEC's limiter keys on a Cluster: all in one slot, or CROSSSLOT (as RL.ALL's keys). */
+class SlotCheck implements UnitKeyCheck {
+  private slot = -1;
+  private crossed = false;
+
+  constructor(private readonly prefix: Buffer) {}
+
+  add(argv: CommandArgs, i: number): void {
+    const slot = keySlot(prefixedKey(this.prefix, argv, i));
+    if (this.slot === -1) this.slot = slot;
+    else if (slot !== this.slot) this.crossed = true;
+  }
+
+  refusal(): string | null {
+    return this.crossed ? CROSSSLOT : null;
+  }
+}
+
+/** The call's limits as the script takes them (copies: the call outlives this turn). */
+function scriptLimits(call: LimiterCall): ScriptLimit[] {
+  if (call.kind === 'cl.throttle') return [{ kind: 'cl.throttle', params: call.cell!, quantity: call.cost }];
+  if (call.kind === 'gcra') return [{ kind: 'gcra', params: call.gcra! }];
+  const out: ScriptLimit[] = [];
+  for (let n = 0; n < call.count; n++) {
+    const l = call.limits[n];
+    out.push({ kind: 'rl', type: l.algo.type, limit: l.limit, periodMs: l.periodMs, burst: l.burst, gcra: { ...l.gcra }, cost: call.cost, refund: call.refund });
+  }
+  return out;
+}
+
+/** The parameters as text, for the refusal cache: '' for calls it never answers (RL.ALL, a refund). */
+function signatureOf(call: LimiterCall): string {
+  if (call.kind === 'cl.throttle') {
+    const p = call.cell!;
+    return `cl ${p.limit} ${p.intervalUs} ${p.intervalNs}`;
+  }
+  if (call.kind === 'gcra') {
+    const p = call.gcra!;
+    return `gcra ${p.limit} ${p.emissionUs} ${p.varianceUs}`;
+  }
+  if (call.allOrNothing || call.refund !== 0) return '';
+  const l = call.limits[0];
+  return `${l.algo.name} ${l.limit} ${l.periodMs} ${l.burst}`;
+}
+
+/** Whether a limit's reply has 5 fields (redis-cell / Redis GCRA: seconds) or 6 (RL.*: ms). */
+function isSeconds(l: ScriptLimit): boolean {
+  return l.kind !== 'rl';
+}
+
+/** The TYPE a limit's key has locally ('gcra' for CL.THROTTLE and GCRA). */
+function typeName(l: ScriptLimit): string {
+  return l.kind === 'rl' ? TYPE_NAMES[l.type] : TYPE_NAMES[KeyType.Gcra];
+}
+
+/** prefix + the key in argument `i`, in one small buffer (from Node's pool). */
+function prefixedKey(prefix: Buffer, argv: CommandArgs, i: number): Buffer {
+  const key = Buffer.allocUnsafe(prefix.length + argv.byteLength(i));
+  prefix.copy(key, 0);
+  argv.source(i).copy(key, prefix.length, argv.start(i), argv.end(i));
+  return key;
+}
+
+function writeOutcome(w: ReplyWriter, call: LimiterCall, limits: ScriptLimit[], outcome: ScriptOutcome): void {
+  if (!call.allOrNothing) {
+    writeValues(w, limits[0], outcome.limits[0].values);
+    return;
+  }
+  w.arrayHeader(limits.length + 1);
+  w.integer(outcome.limited ? 1 : 0);
+  for (let n = 0; n < limits.length; n++) writeValues(w, limits[n], outcome.limits[n].values);
+}
+
+function oneLine(text: string): string {
+  return text.replace(/[\r\n]+/g, ' ');
+}
+
+/** One limit's reply, as the local command writes it. */
+function writeValues(w: ReplyWriter, l: ScriptLimit, v: readonly number[]): void {
+  if (isSeconds(l)) replyFive(w, v[0] === 1, v[1], v[2], v[3], v[4]);
+  else writeSix(w, v[0], v[1], v[2], v[3], v[4], v[5]);
+}
+
+/**
+ * A refusal from the cache: the backend's reply with its waits counted down to now (`leftUs` is
+ * the exact time until the call can be allowed; the reset counts down by the time elapsed).
+ */
+function writeCached(w: ReplyWriter, l: ScriptLimit, values: readonly number[], elapsedUs: number, leftUs: number): void {
+  const v = values.slice();
+  if (isSeconds(l)) {
+    v[3] = Math.max(1, Math.ceil(leftUs / 1e6));
+    v[4] = Math.max(0, v[4] - Math.floor(elapsedUs / 1e6));
+  } else {
+    v[3] = Math.max(1, Math.ceil(leftUs / 1000));
+    v[4] = Math.max(0, v[4] - Math.floor(elapsedUs / 1000));
+  }
+  writeValues(w, l, v);
+}

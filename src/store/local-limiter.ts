@@ -1,0 +1,212 @@
+/**
+ * The limiter calls decided on this process's keyspace (src/keyspace): synchronous, each answer
+ * written at once into the sink. Per call: look the key(s) up (WRONGTYPE for a key of another
+ * algorithm), ask the pure limiter in src/limiters/ for a decision, store the new state only when
+ * the limiter says so, reply. Nothing is allocated per call. State per key type (fields A/B/C of
+ * the keyspace, plus a blob for an algorithm that keeps one) is documented in each limiter module; CL.THROTTLE
+ * and GCRA share one TAT per key (A = TAT whole µs, B = extra ns, C = GCRA's exact remainder
+ * beyond A when its TAT passes 2^53 µs).
+ */
+import type { CommandArgs } from '../protocol/command-args.js';
+import type { Keyspace } from '../keyspace/keyspace.js';
+import { cellThrottle, newCellDecision } from '../limiters/cell-throttle.js';
+import { RefundEffect, type RateDecision } from '../limiters/rate-decision.js';
+import { gcraDecide, newGcraDecision } from '../limiters/redis-gcra.js';
+import { GCRA_KEY } from '../limiters/registry.js';
+import type { Stats } from '../server/stats.js';
+import { createKeyArg, lookupKeyArg } from './key-args.js';
+import type { Limit, LimiterCall } from './limiter-call.js';
+import { GCRA_OVERFLOW, replyFive, WRONGTYPE, writeSix } from './limiter-replies.js';
+import type { LimiterStore, StoreSink, UnitKeyCheck } from './store.js';
+
+/** The key type of CL.THROTTLE, GCRA and RL.GCRA (they share the TAT). */
+const GCRA_TYPE = GCRA_KEY.type;
+const cellDecision = newCellDecision();
+const gcraDecision = newGcraDecision();
+
+export class LocalLimiterStore implements LimiterStore {
+  constructor(
+    readonly keyspace: Keyspace,
+    private readonly stats: Stats,
+  ) {}
+
+  decide(call: LimiterCall, sink: StoreSink): void {
+    if (call.kind === 'cl.throttle') clThrottle(this.keyspace, this.stats, call, sink);
+    else if (call.kind === 'gcra') gcra(this.keyspace, this.stats, call, sink);
+    else if (call.allOrNothing) rlAll(this.keyspace, this.stats, call, sink);
+    else rlSingle(this.keyspace, this.stats, call, sink);
+  }
+
+  // One process's calls are one unit already: a transaction runs them in one go, nothing between.
+  beginUnit(): void {}
+  endUnit(): void {}
+  unitKeys(): UnitKeyCheck | null {
+    return null;
+  }
+}
+
+/** Looks up the key (argument 1) for a GCRA-family command: slot, -1 when absent, or null after a WRONGTYPE reply. */
+function gcraSlot(ks: Keyspace, sink: StoreSink, argv: CommandArgs): number | null {
+  const slot = lookupKeyArg(ks, argv, 1, sink.nowMs);
+  if (slot !== -1 && ks.typeOf(slot) !== GCRA_TYPE) {
+    sink.reply.error(WRONGTYPE);
+    return null;
+  }
+  return slot;
+}
+
+/** Stores a TAT and expiry, creating the key (argument 1) if needed. */
+function storeTat(ks: Keyspace, argv: CommandArgs, slot: number, tatUs: number, tatNs: number, expireAtMs: number, tatRestUs = 0): void {
+  if (slot === -1) slot = createKeyArg(ks, argv, 1, GCRA_TYPE);
+  ks.setState(slot, tatUs, tatNs, tatRestUs);
+  ks.setExpireAtMs(slot, expireAtMs);
+}
+
+function clThrottle(ks: Keyspace, stats: Stats, call: LimiterCall, sink: StoreSink): void {
+  const argv = call.argv;
+  const slot = gcraSlot(ks, sink, argv);
+  if (slot === null) return;
+  const d = cellDecision;
+  cellThrottle(call.cell!, call.cost, slot !== -1, slot !== -1 ? ks.getA(slot) : 0, slot !== -1 ? ks.getB(slot) : 0, sink.nowUs, d);
+  if (d.write) storeTat(ks, argv, slot, d.tatUs, d.tatNs, d.expireAtMs);
+  call.counter!.count(stats, d.limited);
+  replyFive(sink.reply, d.limited, d.limit, d.remaining, d.retryAfterSec, d.resetAfterSec);
+}
+
+function gcra(ks: Keyspace, stats: Stats, call: LimiterCall, sink: StoreSink): void {
+  const argv = call.argv;
+  const r = sink.reply;
+  const slot = gcraSlot(ks, sink, argv);
+  if (slot === null) return;
+  if (call.lateError !== '') {
+    r.error(call.lateError);
+    return;
+  }
+  const params = call.gcra!;
+  const d = gcraDecision;
+  if (slot !== -1) gcraDecide(params, true, ks.getA(slot), sink.nowUs, d, ks.getC(slot));
+  else gcraDecide(params, false, 0, sink.nowUs, d);
+  if (d.overflow) {
+    r.error(`${GCRA_OVERFLOW} TOKENS would cause an overflow`);
+    return;
+  }
+  if (d.write) storeTat(ks, argv, slot, d.tatUs, 0, d.expireAtMs, d.tatRestUs);
+  call.counter!.count(stats, d.limited);
+  if (!d.wide) {
+    replyFive(r, d.limited, d.limit, d.remaining, d.retryAfterSec, d.resetAfterSec);
+    return;
+  }
+  // limit or remaining beyond 2^53: written from the exact bigints.
+  r.arrayHeader(5);
+  r.integer(d.limited ? 1 : 0);
+  r.raw(`:${d.wideLimit}\r\n:${d.wideRemaining}\r\n`);
+  r.integer(d.retryAfterSec);
+  r.integer(d.resetAfterSec);
+}
+
+/** Finds the key's slot; false after a WRONGTYPE reply. */
+function lookupLimit(ks: Keyspace, sink: StoreSink, argv: CommandArgs, l: Limit): boolean {
+  const slot = lookupKeyArg(ks, argv, l.keyArg, sink.nowMs);
+  if (slot !== -1 && ks.typeOf(slot) !== l.algo.type) {
+    sink.reply.error(WRONGTYPE);
+    return false;
+  }
+  l.slot = slot;
+  return true;
+}
+
+/** Asks the limiter; writes nothing. */
+function decide(ks: Keyspace, l: Limit, cost: number, nowMs: number, nowUs: number): void {
+  const slot = l.slot;
+  const algo = l.algo;
+  if (slot === -1) {
+    algo.decide(l, cost, false, 0, 0, 0, undefined, nowMs, nowUs, l.decision);
+    return;
+  }
+  // C and the blob are read only for an algorithm that uses them (a measurable read, a Map lookup).
+  algo.decide(l, cost, true, ks.getA(slot), ks.getB(slot), algo.readsC ? ks.getC(slot) : 0, algo.hasBlob ? ks.getBlob(slot) : undefined, nowMs, nowUs, l.decision);
+}
+
+/** Stores what `decide` allowed (call only when `decision.write`). */
+function commit(ks: Keyspace, argv: CommandArgs, l: Limit, cost: number, nowMs: number): void {
+  const d = l.decision;
+  const algo = l.algo;
+  let slot = l.slot;
+  const has = slot !== -1;
+  if (algo.hasBlob) {
+    algo.commit(l, cost, has, has ? ks.getA(slot) : 0, has ? ks.getB(slot) : 0, has ? ks.getC(slot) : 0,
+      has ? ks.getBlob(slot) : undefined, nowMs, 0, d);
+    if (!has) slot = createKeyArg(ks, argv, l.keyArg, algo.type);
+    ks.setBlob(slot, d.blob);
+  } else if (!has) {
+    slot = createKeyArg(ks, argv, l.keyArg, algo.type);
+  }
+  ks.setState(slot, d.a, d.b, d.c);
+  ks.setExpireAtMs(slot, d.expireAtMs);
+  l.slot = slot;
+}
+
+/**
+ * `REFUND n`: gives n units back to the key (docs/algorithms.md, "Refunds"), through the same
+ * keyspace writes a decision uses (or a delete, when the key is fresh again), then decides a COST 0
+ * peek on the new state into `l.decision`: the reply is the state after the refund. An absent key
+ * stays absent.
+ */
+function refund(ks: Keyspace, sink: StoreSink, argv: CommandArgs, l: Limit, units: number): void {
+  const slot = l.slot;
+  const algo = l.algo;
+  const has = slot !== -1;
+  const d = l.decision;
+  const effect = algo.refund(l, units, has, has ? ks.getA(slot) : 0, has ? ks.getB(slot) : 0, has ? ks.getC(slot) : 0,
+    has && algo.hasBlob ? ks.getBlob(slot) : undefined, sink.nowMs, sink.nowUs, d);
+  if (effect === RefundEffect.Write) {
+    if (algo.hasBlob) ks.setBlob(slot, d.blob);
+    ks.setState(slot, d.a, d.b, d.c);
+    ks.setExpireAtMs(slot, d.expireAtMs);
+  } else if (effect === RefundEffect.Delete) {
+    ks.deleteKey(argv.source(l.keyArg), argv.start(l.keyArg), argv.end(l.keyArg), sink.nowMs);
+    l.slot = -1;
+  }
+  decide(ks, l, 0, sink.nowMs, sink.nowUs);
+}
+
+function replySix(sink: StoreSink, d: RateDecision): void {
+  writeSix(sink.reply, d.limited ? 1 : 0, d.limit, d.remaining, d.retryAfterMs, d.resetAfterMs, d.delayMs);
+}
+
+/** `RL.<algo>`: one limit, a COST or a REFUND. */
+function rlSingle(ks: Keyspace, stats: Stats, call: LimiterCall, sink: StoreSink): void {
+  const argv = call.argv;
+  const l = call.limits[0];
+  if (!lookupLimit(ks, sink, argv, l)) return;
+  if (call.refund !== 0) {
+    // Not a decision: the limiter counters (INFO limiter, metrics) count decisions only.
+    refund(ks, sink, argv, l, call.refund);
+    replySix(sink, l.decision);
+    return;
+  }
+  const cost = call.cost;
+  decide(ks, l, cost, sink.nowMs, sink.nowUs);
+  if (l.decision.write) commit(ks, argv, l, cost, sink.nowMs);
+  call.counter!.count(stats, l.decision.limited);
+  replySix(sink, l.decision);
+}
+
+/** RL.ALL: every limit looked up, then decided; spent on all only when none is limited. */
+function rlAll(ks: Keyspace, stats: Stats, call: LimiterCall, sink: StoreSink): void {
+  const { argv, limits, count, cost } = call;
+  for (let n = 0; n < count; n++) if (!lookupLimit(ks, sink, argv, limits[n])) return;
+  let limited = false;
+  for (let n = 0; n < count; n++) {
+    decide(ks, limits[n], cost, sink.nowMs, sink.nowUs);
+    if (limits[n].decision.limited) limited = true;
+  }
+  if (!limited) {
+    for (let n = 0; n < count; n++) if (limits[n].decision.write) commit(ks, argv, limits[n], cost, sink.nowMs);
+  }
+  call.counter!.count(stats, limited);
+  const r = sink.reply;
+  r.arrayHeader(count + 1);
+  r.integer(limited ? 1 : 0);
+  for (let n = 0; n < count; n++) replySix(sink, limits[n].decision);
+}
