@@ -12,19 +12,21 @@
  * - per node: at most MAX_PENDING_PER_NODE calls waiting for one node (the rest get the policy at
  *   once), and in a Cluster a down state per master, following the slot map (reloaded on timeouts,
  *   MOVED, CLUSTERDOWN and while a master is down), so a stuck master takes only its own slots;
- * - invalidations: DEL/UNLINK/FLUSHDB through any sidecar are published on `<prefix>__invalidate`,
- *   every sidecar's refusal cache drops those keys and acknowledges, and the reset replies once all
- *   have.
+ * - invalidations of the sidecars' refusal caches (src/backend/invalidations.ts).
+ *
+ * The limiter and key stores built on it are src/backend/backend-limiter.ts and backend-keys.ts.
  */
-import { randomBytes } from 'node:crypto';
-import { Cluster, Command, Redis, type RedisOptions } from 'ioredis';
+import { Cluster, type Redis } from 'ioredis';
 import type { Logger } from '../log.js';
 import type { BackendTarget } from './backend-url.js';
 import { RefusalCache } from './refusal-cache.js';
 import { keySlot } from './key-slot.js';
+import { InvalidationChannel } from './invalidations.js';
+import { connectBackend, send, type Client } from './connections.js';
 
 export type BackendState = 'connecting' | 'up' | 'down';
-export type UnavailablePolicy = 'local' | 'allow' | 'deny';
+import type { UnavailablePolicy } from '../store/policy-limiter.js';
+export type { UnavailablePolicy };
 
 /** What the backend needs from the server: a guarded timer and the log. */
 export interface BackendHost {
@@ -48,8 +50,6 @@ const TIMEOUTS_FOR_DOWN = 3;
 export const PROBE_INTERVAL_MS = 250;
 /** How long after the start `connecting` turns into `down` if the backend is not up. */
 const CONNECT_GRACE_MS = 1000;
-/** Reconnect backoff: 50 ms doubling up to 2 s. */
-const MAX_RECONNECT_DELAY_MS = 2000;
 /**
  * Calls sent to one node and not answered by it yet (those already answered by the policy after
  * backend-timeout included: the client still holds them until the node replies or the connection
@@ -72,16 +72,6 @@ export interface NodeState {
   pinging: boolean;
 }
 
-/** How long a sidecar heard on the invalidation channel counts as present (Cluster: whose acknowledgement a reset waits for). */
-const PEER_TTL_MS = 60_000;
-
-interface AckWait {
-  /** Acknowledgements to wait for (-1 until PUBLISH answered how many received it). */
-  need: number;
-  got: number;
-  done: () => void;
-}
-
 interface InFlight {
   deadlineMs: number;
   done: CallDone;
@@ -89,7 +79,6 @@ interface InFlight {
   node: NodeState;
 }
 
-type Client = Redis | Cluster;
 interface LimiterClient {
   cellgateLimit(numKeys: number, ...args: (Buffer | string)[]): Promise<unknown>;
   cellgateType(numKeys: number, ...args: (Buffer | string)[]): Promise<unknown>;
@@ -100,7 +89,6 @@ export class RedisBackend {
   timeoutMs: number;
   policy: UnavailablePolicy;
   readonly cache = new RefusalCache();
-  readonly channel: string;
   /** The prefix as bytes, put before every client key. */
   readonly prefixBytes: Buffer;
   // Counters (INFO backend, metrics).
@@ -109,9 +97,6 @@ export class RedisBackend {
   timeouts = 0;
   policyDecisions = 0;
   stateChanges = 0;
-  invalidationsReceived = 0;
-  /** Invalidations whose acknowledgements did not all arrive within backend-timeout. */
-  invalidationAckTimeouts = 0;
   /** Calls answered by the policy at once because their node had MAX_PENDING_PER_NODE calls pending. */
   overflows = 0;
   /** The most calls one node had pending at once so far (never above MAX_PENDING_PER_NODE). */
@@ -120,6 +105,8 @@ export class RedisBackend {
 
   private readonly client: Client;
   private readonly subscriber: Client;
+  /** Resets heard from and told to the other sidecars (src/backend/invalidations.ts). */
+  private readonly invalidations: InvalidationChannel;
   private readonly inFlight: InFlight[] = [];
   private inFlightHead = 0;
   private timer: NodeJS.Timeout | null = null;
@@ -128,15 +115,6 @@ export class RedisBackend {
   /** The one node of a standalone backend; a Cluster's masters by node key. */
   private readonly single: NodeState = newNode('standalone');
   private readonly nodesByKey = new Map<string, NodeState>();
-  /** This sidecar on the invalidation channel (random, per process). */
-  private readonly sidecarId = randomBytes(8).toString('hex');
-  private invalidationSeq = 0;
-  /** Invalidations this sidecar published, waiting for acknowledgements, by nonce. */
-  private readonly ackWaits = new Map<string, AckWait>();
-  /** Where the other sidecars acknowledge this one's invalidations. */
-  private readonly ackChannel: string;
-  /** Sidecars heard on the channel: id → when (ms). */
-  private readonly peers = new Map<string, number>();
   /** When the Cluster's slot map was last asked to refresh (ms). */
   private lastRefreshMs = 0;
   /** The connections' writes are held until the end of this turn (cork). */
@@ -154,10 +132,8 @@ export class RedisBackend {
   ) {
     this.timeoutMs = timeoutMs;
     this.policy = policy;
-    this.channel = `${prefix}__invalidate`;
-    this.ackChannel = `${this.channel}:${this.sidecarId}`;
     this.prefixBytes = Buffer.from(prefix);
-    this.client = this.connect();
+    this.client = connectBackend(target, timeoutMs);
     this.client.defineCommand('cellgateLimit', { lua: limiterScript });
     this.client.defineCommand('cellgateType', { lua: typeScript });
     this.client.on('ready', () => this.setState('up', 'connected'));
@@ -168,56 +144,13 @@ export class RedisBackend {
     host.after('backend connect', CONNECT_GRACE_MS, () => {
       if (this.state === 'connecting') this.setState('down', this.lastError !== '' ? this.lastError : `not connected after ${CONNECT_GRACE_MS} ms`);
     });
-    this.subscriber = this.connect();
-    this.subscriber.on('ready', () => this.subscribe());
-    this.subscriber.on('close', () => {
-      // Invalidations could be missed from now on: forget what was cached and cache nothing until
-      // the subscription is back.
-      this.cache.enabled = false;
-      this.cache.clear();
+    this.subscriber = connectBackend(target, timeoutMs);
+    this.invalidations = new InvalidationChannel(`${prefix}__invalidate`, this.client, this.subscriber, this.cache, {
+      clusterMode: target.mode === 'cluster',
+      timeoutMs: () => this.timeoutMs,
+      after: (name, ms, task) => host.after(name, ms, task),
+      noteError: (message) => this.noteError(message),
     });
-    this.subscriber.on('error', () => {
-      /* the main connection logs; this one only follows */
-    });
-    this.subscriber.on('messageBuffer', (channel: Buffer, message: Buffer) => this.onInvalidation(channel, message));
-  }
-
-  private connect(): Client {
-    const t = this.target;
-    const common: RedisOptions = {
-      username: t.username,
-      password: t.password,
-      // Calls never wait for a connection: while there is none they fail at once and get the
-      // policy's answer (a rate limiter must answer within its timeout, not queue).
-      enableOfflineQueue: false,
-      // Concurrent calls are pipelined on the connection either way (ioredis writes each command at
-      // once without waiting for earlier replies, and Node coalesces writes queued behind a busy
-      // socket). Its auto-pipelining mode also groups a turn's commands into one pipeline object,
-      // which measured 1-3 µs more sidecar CPU per call here and no less Redis CPU
-      // (bench/RESULTS.md, "Shared backend"): off.
-      enableAutoPipelining: false,
-      maxRetriesPerRequest: 0,
-      connectTimeout: Math.max(1000, this.timeoutMs * 10),
-      lazyConnect: false,
-      tls: t.tls ? {} : undefined,
-      retryStrategy: (times: number) => Math.min(MAX_RECONNECT_DELAY_MS, 50 * 2 ** Math.min(times, 6)),
-    };
-    if (t.mode === 'cluster') {
-      return new Cluster(t.nodes, {
-        enableOfflineQueue: false,
-        enableAutoPipelining: false,
-        clusterRetryStrategy: (times: number) => Math.min(MAX_RECONNECT_DELAY_MS, 50 * 2 ** Math.min(times, 6)),
-        // Follow a failover quickly: the slot map is refreshed on MOVED and on errors.
-        retryDelayOnFailover: 20,
-        retryDelayOnClusterDown: 50,
-        retryDelayOnTryAgain: 20,
-        // A slot map refresh asks one node at a time and moves on when it does not answer: a paused
-        // master must not hold the refresh that moves its slots away for long.
-        slotsRefreshTimeout: Math.max(500, this.timeoutMs * 2),
-        redisOptions: { ...common, retryStrategy: undefined } as RedisOptions,
-      });
-    }
-    return new Redis({ ...common, host: t.nodes[0].host, port: t.nodes[0].port, db: t.db });
   }
 
   /**
@@ -337,120 +270,21 @@ export class RedisBackend {
 
   /**
    * Tells every sidecar (this one included) that these client keys were reset (an empty list: all of
-   * them), and resolves once every sidecar subscribed has acknowledged that it dropped its cached
-   * refusals of them, or after backend-timeout (never rejects). A reset command replies after this,
-   * so a call sent to any sidecar after its reply cannot be answered by a refusal cached before it.
-   *
-   * On the channel, an invalidation is `I`, the nonce's length (one byte), the nonce (the sender's
-   * id, `:`, a sequence number), then `A` (every key) or `K` and the keys as [4-byte length][bytes].
-   * Its acknowledgement goes to the sender's own channel `<channel>:<id>` (so a reset costs one
-   * message per sidecar, not one per pair): `a`, the nonce's length, the nonce, then the
-   * acknowledging sidecar's id.
+   * them); resolves once every one has dropped its cached refusals of them, or after backend-timeout
+   * (src/backend/invalidations.ts). A reset command replies after this.
    */
   invalidate(keys: Buffer[]): Promise<void> {
-    const nonce = Buffer.from(`${this.sidecarId}:${++this.invalidationSeq}`, 'latin1');
-    const head = Buffer.from([0x49, nonce.length]);
-    const message = keys.length === 0
-      ? Buffer.concat([head, nonce, Buffer.from('A')])
-      : Buffer.concat([head, nonce, Buffer.from('K'), ...keys.flatMap((k) => [lengthPrefix(k.length), k])]);
-    const id = nonce.toString('latin1');
-    return new Promise((resolve) => {
-      const waiting: AckWait = { need: -1, got: 0, done: () => {} };
-      const finish = (): void => {
-        clearTimeout(timer);
-        this.ackWaits.delete(id);
-        resolve();
-      };
-      waiting.done = finish;
-      const timer = this.host.after('backend invalidation acks', this.timeoutMs, () => {
-        this.invalidationAckTimeouts++;
-        finish();
-      });
-      this.ackWaits.set(id, waiting);
-      this.client.publish(this.channel, message).then(
-        (receivers: number) => {
-          // One Redis counts every subscriber; a Cluster node only its own (the others hear it over
-          // the cluster bus), so there the sidecars heard from lately count too.
-          waiting.need = this.target.mode === 'cluster' ? Math.max(receivers, this.livePeers()) : receivers;
-          if (waiting.got >= waiting.need) finish();
-        },
-        (e: Error) => {
-          this.noteError(`publish: ${e.message}`);
-          finish();
-        },
-      );
-    });
+    return this.invalidations.invalidate(keys);
   }
 
-  /** Sidecars (this one included) heard on the channel within PEER_TTL_MS. */
-  private livePeers(): number {
-    const since = Date.now() - PEER_TTL_MS;
-    let n = 0;
-    for (const [id, at] of this.peers) {
-      if (at >= since) n++;
-      else this.peers.delete(id);
-    }
-    return n;
+  /** Invalidations heard from the sidecars (INFO backend). */
+  get invalidationsReceived(): number {
+    return this.invalidations.received;
   }
 
-  private onInvalidation(channel: Buffer, message: Buffer): void {
-    const name = channel.toString('latin1');
-    if ((name !== this.channel && name !== this.ackChannel) || message.length === 0) return;
-    const kind = message[0];
-    if (name === this.ackChannel) {
-      if (kind !== 0x61 || message.length < 2) return;
-      // An acknowledgement.
-      const end = 2 + message[1];
-      const wait = this.ackWaits.get(message.toString('latin1', 2, end));
-      this.notePeer(message.toString('latin1', end));
-      if (wait !== undefined && ++wait.got >= wait.need && wait.need >= 0) wait.done();
-      return;
-    }
-    this.invalidationsReceived++;
-    if (kind === 0x49 && message.length >= 3) {
-      const end = 2 + message[1];
-      const nonce = message.subarray(2, end);
-      this.notePeer(nonce.toString('latin1', 0, nonce.indexOf(0x3a)));
-      if (message[end] === 0x41) this.cache.clear();
-      else this.dropKeys(message, end + 1);
-      // Dropped: say so (the resetting sidecar replies to its client once every sidecar has).
-      const ack = Buffer.concat([Buffer.from([0x61, nonce.length]), nonce, Buffer.from(this.sidecarId, 'latin1')]);
-      const origin = nonce.toString('latin1', 0, nonce.indexOf(0x3a));
-      this.client.publish(`${this.channel}:${origin}`, ack).catch((e: Error) => this.noteError(`publish: ${e.message}`));
-      return;
-    }
-    // The earlier format, without acknowledgements: `*`, or the keys alone.
-    if (message.length === 1 && kind === 0x2a) this.cache.clear();
-    else this.dropKeys(message, 0);
-  }
-
-  private notePeer(id: string): void {
-    if (id === '') return;
-    this.peers.set(id, Date.now());
-    // Sidecars come and go (restarts): keep only those heard lately.
-    if (this.peers.size > 4096) this.livePeers();
-  }
-
-  /** Drops the cached refusals of the keys listed from `at` as [4-byte length][key bytes]... */
-  private dropKeys(message: Buffer, at: number): void {
-    let i = at;
-    while (i + 4 <= message.length) {
-      const n = message.readUInt32BE(i);
-      i += 4;
-      if (i + n > message.length) break;
-      this.cache.invalidateKey(message.toString('latin1', i, i + n));
-      i += n;
-    }
-  }
-
-  private subscribe(): void {
-    this.subscriber.subscribe(this.channel, this.ackChannel).then(
-      () => {
-        this.cache.clear();
-        this.cache.enabled = true;
-      },
-      (e: Error) => this.noteError(`subscribe: ${e.message}`),
-    );
+  /** Invalidations whose acknowledgements did not all arrive within backend-timeout (INFO backend). */
+  get invalidationAckTimeouts(): number {
+    return this.invalidations.ackTimeouts;
   }
 
   /** Attaches `done` to a call with the bounded wait. */
@@ -722,18 +556,3 @@ export function isDecision(e: Error): boolean {
   return m.startsWith('WRONGTYPE ') || m.startsWith('ERR GCRA ');
 }
 
-/**
- * Sends one command with Buffer replies. Not through `callBuffer`: with auto-pipelining on, ioredis 6
- * drops the command name of call/callBuffer on its way into the pipeline.
- */
-function send(client: Client, name: string, args: (Buffer | string | number)[]): Promise<unknown> {
-  const command = new Command(name, args, { replyEncoding: null });
-  client.sendCommand(command);
-  return command.promise;
-}
-
-function lengthPrefix(n: number): Buffer {
-  const b = Buffer.allocUnsafe(4);
-  b.writeUInt32BE(n, 0);
-  return b;
-}
