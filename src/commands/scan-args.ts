@@ -1,5 +1,5 @@
 /**
- * SCAN's arguments, parsed once for both keyspaces: the local one (src/commands/keys.ts) and the
+ * SCAN's arguments, parsed once for both keyspaces: the local one (src/store/local-keys.ts) and the
  * shared backend's (src/backend/backend-keys.ts).
  */
 import type { CommandArgs } from '../protocol/command-args.js';
