@@ -8,8 +8,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
 import { useRedis } from '../helpers/redis.js';
 import {
-  BACKEND_WIDE_ERROR, LIMITER_SCRIPT, TYPE_SCRIPT, limiterScriptArgv, parseLimiterReply, type ScriptLimit,
+  BACKEND_WIDE_ERROR, LIMITER_SCRIPT, TYPE_SCRIPT, limiterScriptArgv, parseLimiterReply, unitScriptArgv, type ScriptLimit,
 } from '../../src/backend/limiter-script.js';
+import { mulberry32 } from '../helpers/random.js';
 import { cellParams, type CellParams } from '../../src/limiters/cell-throttle.js';
 import { gcraParams, type GcraParams } from '../../src/limiters/redis-gcra.js';
 import { gcraMsParams, newGcraMsParams } from '../../src/limiters/gcra-ms.js';
@@ -368,5 +369,70 @@ describe('limiter script, call by call', () => {
     expect(() => parseLimiterReply([1, 1, 2, 0, 1, 1, 999, 0, 1, 0, -1, 1, 0], limits)).toThrow(TypeError);
     expect(() => parseLimiterReply([0, [0, 6, 0, -1, 0, -1]], [limits[0]])).toThrow(TypeError);
     expect(() => parseLimiterReply('OK', limits)).toThrow(TypeError);
+  });
+});
+
+describe('limiter script, a unit of calls (a transaction)', () => {
+  /** One call of a unit: its keys (without the test's prefix), limits, all-or-nothing. */
+  interface UnitCall {
+    keys: string[];
+    limits: ScriptLimit[];
+    all: boolean;
+  }
+
+  function randomCall(next: () => number): UnitCall {
+    const key = (): string => `k${Math.floor(next() * 3)}`;
+    const pick = Math.floor(next() * 6);
+    // Keys of each family are kept apart (c*, g* and r*), except r* keys of two RL.* types, which
+    // answer WRONGTYPE to each other.
+    if (pick === 0) return { keys: [`c${key()}`], limits: [cl(2, 3, 10, 1 + Math.floor(next() * 2))], all: false };
+    if (pick === 1) return { keys: [`g${key()}`], limits: [gcra(2, 3, 10, 1)], all: false };
+    const type = next() < 0.8 ? KeyType.FixedWindow : KeyType.TokenBucket;
+    if (pick === 5) {
+      return { keys: ['ra', 'rb'], limits: [rl(KeyType.FixedWindow, 3, 10_000, 1), rl(KeyType.FixedWindow, 2, 10_000, 1)], all: true };
+    }
+    const l = rl(type, 3, 10_000, 1);
+    return { keys: [`r${key()}`], limits: [pick === 4 ? { ...l, refund: 1 } as ScriptLimit : l], all: false };
+  }
+
+  async function oneByOne(prefix: string, calls: UnitCall[], nowUs: number): Promise<unknown[]> {
+    const out: unknown[] = [];
+    for (const c of calls) {
+      out.push(await call(c.keys.map((k) => prefix + k), c.limits, nowUs, c.all).catch((e: Error) => e.message));
+    }
+    return out;
+  }
+
+  async function asUnit(prefix: string, calls: UnitCall[], nowUs: number): Promise<unknown[]> {
+    const elements = calls.map((c) => (limiterScriptArgv(c.limits, c.all, nowUs) as Buffer[])[0]);
+    const keys = calls.flatMap((c) => c.keys.map((k) => prefix + k));
+    const reply = (await env.redis.evalsha(sha, keys.length, ...keys, ...unitScriptArgv(elements, nowUs))) as unknown[];
+    expect(reply).toHaveLength(calls.length);
+    return reply.map((r, i) => (r instanceof Error ? r.message : parseLimiterReply(r, calls[i].limits)));
+  }
+
+  it('decides each call as the same calls one by one, in order, a call\'s WRONGTYPE in its place (seeded)', async () => {
+    const next = mulberry32(20261202);
+    let wrongTypes = 0;
+    for (let round = 0; round < 30; round++) {
+      const calls = Array.from({ length: 2 + Math.floor(next() * 6) }, () => randomCall(next));
+      const at = T0 + round * 1_000_000;
+      const single = await oneByOne(`unit:s${round}:`, calls, at);
+      const unit = await asUnit(`unit:u${round}:`, calls, at);
+      expect(unit, JSON.stringify(calls.map((c) => c.keys))).toEqual(single);
+      wrongTypes += single.filter((r) => typeof r === 'string' && r.startsWith('WRONGTYPE ')).length;
+    }
+    // The seed's sequences do include WRONGTYPE answers in the middle of a unit.
+    expect(wrongTypes).toBeGreaterThan(0);
+  });
+
+  it('without a debug clock the unit reads TIME once', async () => {
+    const calls: UnitCall[] = [0, 1, 2].map((i) => ({ keys: [`t${i}`], limits: [rl(KeyType.FixedWindow, 3, 10_000, 1)], all: false }));
+    await env.redis.config('RESETSTAT');
+    const elements = calls.map((c) => (limiterScriptArgv(c.limits, false, null) as Buffer[])[0]);
+    const reply = (await env.redis.evalsha(sha, 3, 'unit:t0', 'unit:t1', 'unit:t2', ...unitScriptArgv(elements, null))) as unknown[];
+    expect(reply.map((r, i) => parseLimiterReply(r, calls[i].limits).limited)).toEqual([false, false, false]);
+    const stats = String(await env.redis.info('commandstats'));
+    expect(/cmdstat_time:calls=(\d+)/.exec(stats)?.[1]).toBe('1');
   });
 });
