@@ -37,6 +37,14 @@ import { isDecision, TIMED_OUT, type CallDone, type NodeState, type RedisBackend
 export const MAX_BACKEND_KEY_BYTES = 64 * 1024;
 export const KEY_TOO_LONG = `ERR key too long for the backend (at most ${MAX_BACKEND_KEY_BYTES} bytes)`;
 
+/**
+ * The most calls one script of a transaction decides: a longer transaction's calls go as several
+ * scripts, each of this many in order. One script keeps Redis busy for all its calls (nothing else
+ * runs meanwhile) and is answered within one backend-timeout or not at all: at some 10 µs of Redis
+ * time per call this stays a few ms.
+ */
+export const MAX_UNIT_CALLS = 512;
+
 export const CROSSSLOT = "CROSSSLOT Keys in request don't hash to the same slot (use a hash tag such as {user:42}:s and {user:42}:h)";
 
 /** A call sent (or to be sent, in a unit) to the backend, and what its answer needs. */
@@ -122,8 +130,12 @@ export class BackendLimiterStore implements LimiterStore {
       call: detachCall(call, keys, prefixLength), limits, keys, scriptArgv, node, client: sink.client, resolve: sink.client.defer(),
       cacheKey, signature, cost, sentAtUs: sink.nowUs, epoch: cache.epoch, clockUs,
     };
-    if (this.unit !== null) this.unit.push(sent);
-    else backend.limit(node, keys, scriptArgv, (error, reply) => this.answer(sent, error, reply));
+    if (this.unit === null) {
+      backend.limit(node, keys, scriptArgv, (error, reply) => this.answer(sent, error, reply));
+      return;
+    }
+    this.unit.push(sent);
+    if (this.unit.length === MAX_UNIT_CALLS) this.flushUnit();
   }
 
   beginUnit(): void {

@@ -79,6 +79,14 @@ describe('MULTI/EXEC on one Redis', () => {
     expect((replies as number[][]).map((r) => r[0])).toEqual([0, 0, 0, 1]);
   });
 
+  it('a transaction of more than 512 limiter calls goes as scripts of 512, in order', async () => {
+    await node.call('CONFIG', 'RESETSTAT');
+    const calls = Array.from({ length: 600 }, () => ['RL.FIXEDWINDOW', 'big:k', '550', '10000']);
+    const replies = (await execOf(sidecar.conns[0], calls)) as number[][];
+    expect(await scriptRuns(node)).toBe(2);
+    expect(replies.map((r) => r[2])).toEqual(Array.from({ length: 600 }, (_, i) => Math.max(0, 549 - i)));
+  });
+
   it('a call answering WRONGTYPE does not stop the calls after it', async () => {
     await sidecar.admin.call('RL.TOKENBUCKET', 'wt:k', '5', '1000');
     await node.call('CONFIG', 'RESETSTAT');
