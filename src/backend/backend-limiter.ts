@@ -23,7 +23,6 @@ import type { ReplyWriter } from '../protocol/reply-writer.js';
 import type { Stats } from '../server/stats.js';
 import { detachCall, type LimiterCall } from '../store/limiter-call.js';
 import { replyFive, WRONGTYPE, writeSix } from '../store/limiter-replies.js';
-import type { PolicyLimiterStore } from '../store/policy-limiter.js';
 import type { LimiterStore, ReplyPlace, StoreSink, UnitKeyCheck } from '../store/store.js';
 import { keySlot } from './key-slot.js';
 import { limiterScriptArgv, parseLimiterReply, unitScriptArgv, type ScriptLimit, type ScriptOutcome } from './limiter-script.js';
@@ -74,8 +73,8 @@ export class BackendLimiterStore implements LimiterStore {
 
   constructor(
     private readonly backend: RedisBackend,
-    /** Answers the calls the backend does not. */
-    private readonly fallback: PolicyLimiterStore,
+    /** Answers the calls the backend does not: the `backend-unavailable` policy (src/store/policy-limiter.ts). */
+    private readonly fallback: LimiterStore,
     private readonly stats: Stats,
     private readonly clock: Clock,
   ) {}
@@ -241,7 +240,7 @@ export class BackendLimiterStore implements LimiterStore {
       return;
     }
     backend.policyDecisions++;
-    this.fallback.decide(call, sink, backend.policy);
+    this.fallback.decide(call, sink);
   }
 
   /** The call's keys, prefixed (copies: they outlive this turn), or null after KEY_TOO_LONG. */

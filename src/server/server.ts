@@ -377,7 +377,7 @@ export class Server implements CommandServer {
     const target = parseBackendUrl(url);
     this.backend = new RedisBackend(target, this.config.get('backend-prefix'), this.config.int('backend-timeout'),
       this.config.get('backend-unavailable') as UnavailablePolicy, LIMITER_SCRIPT, TYPE_SCRIPT, { log: this.log, after: (name, ms, task) => this.tasks.after(name, ms, task) });
-    const limiter = new BackendLimiterStore(this.backend, new PolicyLimiterStore(this.localLimiter, this.stats), this.stats, this.clock);
+    const limiter = new BackendLimiterStore(this.backend, new PolicyLimiterStore(this.localLimiter, this.stats, this.backend), this.stats, this.clock);
     this.ctx.limiter = limiter;
     this.ctx.keys = new BackendKeyStore(this.backend, this.localKeys, limiter, this.stats, this.clock);
     this.log.notice(`limiter state on the backend ${target.display} (${target.mode}, prefix '${this.config.get('backend-prefix')}', timeout ${this.config.int('backend-timeout')} ms, backend-unavailable ${this.config.get('backend-unavailable')})`, { backend: target.display });

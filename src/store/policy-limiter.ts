@@ -10,21 +10,24 @@ import type { Stats } from '../server/stats.js';
 import type { LimiterCall } from './limiter-call.js';
 import { replyFive, writeSix } from './limiter-replies.js';
 import { LocalLimiterStore } from './local-limiter.js';
-import type { StoreSink } from './store.js';
+import type { LimiterStore, StoreSink, UnitKeyCheck } from './store.js';
 
 export type UnavailablePolicy = 'local' | 'allow' | 'deny';
 
-export class PolicyLimiterStore {
+export class PolicyLimiterStore implements LimiterStore {
   private scratch: LocalLimiterStore | null = null;
 
   constructor(
     /** The process's own store (`local`). */
     private readonly local: LocalLimiterStore,
     private readonly stats: Stats,
+    /** Where the policy is read, at each call (CONFIG SET backend-unavailable changes it). */
+    private readonly setting: { readonly policy: UnavailablePolicy },
   ) {}
 
-  /** Answers `call` by `policy` into the sink, at once. */
-  decide(call: LimiterCall, sink: StoreSink, policy: UnavailablePolicy): void {
+  /** Answers `call` by the policy into the sink, at once. */
+  decide(call: LimiterCall, sink: StoreSink): void {
+    const policy = this.setting.policy;
     if (policy === 'deny') {
       writeDenied(sink, call);
       call.counter?.count(this.stats, true);
@@ -41,6 +44,13 @@ export class PolicyLimiterStore {
     } finally {
       scratch.keyspace.clear();
     }
+  }
+
+  // Each answer is given at once, on this process: a unit needs nothing more.
+  beginUnit(): void {}
+  endUnit(): void {}
+  unitKeys(): UnitKeyCheck | null {
+    return null;
   }
 }
 
