@@ -152,6 +152,27 @@ describe('MULTI/EXEC on one Redis', () => {
   });
 });
 
+describe('MULTI/EXEC with the backend down', () => {
+  it('the policy answers the whole transaction: local as without a backend, allow as fresh keys, deny refused', async () => {
+    const down = await startSidecar('redis://127.0.0.1:1', { conns: 1, waitUp: false, args: ['--backend-unavailable', 'local'] });
+    const local = await startSidecar('', { conns: 1 });
+    try {
+      await freezeClocks([down, local], T0);
+      const before = Number((await backendInfo(down)).backend_policy_decisions);
+      const replies = await execOf(down.conns[0], threeCalls('off'));
+      expect(replies).toEqual(await execOf(local.conns[0], threeCalls('off')));
+      expect(Number((await backendInfo(down)).backend_policy_decisions) - before).toBe(4);
+      await down.admin.call('CONFIG', 'SET', 'backend-unavailable', 'allow');
+      // allow: each call as on a fresh key, the second spend on `fw` included (nothing kept).
+      expect(((await execOf(down.conns[0], threeCalls('fresh'))) as number[][]).map((r) => r[0])).toEqual([0, 0, 0, 0]);
+      await down.admin.call('CONFIG', 'SET', 'backend-unavailable', 'deny');
+      expect(((await execOf(down.conns[0], threeCalls('no'))) as number[][]).map((r) => r[0])).toEqual([1, 1, 1, 1]);
+    } finally {
+      await stopSidecars([down, local]);
+    }
+  });
+});
+
 describe('MULTI/EXEC on a Redis Cluster', () => {
   let cluster: RedisCluster;
   let sidecar: Sidecar;
