@@ -1,5 +1,5 @@
 /**
- * Where limiter decisions are taken and keys are read and reset (docs/backend.md, "Stores"): the
+ * Where limiter decisions are taken and keys are read and reset (docs/backend.md): the
  * commands parse their arguments into a LimiterCall and hand it to a LimiterStore with a sink for the
  * reply; the keyspace commands go through a KeyStore. A store is picked once, at start: this
  * process's keyspace (src/store/local-limiter.ts, local-keys.ts: synchronous) or the shared backend
