@@ -68,8 +68,8 @@ export const BACKEND_LOG_LIMIT_ERROR = `ERR RL.SLIDINGLOG limit above ${MAX_BACK
  * entries as (ms, running total).
  *
  * ARGV (limiterScriptArgv) is one binary string: a flags byte (1: all-or-nothing, 2: the debug clock
- * is given; 4: a unit of several calls, see unitScriptArgv), the debug clock in µs as a little-endian double, then per limit 49 bytes: the op code
- * and six little-endian doubles. An RL.* op code in uppercase (single-limit calls only) is a
+ * is given; 4: a unit of several calls, see unitScriptArgv), the debug clock in µs as a
+ * little-endian double, then per limit 49 bytes: the op code and six little-endian doubles. An RL.* op code in uppercase (single-limit calls only) is a
  * `REFUND n`, n in the cost's place. One element, as each costs the sidecar's client CPU to send, and
  * binary, as one struct.unpack is cheaper in Redis than parsing and tonumber of decimal strings.
  *
