@@ -1,0 +1,408 @@
+/**
+ * The rate limit service's configuration: envoyproxy/ratelimit's YAML format, unchanged
+ * (docs/envoy.md). Every `*.yaml` file of the `rls-config` directory holds one `domain` and its
+ * tree of `descriptors`; a request's descriptor is matched against that tree level by level, the
+ * most specific node winning (`key_value`, then a wildcard value, then the bare `key`).
+ *
+ * Loading refuses what envoyproxy/ratelimit refuses, with its error texts, each prefixed by the
+ * file's name and followed by where in the file the fault is (`descriptors[0].rate_limit`).
+ * cellgate adds `algorithm` and `burst` to `rate_limit` (an extension: without them a file counts
+ * exactly as it does there, in fixed windows).
+ */
+import { readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { isMap, isScalar, isSeq, parseDocument, type Node as YamlNode } from 'yaml';
+
+/** A rate limit unit as Envoy's API names it, with its window in seconds (envoyproxy/ratelimit's UnitToDivider). */
+export const UNIT_SECONDS: Readonly<Record<string, number>> = {
+  SECOND: 1,
+  MINUTE: 60,
+  HOUR: 3600,
+  DAY: 86400,
+  WEEK: 7 * 86400,
+  MONTH: 30 * 86400,
+  YEAR: 365 * 86400,
+};
+
+/** cellgate's extension: how a limit counts. fixed_window counts as envoyproxy/ratelimit does. */
+export const ALGORITHMS = ['fixed_window', 'sliding_window', 'sliding_log', 'token_bucket', 'leaky_bucket', 'gcra'] as const;
+export type RlsAlgorithm = (typeof ALGORITHMS)[number];
+const BURST_ALGORITHMS: ReadonlySet<string> = new Set(['token_bucket', 'leaky_bucket', 'gcra']);
+/** The sliding log keeps one timestamp per unit: its limit is bounded as RL.SLIDINGLOG's. */
+const MAX_SLIDING_LOG_LIMIT = 1_000_000;
+const MAX_UINT32 = 4294967295;
+
+/** One configured (or per-request override) limit. */
+export interface RlsLimit {
+  requestsPerUnit: number;
+  /** The unit's name (SECOND...), as the response's current_limit carries it; '' for unlimited. */
+  unit: string;
+  unitSeconds: number;
+  unlimited: boolean;
+  name: string;
+  replaces: string[];
+  shadowMode: boolean;
+  quotaMode: boolean;
+  detailedMetric: boolean;
+  algorithm: RlsAlgorithm;
+  burst: number;
+  /** The stats key: domain.key_value.subkey... (envoyproxy/ratelimit's FullKey). */
+  fullKey: string;
+}
+
+interface DescriptorNode {
+  children: Map<string, DescriptorNode>;
+  /** Wildcard children (`key_val*`), in file order, split on `*` once at load. */
+  wildcards: { key: string; parts: string[] }[];
+  limit: RlsLimit | null;
+  valueToMetric: boolean;
+  shareThreshold: boolean;
+  wildcardPattern: string;
+}
+
+/** What a request descriptor matched: the limit, the stats key, and per entry the share_threshold pattern ('' = own value). */
+export interface MatchedLimit {
+  limit: RlsLimit;
+  statsKey: string;
+  sharePatterns: string[] | null;
+}
+
+export interface RequestEntry {
+  key: string;
+  value: string;
+}
+
+export class RlsConfigError extends Error {}
+
+/** The keys any map of a file may use (envoyproxy/ratelimit's validKeys, plus cellgate's algorithm and burst). */
+const VALID_KEYS = new Set([
+  'domain', 'key', 'value', 'descriptors', 'rate_limit', 'unit', 'requests_per_unit', 'unlimited', 'shadow_mode',
+  'quota_mode', 'name', 'replaces', 'detailed_metric', 'value_to_metric', 'share_threshold', 'metadata',
+  'algorithm', 'burst',
+]);
+
+function newNode(): DescriptorNode {
+  return { children: new Map(), wildcards: [], limit: null, valueToMetric: false, shareThreshold: false, wildcardPattern: '' };
+}
+
+/** envoyproxy/ratelimit's wildcardMatch: each `*` matches any run of characters (none included). */
+function wildcardMatch(parts: string[], value: string): boolean {
+  if (parts.length === 1) return parts[0] === value;
+  const first = parts[0];
+  const last = parts[parts.length - 1];
+  if (!value.startsWith(first) || !value.endsWith(last)) return false;
+  let fixed = 0;
+  for (const p of parts) fixed += p.length;
+  if (value.length < fixed) return false;
+  let at = first.length;
+  const end = value.length - last.length;
+  for (let i = 1; i < parts.length - 1; i++) {
+    const idx = value.indexOf(parts[i], at);
+    if (idx < 0 || idx + parts[i].length > end) return false;
+    at = idx + parts[i].length;
+  }
+  return true;
+}
+
+export class RlsConfig {
+  readonly domains = new Map<string, DescriptorNode>();
+  /** The files it was loaded from, for logs. */
+  files: string[] = [];
+
+  /**
+   * The limit of one request descriptor in `domain` (envoyproxy/ratelimit's GetLimit), or null when
+   * nothing applies. `override` (the descriptor's own `limit`) wins over the configuration.
+   */
+  getLimit(domain: string, entries: RequestEntry[], override: { requestsPerUnit: number; unit: string } | null): MatchedLimit | null {
+    const root = this.domains.get(domain);
+    if (root === undefined) return null;
+    if (override !== null) {
+      const key = descriptorKey(domain, entries);
+      const unitSeconds = UNIT_SECONDS[override.unit];
+      if (unitSeconds === undefined) return null;
+      return {
+        limit: {
+          requestsPerUnit: override.requestsPerUnit, unit: override.unit, unitSeconds, unlimited: false, name: '', replaces: [],
+          shadowMode: false, quotaMode: false, detailedMetric: false, algorithm: 'fixed_window', burst: 0, fullKey: key,
+        },
+        statsKey: key,
+        sharePatterns: null,
+      };
+    }
+    let map = root.children;
+    let prev = root;
+    let found: RlsLimit | null = null;
+    let sharePatterns: string[] | null = null;
+    let detailedKey = domain;
+    let valueKey = domain;
+    for (let i = 0; i < entries.length; i++) {
+      const entry = entries[i];
+      let finalKey = `${entry.key}_${entry.value}`;
+      detailedKey += '.' + finalKey;
+      let next = map.get(finalKey);
+      let wildcardKey = '';
+      if (next === undefined) {
+        for (const w of prev.wildcards) {
+          if (wildcardMatch(w.parts, finalKey)) {
+            next = map.get(w.key);
+            wildcardKey = w.key;
+            break;
+          }
+        }
+      }
+      const matchedUsingValue = next !== undefined;
+      if (next === undefined) {
+        finalKey = entry.key;
+        next = map.get(finalKey);
+      }
+      let sharePattern = '';
+      if (wildcardKey !== '' && next !== undefined && next.shareThreshold && next.wildcardPattern !== '') {
+        sharePattern = next.wildcardPattern.startsWith(entry.key + '_') ? next.wildcardPattern.slice(entry.key.length + 1) : next.wildcardPattern;
+        sharePatterns ??= new Array<string>(entries.length).fill('');
+        sharePatterns[i] = sharePattern;
+      }
+      valueKey += '.';
+      if (next !== undefined) {
+        let valueToUse = '';
+        if (wildcardKey !== '') {
+          if (sharePattern !== '') valueToUse = sharePattern;
+          else if (next.valueToMetric) valueToUse = entry.value;
+          else valueToUse = wildcardKey.startsWith(entry.key + '_') ? wildcardKey.slice(entry.key.length + 1) : wildcardKey;
+        } else if (matchedUsingValue) valueToUse = entry.value;
+        else if (next.valueToMetric) valueToUse = entry.value;
+        valueKey += valueToUse !== '' ? `${entry.key}_${valueToUse}` : entry.key;
+      } else valueKey += entry.key;
+      // A limit applies only when the request's descriptor ends at its node: a longer descriptor
+      // ending below it is not limited by it.
+      if (next !== undefined && next.limit !== null && i === entries.length - 1) found = next.limit;
+      if (next !== undefined && next.children.size > 0) {
+        map = next.children;
+        prev = next;
+      } else break;
+    }
+    if (found === null) return null;
+    let statsKey = found.fullKey;
+    if (found.detailedMetric) {
+      if (sharePatterns !== null) {
+        statsKey = domain;
+        for (let i = 0; i < entries.length; i++) {
+          const e = entries[i];
+          statsKey += '.' + (sharePatterns[i] !== '' ? `${e.key}_${sharePatterns[i]}` : e.value !== '' ? `${e.key}_${e.value}` : e.key);
+        }
+      } else statsKey = detailedKey;
+    } else if (valueKey !== found.fullKey) statsKey = valueKey;
+    return { limit: found, statsKey, sharePatterns };
+  }
+}
+
+/** envoyproxy/ratelimit's descriptorKey: the stats key of a per-request override. */
+function descriptorKey(domain: string, entries: RequestEntry[]): string {
+  let key = '';
+  for (const e of entries) {
+    if (key !== '') key += '.';
+    key += e.key;
+    if (e.value !== '') key += '_' + e.value;
+  }
+  return `${domain}.${key}`;
+}
+
+/** Loads every `*.yaml` file of `dir` (sorted by name) into one configuration; throws RlsConfigError. */
+export function loadRlsConfigDir(dir: string): RlsConfig {
+  let names: string[];
+  try {
+    names = readdirSync(dir).filter((n) => n.endsWith('.yaml')).sort();
+  } catch (e) {
+    throw new RlsConfigError(`${dir}: cannot read the configuration directory: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);
+  }
+  const files: { name: string; text: string }[] = [];
+  for (const name of names) {
+    let text: string;
+    try {
+      text = readFileSync(join(dir, name), 'utf8');
+    } catch (e) {
+      throw new RlsConfigError(`${name}: cannot read: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);
+    }
+    files.push({ name, text });
+  }
+  return loadRlsConfig(files);
+}
+
+/** Builds a configuration from files' texts (`name` is what errors name); throws RlsConfigError. */
+export function loadRlsConfig(files: { name: string; text: string }[]): RlsConfig {
+  const config = new RlsConfig();
+  for (const f of files) new FileLoader(f.name, config).load(f.text);
+  config.files = files.map((f) => f.name);
+  return config;
+}
+
+/** A YAML mapping's entries as [key, value node]; keys that are not strings are refused by validateKeys first. */
+type Fields = Map<string, unknown>;
+
+class FileLoader {
+  constructor(
+    private readonly file: string,
+    private readonly config: RlsConfig,
+  ) {}
+
+  private fail(text: string, at: string): never {
+    throw new RlsConfigError(at === '' ? `${this.file}: ${text}` : `${this.file}: ${text} (at ${at})`);
+  }
+
+  load(text: string): void {
+    // YAML 1.1, as envoyproxy/ratelimit's parser (yaml.v2): yes/no/on/off are booleans.
+    const doc = parseDocument(text, { version: '1.1', uniqueKeys: true, prettyErrors: false });
+    if (doc.errors.length > 0) this.fail(`error loading config file: ${doc.errors[0].message.split('\n')[0]}`, '');
+    const contents = doc.contents;
+    if (contents === null || (isScalar(contents) && (contents.value === null || contents.value === ''))) {
+      this.fail('config file cannot have empty domain', '');
+    }
+    if (!isMap(contents)) this.fail('error loading config file: the document is not a mapping', '');
+    const root = this.fields(contents, '');
+    const domain = this.string(root, 'domain', '');
+    if (domain === '') this.fail('config file cannot have empty domain', 'domain');
+    if (this.config.domains.has(domain)) this.fail(`duplicate domain '${domain}' in config file`, 'domain');
+    const node = newNode();
+    this.loadDescriptors(node, `${domain}.`, root.get('descriptors'), 'descriptors');
+    this.config.domains.set(domain, node);
+  }
+
+  /**
+   * A mapping's fields, after envoyproxy/ratelimit's validateYamlKeys: every key a string and a
+   * known name (anywhere in the file), every list a list of mappings, every leaf a string, integer,
+   * boolean or null; `metadata` is not looked into.
+   */
+  private fields(map: unknown, at: string): Fields {
+    const out: Fields = new Map();
+    if (!isMap(map)) this.fail('config error, yaml file contains list of type other than map', at);
+    for (const pair of map.items) {
+      const k = pair.key;
+      if (!isScalar(k) || typeof k.value !== 'string') {
+        this.fail(`config error, key is not of type string: ${isScalar(k) ? String(k.value) : String(k)}`, at);
+      }
+      const name = k.value as string;
+      const here = at === '' ? name : `${at}.${name}`;
+      if (!VALID_KEYS.has(name)) this.fail(`config error, unknown key '${name}'`, here);
+      const v = pair.value as YamlNode | null;
+      if (name !== 'metadata') {
+        if (isSeq(v)) {
+          v.items.forEach((item, i) => {
+            if (!isMap(item)) this.fail(`config error, yaml file contains list of type other than map: ${String(isScalar(item) ? item.value : item)}`, `${here}[${i}]`);
+          });
+        } else if (isMap(v)) this.fields(v, here);
+        else if (v !== null && isScalar(v)) {
+          const t = typeof v.value;
+          // A date (YAML 1.1 timestamp) is text to yaml.v2 as well.
+          const ok = v.value === null || t === 'string' || t === 'boolean' || (t === 'number' && Number.isInteger(v.value)) || v.value instanceof Date;
+          if (!ok) this.fail('error checking config', here);
+        } else if (v !== null) this.fail('error checking config', here);
+      }
+      out.set(name, v);
+    }
+    return out;
+  }
+
+  /**
+   * A string field: absent or null is ''; a number or boolean is its text, as yaml.v2 decodes any
+   * scalar into a string field.
+   */
+  private string(f: Fields, name: string, at: string): string {
+    const v = f.get(name);
+    if (v === undefined || v === null) return '';
+    if (!isScalar(v)) this.fail(`error loading config file: '${name}' must be a string`, at === '' ? name : `${at}.${name}`);
+    if (v.value === null) return '';
+    return typeof v.source === 'string' ? v.source : String(v.value);
+  }
+
+  private bool(f: Fields, name: string, at: string): boolean {
+    const v = f.get(name);
+    if (v === undefined || v === null || (isScalar(v) && v.value === null)) return false;
+    if (!isScalar(v) || typeof v.value !== 'boolean') this.fail(`error loading config file: '${name}' must be true or false`, `${at}.${name}`);
+    return v.value as boolean;
+  }
+
+  /** An unsigned integer field (requests_per_unit: uint32 there). */
+  private uint(f: Fields, name: string, at: string, max: number): number {
+    const v = f.get(name);
+    if (v === undefined || v === null || (isScalar(v) && v.value === null)) return 0;
+    if (!isScalar(v) || typeof v.value !== 'number' || !Number.isInteger(v.value) || v.value < 0 || v.value > max) {
+      this.fail(`error loading config file: '${name}' must be an integer between 0 and ${max}`, `${at}.${name}`);
+    }
+    return v.value as number;
+  }
+
+  private loadDescriptors(parent: DescriptorNode, parentKey: string, list: unknown, at: string): void {
+    if (list === undefined || list === null || (isScalar(list) && list.value === null)) return;
+    if (!isSeq(list)) this.fail('error loading config file: \'descriptors\' must be a list', at);
+    list.items.forEach((item, i) => {
+      const here = `${at}[${i}]`;
+      const d = this.fields(item, here);
+      const key = this.string(d, 'key', here);
+      if (key === '') this.fail('descriptor has empty key', `${here}.key`);
+      const value = this.string(d, 'value', here);
+      const finalKey = value !== '' ? `${key}_${value}` : key;
+      const newParentKey = parentKey + finalKey;
+      if (parent.children.has(finalKey)) this.fail(`duplicate descriptor composite key '${newParentKey}'`, here);
+      const shadowMode = this.bool(d, 'shadow_mode', here);
+      const quotaMode = this.bool(d, 'quota_mode', here);
+      const detailedMetric = this.bool(d, 'detailed_metric', here);
+      const valueToMetric = this.bool(d, 'value_to_metric', here);
+      const shareThreshold = this.bool(d, 'share_threshold', here);
+      let limit: RlsLimit | null = null;
+      const rl = d.get('rate_limit');
+      if (rl !== undefined && rl !== null && !(isScalar(rl) && rl.value === null)) {
+        limit = this.loadRateLimit(this.fields(rl, `${here}.rate_limit`), `${here}.rate_limit`, newParentKey, shadowMode, quotaMode, detailedMetric);
+      }
+      if (shareThreshold && !finalKey.includes('*')) {
+        this.fail(`share_threshold can only be used with wildcard values (containing '*'), but found key '${finalKey}'`, `${here}.share_threshold`);
+      }
+      if (finalKey.includes('*')) parent.wildcards.push({ key: finalKey, parts: finalKey.split('*') });
+      const node = newNode();
+      node.limit = limit;
+      node.valueToMetric = valueToMetric;
+      node.shareThreshold = shareThreshold;
+      node.wildcardPattern = shareThreshold ? finalKey : '';
+      this.loadDescriptors(node, `${newParentKey}.`, d.get('descriptors'), `${here}.descriptors`);
+      parent.children.set(finalKey, node);
+    });
+  }
+
+  private loadRateLimit(r: Fields, at: string, fullKey: string, shadowMode: boolean, quotaMode: boolean, detailedMetric: boolean): RlsLimit {
+    const unlimited = this.bool(r, 'unlimited', at);
+    const unitText = this.string(r, 'unit', at);
+    const unit = unitText.toUpperCase();
+    const unitSeconds = UNIT_SECONDS[unit];
+    if (unlimited) {
+      if (unitSeconds !== undefined) this.fail('should not specify rate limit unit when unlimited', `${at}.unit`);
+    } else if (unitSeconds === undefined) this.fail(`invalid rate limit unit '${unitText}'`, `${at}.unit`);
+    const requestsPerUnit = this.uint(r, 'requests_per_unit', at, MAX_UINT32);
+    const name = this.string(r, 'name', at);
+    const replaces: string[] = [];
+    const rep = r.get('replaces');
+    if (rep !== undefined && rep !== null && !(isScalar(rep) && rep.value === null)) {
+      if (!isSeq(rep)) this.fail('error loading config file: \'replaces\' must be a list', `${at}.replaces`);
+      rep.items.forEach((item, i) => {
+        const e = this.fields(item, `${at}.replaces[${i}]`);
+        const n = this.string(e, 'name', `${at}.replaces[${i}]`);
+        if (n === '') this.fail('should not have an empty replaces entry', `${at}.replaces[${i}]`);
+        if (n === name) this.fail('replaces should not contain name of same descriptor', `${at}.replaces[${i}]`);
+        replaces.push(n);
+      });
+    }
+    const algorithmText = this.string(r, 'algorithm', at);
+    const algorithm = (algorithmText === '' ? 'fixed_window' : algorithmText.toLowerCase()) as RlsAlgorithm;
+    if (!ALGORITHMS.includes(algorithm)) this.fail(`invalid algorithm '${algorithmText}': one of ${ALGORITHMS.join(', ')}`, `${at}.algorithm`);
+    const burstGiven = r.has('burst');
+    const burst = this.uint(r, 'burst', at, MAX_UINT32);
+    if (burstGiven && !BURST_ALGORITHMS.has(algorithm)) this.fail(`burst does not apply to algorithm '${algorithm}' (only ${[...BURST_ALGORITHMS].join(', ')})`, `${at}.burst`);
+    if (!unlimited && algorithm !== 'fixed_window' && requestsPerUnit === 0) {
+      this.fail(`algorithm '${algorithm}' needs requests_per_unit of at least 1`, `${at}.requests_per_unit`);
+    }
+    if (algorithm === 'sliding_log' && requestsPerUnit > MAX_SLIDING_LOG_LIMIT) {
+      this.fail(`requests_per_unit of a sliding_log must be at most ${MAX_SLIDING_LOG_LIMIT}`, `${at}.requests_per_unit`);
+    }
+    return {
+      requestsPerUnit, unit: unlimited ? '' : unit, unitSeconds: unitSeconds ?? 0, unlimited, name, replaces,
+      shadowMode, quotaMode, detailedMetric, algorithm, burst, fullKey,
+    };
+  }
+}
