@@ -23,7 +23,7 @@ COPY scripts/embed-lua.mjs ./scripts/
 COPY src ./src
 RUN npm run build && npm prune --omit=dev --no-audit --no-fund
 
-# ---- runtime: node, dist/, package.json and the one runtime dependency (ioredis, for `backend`) -----
+# ---- runtime: node, dist/, package.json and the runtime dependencies (ioredis for `backend`; grpc-js, proto-loader, yaml for rls-port)
 FROM node:20-bookworm-slim
 # Listen on every interface so other containers can connect (IPv6 too where the network has it: the
 # leading '-' makes that address optional), but stay protected: clients from outside the container
@@ -39,6 +39,8 @@ WORKDIR /app
 COPY --from=build /src/package.json ./
 COPY --from=build /src/dist ./dist
 COPY --from=build /src/node_modules ./node_modules
+# The gRPC rate limit service's message definitions (rls-port; docs/envoy.md), read at start.
+COPY proto ./proto
 COPY docker/healthcheck.mjs ./healthcheck.mjs
 RUN mkdir -p /data && chown node:node /data
 USER node
