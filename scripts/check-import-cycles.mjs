@@ -52,6 +52,7 @@ const RANKS = [
   ['server-parts'],
   ['config'],
   ['commands'],
+  ['rls'],
   ['server'],
   ['main'],
 ];

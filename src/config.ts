@@ -22,6 +22,8 @@ function envName(name: string): string {
 
 export class Config {
   private readonly values = new Map<string, string>();
+  /** Bumped by every set: a reader caches what it derives from values until this moves. */
+  generation = 0;
   /** The config file given at start, if any (INFO config_file). */
   configFile = '';
 
@@ -61,6 +63,7 @@ export class Config {
     const def = BY_NAME.get(name.toLowerCase());
     if (def === undefined) throw new ConfigError(`unknown option '${name}'${REFUSED[name.toLowerCase()] ? `: ${REFUSED[name.toLowerCase()]}` : ''}`);
     if (runtime && !def.mutable) throw new ConfigError('can\'t set immutable config');
+    this.generation++;
     if (def.kind.type === 'enum') {
       const why = REFUSED_VALUES[`${def.name} ${value.toString().trim().toLowerCase()}`];
       if (why !== undefined) throw new ConfigError(why);

@@ -39,6 +39,8 @@ import { JournalError } from './persistence/journal-format.js';
 import { APPENDONLY_WITH_BACKEND, Server } from './server/server.js';
 import { VERSION } from './version.js';
 import { warmUp, WARMUP_ROUNDS } from './server/warmup.js';
+import { metricsExtensions } from './server/metrics.js';
+import { RlsRuntime } from './rls/index.js';
 import { performance } from 'node:perf_hooks';
 
 const USAGE = `Usage: cellgate-server [/path/to/cellgate.conf] [--option value ...]
@@ -121,13 +123,20 @@ async function main(argv: string[]): Promise<void> {
 
   if (config.bool('appendonly') && config.get('backend') !== '') fail(`${APPENDONLY_WITH_BACKEND}; set appendonly no`);
 
+  const rlsRefusal = RlsRuntime.refusal(config);
+  if (rlsRefusal !== null) fail(rlsRefusal);
+
   const server = new Server(config, log);
   for (const signal of ['SIGTERM', 'SIGINT'] as const) {
     process.on(signal, () => server.shutdown(`received ${signal}`));
   }
   // Node's default for SIGHUP is to exit silently (a closed terminal, a supervisor's reload signal);
-  // cellgate has nothing to reload, so it says so and keeps running.
-  process.on('SIGHUP', () => log.warning('received SIGHUP: ignored (cellgate reads its configuration only at start; use CONFIG SET)'));
+  // cellgate reloads the rate limit service's files (rls-config) and otherwise says it has nothing to reload.
+  let rls: RlsRuntime | null = null;
+  process.on('SIGHUP', () => {
+    if (rls !== null) rls.reload('SIGHUP');
+    else log.warning('received SIGHUP: ignored (cellgate reads its configuration only at start; use CONFIG SET)');
+  });
   // The last net under the guarded scheduler (src/server/tasks.ts) and the per-command catch: an
   // exception or a rejected promise that escapes them anyway is logged and counted, and the limits
   // go on being served, rather than ending the process without its final snapshot.
@@ -157,6 +166,19 @@ async function main(argv: string[]): Promise<void> {
     await server.start();
   } catch (e) {
     fail((e as Error).message);
+  }
+  if (RlsRuntime.wanted(config)) {
+    const runtime = new RlsRuntime({
+      config, keyspace: server.keyspace, clock: server.clock, log, tasks: server.tasks,
+      unavailable: () => (server.snapshots.loading ? 'LOADING cellgate is loading the dataset in memory' : null),
+    });
+    metricsExtensions.push(runtime);
+    try {
+      await runtime.start();
+    } catch (e) {
+      fail((e as Error).message);
+    }
+    rls = runtime;
   }
   writePidfile(server);
   if (config.bool('appendonly')) {

@@ -109,6 +109,16 @@ export const DEFS: ConfigDef[] = [
   { name: 'metrics-port', kind: { type: 'int', min: 0, max: 65535 }, default: '0', mutable: false, help: 'Prometheus metrics port (0 = off)' },
   { name: 'metrics-bind', kind: { type: 'string' }, default: '127.0.0.1', mutable: false, help: 'addresses the metrics port listens on (loopback by default)' },
   { name: 'metrics-timeout', kind: { type: 'int', min: 100, max: 600_000 }, default: '5000', mutable: false, help: 'milliseconds a metrics-port connection may send nothing, take over its request, or stay idle between keep-alive requests before it is closed' },
+  { name: 'rls-port', kind: { type: 'int', min: 0, max: 65535 }, default: '0', mutable: false, help: 'gRPC port of Envoy\'s rate limit service, envoyproxy/ratelimit\'s 8081 (0 = off; docs/envoy.md)' },
+  { name: 'rls-bind', kind: { type: 'addresses' }, default: '', mutable: false, help: 'addresses the rate limit service listens on (empty = those of bind)' },
+  { name: 'rls-config', kind: { type: 'string' }, default: '', mutable: false, help: 'directory of envoyproxy/ratelimit YAML files (every *.yaml, one domain each), reloaded when a file changes and on SIGHUP' },
+  { name: 'rls-tls', kind: { type: 'bool' }, default: 'no', mutable: false, help: 'serve the rate limit service over TLS with tls-cert-file, tls-key-file, tls-ca-cert-file and tls-auth-clients' },
+  { name: 'rls-shadow-mode', kind: { type: 'bool' }, default: 'no', mutable: true, help: 'count as configured but answer OK to every request (envoyproxy/ratelimit\'s SHADOW_MODE)' },
+  { name: 'rls-response-headers', kind: { type: 'bool' }, default: 'no', mutable: true, help: 'add the limit, remaining and reset headers to each answer (envoyproxy/ratelimit\'s LIMIT_RESPONSE_HEADERS_ENABLED)' },
+  { name: 'rls-header-names', kind: { type: 'string' }, default: 'RateLimit-Limit RateLimit-Remaining RateLimit-Reset', mutable: true, help: 'the names of those three headers, space-separated (LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER)' },
+  { name: 'rls-key-prefix', kind: { type: 'string' }, default: '', mutable: false, help: 'prefix of the rate limit service\'s cache keys (envoyproxy/ratelimit\'s CACHE_KEY_PREFIX)' },
+  { name: 'rls-max-message-bytes', kind: { type: 'memory', min: 4096 }, default: '1048576', mutable: false, help: 'largest gRPC request message the rate limit service accepts' },
+  { name: 'rls-max-connections', kind: { type: 'int', min: 1, max: 1_000_000 }, default: '1024', mutable: false, help: 'most gRPC connections open at once; a new one beyond it is closed' },
 ];
 
 export const BY_NAME = new Map(DEFS.map((d) => [d.name, d]));

@@ -12,6 +12,8 @@
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { isMap, isScalar, isSeq, parseDocument, type Node as YamlNode } from 'yaml';
+import { gcraMsParams, newGcraMsParams } from '../limiters/gcra-ms.js';
+import { MAX_SCALED } from '../limiters/rate-decision.js';
 
 /** A rate limit unit as Envoy's API names it, with its window in seconds (envoyproxy/ratelimit's UnitToDivider). */
 export const UNIT_SECONDS: Readonly<Record<string, number>> = {
@@ -366,6 +368,23 @@ class FileLoader {
     });
   }
 
+  /** The bounds RL.* puts on the same parameters (src/commands/ratelimit.ts): integer arithmetic below 2^52. */
+  private checkAlgorithm(algorithm: RlsAlgorithm, limit: number, burst: number, periodMs: number, at: string): void {
+    if (limit === 0) this.fail(`algorithm '${algorithm}' needs requests_per_unit of at least 1`, `${at}.requests_per_unit`);
+    if (algorithm === 'sliding_log' && limit > MAX_SLIDING_LOG_LIMIT) {
+      this.fail(`requests_per_unit of a sliding_log must be at most ${MAX_SLIDING_LOG_LIMIT}`, `${at}.requests_per_unit`);
+    }
+    if (algorithm === 'token_bucket' || algorithm === 'leaky_bucket') {
+      if (burst * periodMs > MAX_SCALED) this.fail(`burst x the unit in ms must be at most ${MAX_SCALED} (burst defaults to requests_per_unit)`, at);
+    } else if (algorithm === 'gcra') {
+      const error = gcraMsParams(limit, periodMs, burst, newGcraMsParams());
+      if (error === 'zero-interval') this.fail('more than 10^9 per second (the emission interval would be 0 ns)', `${at}.requests_per_unit`);
+      if (error !== null) this.fail('the burst tolerance (the unit / requests_per_unit x burst) exceeds 100 years', `${at}.burst`);
+    } else if (limit * periodMs > MAX_SCALED) {
+      this.fail(`requests_per_unit x the unit in ms must be at most ${MAX_SCALED}`, `${at}.requests_per_unit`);
+    }
+  }
+
   private loadRateLimit(r: Fields, at: string, fullKey: string, shadowMode: boolean, quotaMode: boolean, detailedMetric: boolean): RlsLimit {
     const unlimited = this.bool(r, 'unlimited', at);
     const unitText = this.string(r, 'unit', at);
@@ -392,14 +411,11 @@ class FileLoader {
     const algorithm = (algorithmText === '' ? 'fixed_window' : algorithmText.toLowerCase()) as RlsAlgorithm;
     if (!ALGORITHMS.includes(algorithm)) this.fail(`invalid algorithm '${algorithmText}': one of ${ALGORITHMS.join(', ')}`, `${at}.algorithm`);
     const burstGiven = r.has('burst');
-    const burst = this.uint(r, 'burst', at, MAX_UINT32);
     if (burstGiven && !BURST_ALGORITHMS.has(algorithm)) this.fail(`burst does not apply to algorithm '${algorithm}' (only ${[...BURST_ALGORITHMS].join(', ')})`, `${at}.burst`);
-    if (!unlimited && algorithm !== 'fixed_window' && requestsPerUnit === 0) {
-      this.fail(`algorithm '${algorithm}' needs requests_per_unit of at least 1`, `${at}.requests_per_unit`);
-    }
-    if (algorithm === 'sliding_log' && requestsPerUnit > MAX_SLIDING_LOG_LIMIT) {
-      this.fail(`requests_per_unit of a sliding_log must be at most ${MAX_SLIDING_LOG_LIMIT}`, `${at}.requests_per_unit`);
-    }
+    // As RL.*'s BURST: the bucket's size, the limit itself unless given.
+    const burst = burstGiven ? this.uint(r, 'burst', at, MAX_UINT32) : requestsPerUnit;
+    if (burstGiven && burst < 1) this.fail('burst must be at least 1', `${at}.burst`);
+    if (!unlimited && algorithm !== 'fixed_window') this.checkAlgorithm(algorithm, requestsPerUnit, burst, (unitSeconds ?? 0) * 1000, at);
     return {
       requestsPerUnit, unit: unlimited ? '' : unit, unitSeconds: unitSeconds ?? 0, unlimited, name, replaces,
       shadowMode, quotaMode, detailedMetric, algorithm, burst, fullKey,

@@ -28,6 +28,19 @@ export const METRICS_MAX_CONNECTIONS = 16;
 /** Requests one keep-alive connection may make; the last is answered with `Connection: close`. */
 export const METRICS_MAX_REQUESTS_PER_CONNECTION = 100;
 
+/**
+ * A service that shares the metrics port (the rate limit service, src/rls): its metric families,
+ * its readiness, and the requests it answers itself (`POST /json`). main.ts registers it.
+ */
+export interface MetricsExtension {
+  metricsText(): string;
+  notReadyReason(): string | null;
+  /** Answers the request (true) or leaves it to the metrics port (false). */
+  handleHttp(req: http.IncomingMessage, res: http.ServerResponse): boolean;
+}
+
+export const metricsExtensions: MetricsExtension[] = [];
+
 /** Connections closed to make room for new ones (cellgate_metrics_connections_evicted_total). */
 let evictedConnections = 0;
 
@@ -87,6 +100,10 @@ export function notReadyReason(server: Server): string | null {
   // With `local` or `allow` every call is still answered sensibly; with `deny` every one is refused.
   const b = server.backend;
   if (b !== null && !b.usable && b.policy === 'deny') return `backend unavailable (${b.state}; backend-unavailable deny refuses every call)`;
+  for (const x of metricsExtensions) {
+    const reason = x.notReadyReason();
+    if (reason !== null) return reason;
+  }
   return null;
 }
 
@@ -143,6 +160,7 @@ export function metricsText(server: Server): string {
     family('cellgate_snapshot_last_bgsave_ok', 'gauge', 'Whether the last background save succeeded (INFO rdb_last_bgsave_status: 1 ok, 0 err).', [[null, server.snapshots.lastBgsaveSucceeded ? 1 : 0]]),
     ...backendFamilies(server),
     family('cellgate_loading', 'gauge', 'Whether the snapshot is loading (INFO loading).', [[null, server.snapshots.loading ? 1 : 0]]),
+    ...metricsExtensions.map((x) => x.metricsText()),
   ].join('');
 }
 
@@ -200,6 +218,7 @@ function answer(server: Server, req: http.IncomingMessage, res: http.ServerRespo
     else res.writeHead(503, { 'content-type': 'text/plain' }).end(`not ready: ${reason}\n`);
     return;
   }
+  for (const x of metricsExtensions) if (x.handleHttp(req, res)) return;
   if (req.method !== 'GET' || (path !== '/metrics' && path !== '/')) {
     res.writeHead(404, { 'content-type': 'text/plain' }).end('not found: try /metrics, /healthz or /readyz\n');
     return;

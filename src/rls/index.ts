@@ -1,0 +1,227 @@
+/**
+ * The rate limit service in the running server (docs/envoy.md): its configuration (loaded at
+ * start, again when a file of `rls-config` changes and on SIGHUP), the gRPC listeners of `rls-port`,
+ * and what it adds to the metrics port (its counters, its readiness, `POST /json`).
+ *
+ * It sees the server through RlsHost only, so the server's wiring is a few lines (src/main.ts).
+ */
+import { watch, type FSWatcher } from 'node:fs';
+import type http from 'node:http';
+import type { Config } from '../config.js';
+import type { Keyspace } from '../keyspace/keyspace.js';
+import type { Logger } from '../log.js';
+import { DURATION_BOUNDS_US } from '../server/stats.js';
+import { loadRlsConfigDir, RlsConfigError } from './config.js';
+import { KeyspaceDecider, type RlsDecider } from './decider.js';
+import { RlsGrpcServer } from './grpc.js';
+import { JsonRequestError, parseJsonRequest, responseJson } from './json.js';
+import { RlsService } from './service.js';
+
+/** What the service needs of the server. */
+export interface RlsHost {
+  readonly config: Config;
+  readonly keyspace: Keyspace;
+  readonly clock: { nowUs(): number };
+  readonly log: Logger;
+  readonly tasks: { failed(name: string, e: unknown): void; guard(name: string, task: () => void): () => void };
+  /** Why limiter calls cannot be answered now (the snapshot loads), or null. */
+  unavailable(): string | null;
+}
+
+/** Quiet time after a change in the directory before it is read (an editor or a ConfigMap update writes in steps). */
+export const RELOAD_DEBOUNCE_MS = 200;
+/** Largest `POST /json` body read; a larger one is answered 413 and the connection closed. */
+const MAX_JSON_BODY_BYTES = 1024 * 1024;
+
+export class RlsRuntime {
+  readonly service: RlsService;
+  grpc: RlsGrpcServer | null = null;
+  private watcher: FSWatcher | null = null;
+  private debounce: NodeJS.Timeout | null = null;
+  readonly dir: string;
+
+  constructor(
+    private readonly host: RlsHost,
+    decider: RlsDecider = new KeyspaceDecider(() => host.keyspace),
+  ) {
+    this.dir = host.config.get('rls-config');
+    this.service = new RlsService(host.config, decider, () => host.clock.nowUs(), () => host.unavailable());
+  }
+
+  /** Whether the configuration asks for the service at all. */
+  static wanted(config: Config): boolean {
+    return config.int('rls-port') > 0 || config.get('rls-config') !== '';
+  }
+
+  /** Start-up: a problem that should stop the start, or null. */
+  static refusal(config: Config): string | null {
+    if (config.int('rls-port') > 0 && config.get('rls-config') === '') return 'rls-port is set but rls-config is not: name the directory of the rate limit configuration files';
+    return null;
+  }
+
+  /** Loads the configuration and watches its directory; listens when rls-port is set. Throws when the port cannot be opened. */
+  async start(): Promise<void> {
+    this.reload('start');
+    try {
+      this.watcher = watch(this.dir, { persistent: false }, () => this.changed());
+      this.watcher.on('error', (e) => this.host.log.warning(`rls-config: watching ${this.dir} failed (${e.message}); SIGHUP still reloads`, { dir: this.dir }));
+    } catch (e) {
+      this.host.log.warning(`rls-config: cannot watch ${this.dir} (${(e as NodeJS.ErrnoException).code ?? (e as Error).message}); changes are read on SIGHUP only`, { dir: this.dir });
+    }
+    const port = this.host.config.int('rls-port');
+    if (port === 0) return;
+    const grpc = new RlsGrpcServer(this.host.config, this.service, {
+      refused: () => undefined,
+      serving: () => this.notReadyReason() === null && this.host.unavailable() === null,
+    });
+    const bind = this.host.config.get('rls-bind').trim() || this.host.config.get('bind').trim();
+    await grpc.listen(bind.split(/\s+/), port);
+    this.grpc = grpc;
+    this.host.log.notice(`rate limit service (gRPC) listening on port ${grpc.port}`, { rls_port: grpc.port, bind });
+  }
+
+  private changed(): void {
+    if (this.debounce !== null) clearTimeout(this.debounce);
+    this.debounce = setTimeout(this.host.tasks.guard('rls-config reload', () => {
+      this.debounce = null;
+      this.reload('file change');
+    }), RELOAD_DEBOUNCE_MS);
+  }
+
+  /**
+   * Reads every file again. A good set replaces the configuration at once (requests in flight keep
+   * the one they started with); a bad one is logged and counted, and the old configuration stays.
+   */
+  reload(why: string): boolean {
+    const stats = this.service.stats;
+    try {
+      const config = loadRlsConfigDir(this.dir);
+      this.service.config = config;
+      stats.configLoadSuccess++;
+      this.host.log.notice(`rls-config loaded (${why}): ${config.domains.size} domain(s) from ${config.files.length} file(s) in ${this.dir}`, {
+        dir: this.dir, domains: [...config.domains.keys()], files: config.files, reason: why,
+      });
+      return true;
+    } catch (e) {
+      if (!(e instanceof RlsConfigError)) {
+        this.host.tasks.failed('rls-config reload', e);
+        stats.configLoadError++;
+        return false;
+      }
+      stats.configLoadError++;
+      const kept = this.service.config === null ? 'no configuration is loaded yet' : 'the previous configuration stays in force';
+      this.host.log.warning(`rls-config not loaded (${why}): ${e.message}; ${kept}`, { dir: this.dir, error: e.message, reason: why });
+      return false;
+    }
+  }
+
+  /** Readiness (/readyz): not until a configuration loaded. */
+  notReadyReason(): string | null {
+    return this.service.config === null ? `no rate limit configuration loaded from rls-config '${this.dir}'` : null;
+  }
+
+  /** Answers `POST /json` (true), or leaves the request to the metrics port (false). */
+  handleHttp(req: http.IncomingMessage, res: http.ServerResponse): boolean {
+    const path = (req.url ?? '').split('?', 1)[0];
+    if (path !== '/json') return false;
+    if (req.method !== 'POST') {
+      res.writeHead(405, { 'content-type': 'text/plain', allow: 'POST' }).end('Method Not Allowed\n');
+      return true;
+    }
+    const chunks: Buffer[] = [];
+    let bytes = 0;
+    let done = false;
+    req.on('data', (chunk: Buffer) => {
+      if (done) return;
+      bytes += chunk.length;
+      if (bytes > MAX_JSON_BODY_BYTES) {
+        done = true;
+        res.writeHead(413, { 'content-type': 'text/plain', connection: 'close' }).end('Request Entity Too Large\n');
+        req.socket.destroySoon();
+        return;
+      }
+      chunks.push(chunk);
+    });
+    req.on('end', this.host.tasks.guard('rls /json', () => {
+      if (done) return;
+      done = true;
+      let request;
+      try {
+        request = parseJsonRequest(Buffer.concat(chunks).toString('utf8'));
+      } catch (e) {
+        if (!(e instanceof JsonRequestError)) throw e;
+        res.writeHead(400, { 'content-type': 'text/plain; charset=utf-8' }).end('Bad Request\n');
+        return;
+      }
+      this.service.shouldRateLimit(request, (error, response) => {
+        if (error !== null || response === null) {
+          res.writeHead(400, { 'content-type': 'text/plain; charset=utf-8' }).end('Bad Request\n');
+          return;
+        }
+        res.writeHead(response.overall_code === 'OVER_LIMIT' ? 429 : 200, { 'content-type': 'application/json' }).end(responseJson(response));
+      });
+    }));
+    return true;
+  }
+
+  /** The service's families in the Prometheus text format, named as envoyproxy/ratelimit's statsd-exporter mapping names them. */
+  metricsText(): string {
+    const s = this.service.stats;
+    const out: string[] = [];
+    const perKey = [...s.perKey];
+    const fam = (name: string, help: string, pick: (v: { totalHits: number; overLimit: number; nearLimit: number; withinLimit: number; shadowMode: number }) => number): void => {
+      out.push(`# HELP ${name} ${help}\n# TYPE ${name} counter\n`);
+      for (const [key, v] of perKey) out.push(`${name}${keyLabels(key)} ${pick(v)}\n`);
+    };
+    fam('ratelimit_service_rate_limit_total_hits', 'Hits counted against each limit (hits_addend summed).', (v) => v.totalHits);
+    fam('ratelimit_service_rate_limit_over_limit', 'Hits over each limit.', (v) => v.overLimit);
+    fam('ratelimit_service_rate_limit_near_limit', 'Hits above 80% of each limit.', (v) => v.nearLimit);
+    fam('ratelimit_service_rate_limit_within_limit', 'Hits within each limit.', (v) => v.withinLimit);
+    fam('ratelimit_service_rate_limit_shadow_mode', 'Hits over a shadow_mode limit, answered OK.', (v) => v.shadowMode);
+    const one = (name: string, help: string, value: number): void => {
+      out.push(`# HELP ${name} ${help}\n# TYPE ${name} counter\n${name} ${value}\n`);
+    };
+    one('ratelimit_service_config_load_success', 'Configurations loaded from rls-config.', s.configLoadSuccess);
+    one('ratelimit_service_config_load_error', 'Configuration loads refused (the previous one stayed).', s.configLoadError);
+    one('ratelimit_service_global_shadow_mode', 'Requests over a limit answered OK because of rls-shadow-mode.', s.globalShadowMode);
+    out.push('# HELP ratelimit_service_should_rate_limit_error ShouldRateLimit calls refused.\n# TYPE ratelimit_service_should_rate_limit_error counter\n');
+    out.push(`ratelimit_service_should_rate_limit_error{err_type="service_error"} ${s.serviceError}\n`);
+    out.push('# HELP ratelimit_service_rate_limit_domain_not_found Requests for a domain no file configures.\n# TYPE ratelimit_service_rate_limit_domain_not_found counter\n');
+    for (const [domain, n] of s.domainNotFound) out.push(`ratelimit_service_rate_limit_domain_not_found{domain="${escapeLabel(domain)}"} ${n}\n`);
+    // ShouldRateLimit latency, in the command histogram's buckets.
+    const h = 'cellgate_rls_request_duration_seconds';
+    out.push(`# HELP ${h} Time to answer a ShouldRateLimit call (gRPC or /json), decoding excluded.\n# TYPE ${h} histogram\n`);
+    let cumulative = 0;
+    for (let i = 0; i <= DURATION_BOUNDS_US.length; i++) {
+      cumulative += s.durationBuckets[i];
+      const le = i < DURATION_BOUNDS_US.length ? String(DURATION_BOUNDS_US[i] / 1e6) : '+Inf';
+      out.push(`${h}_bucket{le="${le}"} ${cumulative}\n`);
+    }
+    out.push(`${h}_sum ${s.durationSumUs / 1e6}\n${h}_count ${s.calls}\n`);
+    if (this.grpc !== null) {
+      out.push(`# HELP cellgate_rls_connections gRPC connections open now.\n# TYPE cellgate_rls_connections gauge\ncellgate_rls_connections ${this.grpc.connections}\n`);
+      out.push(`# HELP cellgate_rls_refused_connections_total gRPC connections closed at once because rls-max-connections were open.\n# TYPE cellgate_rls_refused_connections_total counter\ncellgate_rls_refused_connections_total ${this.grpc.refusedConnections}\n`);
+    }
+    out.push(`# HELP cellgate_rls_config_loaded Whether a rate limit configuration is in force.\n# TYPE cellgate_rls_config_loaded gauge\ncellgate_rls_config_loaded ${this.service.config === null ? 0 : 1}\n`);
+    return out.join('');
+  }
+
+  close(): void {
+    if (this.debounce !== null) clearTimeout(this.debounce);
+    this.watcher?.close();
+    this.grpc?.close();
+  }
+}
+
+function escapeLabel(value: string): string {
+  return value.replace(/\\/g, '\\\\').replace(/\n/g, '\\n').replace(/"/g, '\\"');
+}
+
+/** `domain.key1_v.key2...` as the labels domain, key1, key2 (the rest of the key), as the exporter's mapping. */
+function keyLabels(key: string): string {
+  const parts = key.split('.');
+  let labels = `domain="${escapeLabel(parts[0])}"`;
+  if (parts.length > 1) labels += `,key1="${escapeLabel(parts[1])}"`;
+  if (parts.length > 2) labels += `,key2="${escapeLabel(parts.slice(2).join('.'))}"`;
+  return `{${labels}}`;
+}
