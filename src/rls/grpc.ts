@@ -29,6 +29,9 @@ export const MAX_IDLE_MS = 5 * 60_000;
 /** HTTP/2 session memory per connection, in MB (grpc-js's option; the default is 10). */
 const MAX_SESSION_MEMORY_MB = 4;
 
+/** What every plain HTTP/2 connection starts with (RFC 9113, 3.4). */
+const HTTP2_PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n', 'latin1');
+
 const LOADER_OPTIONS: protoLoader.Options = { keepCase: true, longs: Number, enums: String, defaults: true, oneofs: true, includeDirs: [PROTO_DIR] };
 
 interface Loaded {
@@ -90,6 +93,11 @@ export class RlsGrpcServer {
   readonly maxConnections: number;
   /** Connections closed at once because rls-max-connections were open. */
   refusedConnections = 0;
+  /** Connections accepted (refused ones included). */
+  acceptedConnections = 0;
+  /** Connections closed because they did not open with the HTTP/2 client preface. */
+  notHttp2 = 0;
+  private readonly tls: boolean;
   port = 0;
 
   constructor(
@@ -99,6 +107,7 @@ export class RlsGrpcServer {
   ) {
     const defs = loadDefinitions();
     this.maxConnections = config.int('rls-max-connections');
+    this.tls = config.bool('rls-tls');
     this.grpcServer = new grpc.Server({
       'grpc.max_receive_message_length': config.int('rls-max-message-bytes'),
       'grpc.max_send_message_length': 4 * 1024 * 1024,
@@ -160,6 +169,7 @@ export class RlsGrpcServer {
   }
 
   private accept(socket: net.Socket): void {
+    this.acceptedConnections++;
     socket.on('error', () => undefined);
     if (this.sockets.size >= this.maxConnections) {
       this.refusedConnections++;
@@ -169,11 +179,41 @@ export class RlsGrpcServer {
     }
     this.sockets.add(socket);
     socket.once('close', () => this.sockets.delete(socket));
-    // A peer that connects and says nothing holds a descriptor: it has FIRST_BYTES_TIMEOUT_MS.
+    // A peer that connects and says nothing holds a descriptor: it has FIRST_BYTES_TIMEOUT_MS to
+    // open its HTTP/2 connection.
     const timer = setTimeout(() => socket.destroy(), FIRST_BYTES_TIMEOUT_MS);
-    socket.once('data', () => clearTimeout(timer));
     socket.once('close', () => clearTimeout(timer));
-    this.injector.injectConnection(socket);
+    if (this.tls) {
+      // TLS refuses what is not a handshake; the timer ends with the handshake's first bytes.
+      const check = setInterval(() => {
+        if (socket.bytesRead > 0 || socket.destroyed) {
+          clearTimeout(timer);
+          clearInterval(check);
+        }
+      }, 1000);
+      socket.once('close', () => clearInterval(check));
+      this.injector.injectConnection(socket);
+      return;
+    }
+    // Plain HTTP/2 starts with the client preface. Node's HTTP/2 session keeps a connection that
+    // sends anything else open, so the preface is checked here, then handed over with the bytes.
+    let received: Buffer = Buffer.alloc(0);
+    const onData = (chunk: Buffer): void => {
+      received = received.length === 0 ? chunk : Buffer.concat([received, chunk]);
+      const n = Math.min(received.length, HTTP2_PREFACE.length);
+      if (!received.subarray(0, n).equals(HTTP2_PREFACE.subarray(0, n))) {
+        this.notHttp2++;
+        socket.destroy();
+        return;
+      }
+      if (received.length < HTTP2_PREFACE.length) return;
+      socket.off('data', onData);
+      socket.pause();
+      clearTimeout(timer);
+      socket.unshift(received);
+      this.injector.injectConnection(socket);
+    };
+    socket.on('data', onData);
   }
 
   get connections(): number {

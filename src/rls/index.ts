@@ -200,7 +200,9 @@ export class RlsRuntime {
     out.push(`${h}_sum ${s.durationSumUs / 1e6}\n${h}_count ${s.calls}\n`);
     if (this.grpc !== null) {
       out.push(`# HELP cellgate_rls_connections gRPC connections open now.\n# TYPE cellgate_rls_connections gauge\ncellgate_rls_connections ${this.grpc.connections}\n`);
-      out.push(`# HELP cellgate_rls_refused_connections_total gRPC connections closed at once because rls-max-connections were open.\n# TYPE cellgate_rls_refused_connections_total counter\ncellgate_rls_refused_connections_total ${this.grpc.refusedConnections}\n`);
+      out.push(`# HELP cellgate_rls_connections_received_total gRPC connections accepted.\n# TYPE cellgate_rls_connections_received_total counter\ncellgate_rls_connections_received_total ${this.grpc.acceptedConnections}\n`);
+      out.push('# HELP cellgate_rls_refused_connections_total gRPC connections closed by the server: rls-max-connections were open, or the peer did not speak HTTP/2.\n# TYPE cellgate_rls_refused_connections_total counter\n');
+      out.push(`cellgate_rls_refused_connections_total{reason="max_connections"} ${this.grpc.refusedConnections}\ncellgate_rls_refused_connections_total{reason="not_http2"} ${this.grpc.notHttp2}\n`);
     }
     out.push(`# HELP cellgate_rls_config_loaded Whether a rate limit configuration is in force.\n# TYPE cellgate_rls_config_loaded gauge\ncellgate_rls_config_loaded ${this.service.config === null ? 0 : 1}\n`);
     return out.join('');
