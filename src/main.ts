@@ -170,7 +170,8 @@ async function main(argv: string[]): Promise<void> {
   if (RlsRuntime.wanted(config)) {
     const runtime = new RlsRuntime({
       config, keyspace: server.keyspace, clock: server.clock, log, tasks: server.tasks,
-      unavailable: () => (server.snapshots.loading ? 'LOADING cellgate is loading the dataset in memory' : null),
+      unavailable: () => (server.snapshots.loading ? 'LOADING Redis is loading the dataset in memory' : null),
+      commit: () => server.journal.commit(),
     });
     metricsExtensions.push(runtime);
     try {

@@ -26,6 +26,8 @@ export interface RlsHost {
   readonly tasks: { failed(name: string, e: unknown): void; guard(name: string, task: () => void): () => void };
   /** Why limiter calls cannot be answered now (the snapshot loads), or null. */
   unavailable(): string | null;
+  /** Writes the journal's records of the decisions made so far (before their answers leave). */
+  commit(): void;
 }
 
 /** Quiet time after a change in the directory before it is read (an editor or a ConfigMap update writes in steps). */
@@ -45,7 +47,7 @@ export class RlsRuntime {
     decider: RlsDecider = new KeyspaceDecider(() => host.keyspace),
   ) {
     this.dir = host.config.get('rls-config');
-    this.service = new RlsService(host.config, decider, () => host.clock.nowUs(), () => host.unavailable());
+    this.service = new RlsService(host.config, decider, () => host.clock.nowUs(), () => host.unavailable(), () => host.commit());
   }
 
   /** Whether the configuration asks for the service at all. */
@@ -62,6 +64,9 @@ export class RlsRuntime {
   /** Loads the configuration and watches its directory; listens when rls-port is set. Throws when the port cannot be opened. */
   async start(): Promise<void> {
     this.reload('start');
+    if (this.host.config.get('backend') !== '') {
+      this.host.log.warning('the rate limit service decides in this process\'s keyspace: backend does not apply to it yet, so each instance counts alone (docs/envoy.md)', { rls_config: this.dir });
+    }
     try {
       this.watcher = watch(this.dir, { persistent: false }, () => this.changed());
       this.watcher.on('error', (e) => this.host.log.warning(`rls-config: watching ${this.dir} failed (${e.message}); SIGHUP still reloads`, { dir: this.dir }));

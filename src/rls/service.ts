@@ -127,6 +127,8 @@ export class RlsService {
     private readonly nowUs: () => number,
     /** Why requests cannot be answered now (the snapshot loads...), or null. */
     private readonly unavailable: () => string | null,
+    /** Called after a decision, before its answer leaves: the journal's group commit (appendfsync always syncs here). */
+    private readonly beforeAnswer: () => void = () => undefined,
   ) {}
 
   private currentSettings(): Settings {
@@ -211,6 +213,7 @@ export class RlsService {
     const outcomes: RlsOutcome[] = calls.map(newOutcome);
     this.decider.decide(calls, outcomes, nowUs, (error) => {
       if (error !== null) return finish(new RlsRequestError('UNAVAILABLE', error.message), null);
+      this.beforeAnswer();
       finish(null, this.respond(settings, matched, unlimited, hits, callOf, outcomes, nowUs));
     });
   }

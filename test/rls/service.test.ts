@@ -39,6 +39,9 @@ descriptors:
         rate_limit: { unit: second, requests_per_unit: 1 }
   - key: loose
     rate_limit: { unit: minute, requests_per_unit: 1, name: loose }
+  - key: quota
+    quota_mode: true
+    rate_limit: { unit: minute, requests_per_unit: 1 }
   - key: tight
     rate_limit:
       unit: minute
@@ -146,6 +149,18 @@ describe('matching', () => {
   });
 });
 
+describe('quota mode', () => {
+  it('an over quota descriptor fails the request only when every quota descriptor of it is over', async () => {
+    await rls.should('app', one('quota', 'q1'));
+    const partly = await rls.should('app', [...one('quota', 'q1'), ...one('quota', 'q2')]);
+    expect(partly.statuses.map((s) => s.code)).toEqual(['OVER_LIMIT', 'OK']);
+    expect(partly.overall_code).toBe('OK');
+    const all = await rls.should('app', [...one('quota', 'q1'), ...one('quota', 'q2')]);
+    expect(all.statuses.map((s) => s.code)).toEqual(['OVER_LIMIT', 'OVER_LIMIT']);
+    expect(all.overall_code).toBe('OVER_LIMIT');
+  });
+});
+
 describe('shadow mode', () => {
   it('a shadow_mode limit answers OK when over, and counts it', async () => {
     await rls.should('app', one('shadow'));
@@ -232,6 +247,11 @@ describe('the rest of the surface', () => {
     expect((await post('{not json')).status).toBe(400);
     expect((await post(JSON.stringify({ domain: 'app', descriptors: [{ entries: [{ key: 'k' }], bogus: 1 }] }))).status).toBe(400);
     expect((await post(JSON.stringify({ domain: '', descriptors: [] }))).status).toBe(400);
+    expect((await fetch(`http://127.0.0.1:${rls.metricsPort}/json`)).status).toBe(405);
+    const huge = await post('{"domain":"' + 'x'.repeat(2 * 1024 * 1024) + '"}').catch(() => null);
+    // Answered 413 and closed, or closed while the body was still going out: never served.
+    if (huge !== null) expect(huge.status).toBe(413);
+    expect((await post(JSON.stringify({ domain: 'app', descriptors: [{ entries: [{ key: 'k', value: 'json2' }] }] }))).status).toBe(200);
   });
   it('grpc.health.v1.Health/Check: SERVING for "" and the service, NOT_FOUND for another', async () => {
     const h = new HealthClient(`127.0.0.1:${rls.rlsPort}`, grpc.credentials.createInsecure());
@@ -260,6 +280,7 @@ describe('the rest of the surface', () => {
     expect(counter(m, 'ratelimit_service_rate_limit_near_limit{domain="app",key1="k_vip"}')).toBe(1);
     expect(counter(m, 'ratelimit_service_rate_limit_within_limit{domain="app",key1="k_vip"}')).toBe(4);
     expect(counter(m, 'ratelimit_service_config_load_success')).toBe(1);
+    expect(counter(m, 'ratelimit_service_rate_limit_domain_not_found{domain="elsewhere"}')).toBe(1);
     expect(m).toContain('cellgate_rls_request_duration_seconds_count');
   });
 });
