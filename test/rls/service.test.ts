@@ -243,7 +243,7 @@ describe('the rest of the surface', () => {
     expect(await ok.json()).toEqual({ overallCode: 'OK', statuses: [{ code: 'OK', currentLimit: { requestsPerUnit: 2, unit: 'MINUTE' }, limitRemaining: 1, durationUntilReset: '60s' }] });
     const over = await post(JSON.stringify({ domain: 'app', hitsAddend: 2, descriptors: [{ entries: [{ key: 'k', value: 'json1' }] }] }));
     expect(over.status).toBe(429);
-    expect((await over.json()).overallCode).toBe('OVER_LIMIT');
+    expect(((await over.json()) as { overallCode: string }).overallCode).toBe('OVER_LIMIT');
     expect((await post('{not json')).status).toBe(400);
     expect((await post(JSON.stringify({ domain: 'app', descriptors: [{ entries: [{ key: 'k' }], bogus: 1 }] }))).status).toBe(400);
     expect((await post(JSON.stringify({ domain: '', descriptors: [] }))).status).toBe(400);
