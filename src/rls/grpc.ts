@@ -18,7 +18,8 @@ import { fileURLToPath } from 'node:url';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import type { Config } from '../config.js';
-import { RlsRequestError, type RateLimitRequest, type RlsService } from './service.js';
+import { decodeRateLimitRequest, encodeRateLimitResponse } from './codec.js';
+import { RlsRequestError, type RateLimitRequest, type RateLimitResponse, type RlsService } from './service.js';
 
 /** Where the vendored .proto files are: proto/ at the package's root. */
 export const PROTO_DIR = fileURLToPath(new URL('../../proto/', import.meta.url));
@@ -45,7 +46,14 @@ function loadDefinitions(): Loaded {
     envoy: { service: { ratelimit: { v3: { RateLimitService: { service: grpc.ServiceDefinition } } } } };
     grpc: { health: { v1: { Health: { service: grpc.ServiceDefinition } } } };
   };
-  return { rls: pkg.envoy.service.ratelimit.v3.RateLimitService.service, health: pkg.grpc.health.v1.Health.service };
+  const rls = pkg.envoy.service.ratelimit.v3.RateLimitService.service;
+  // The schema's path and shape, with cellgate's own (de)serializers of the two messages (codec.ts).
+  const method = rls.ShouldRateLimit as grpc.MethodDefinition<RateLimitRequest, RateLimitResponse>;
+  const fast: grpc.ServiceDefinition = {
+    ...rls,
+    ShouldRateLimit: { ...method, requestDeserialize: decodeRateLimitRequest, responseSerialize: encodeRateLimitResponse },
+  };
+  return { rls: fast, health: pkg.grpc.health.v1.Health.service };
 }
 
 const STATUS: Record<RlsRequestError['code'], grpc.status> = {
