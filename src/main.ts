@@ -40,6 +40,7 @@ import { APPENDONLY_WITH_BACKEND, Server } from './server/server.js';
 import { VERSION } from './version.js';
 import { warmUp, WARMUP_ROUNDS } from './server/warmup.js';
 import { metricsExtensions } from './server/metrics.js';
+import { OOM_MESSAGE } from './server/memory.js';
 import { RlsRuntime } from './rls/index.js';
 import { performance } from 'node:perf_hooks';
 
@@ -170,7 +171,13 @@ async function main(argv: string[]): Promise<void> {
   if (RlsRuntime.wanted(config)) {
     const runtime = new RlsRuntime({
       config, keyspace: server.keyspace, clock: server.clock, log, tasks: server.tasks,
-      unavailable: () => (server.snapshots.loading ? 'LOADING Redis is loading the dataset in memory' : null),
+      unavailable: () => {
+        if (server.snapshots.loading) return 'LOADING Redis is loading the dataset in memory';
+        // maxmemory as for a RESP limiter call (a denyoom command): evict first, refuse if still over.
+        const maxmemory = config.int('maxmemory');
+        if (maxmemory > 0 && !server.memory.beforeCommand(maxmemory)) return OOM_MESSAGE;
+        return null;
+      },
       commit: () => server.journal.commit(),
     });
     metricsExtensions.push(runtime);

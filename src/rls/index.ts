@@ -24,7 +24,7 @@ export interface RlsHost {
   readonly clock: { nowUs(): number };
   readonly log: Logger;
   readonly tasks: { failed(name: string, e: unknown): void; guard(name: string, task: () => void): () => void };
-  /** Why limiter calls cannot be answered now (the snapshot loads), or null. */
+  /** Why limiter calls cannot be answered now (the snapshot loads, maxmemory is reached), or null. */
   unavailable(): string | null;
   /** Writes the journal's records of the decisions made so far (before their answers leave). */
   commit(): void;

@@ -125,7 +125,7 @@ export class RlsService {
     private readonly serverConfig: Config,
     private readonly decider: RlsDecider,
     private readonly nowUs: () => number,
-    /** Why requests cannot be answered now (the snapshot loads...), or null. */
+    /** Why requests cannot be answered now (the snapshot loads, maxmemory is reached...), or null: UNAVAILABLE. */
     private readonly unavailable: () => string | null,
     /** Called after a decision, before its answer leaves: the journal's group commit (appendfsync always syncs here). */
     private readonly beforeAnswer: () => void = () => undefined,

@@ -168,3 +168,28 @@ describe('floods', () => {
     await stillServes();
   });
 });
+
+describe('memory', () => {
+  it('maxmemory with noeviction: new keys are refused UNAVAILABLE with the OOM text, as a RESP limiter call, and the server goes on', async () => {
+    const info = (await rls.redis.info('memory')) as string;
+    const used = Number(/used_memory:(\d+)/.exec(info)![1]);
+    await rls.redis.call('CONFIG', 'SET', 'maxmemory-policy', 'noeviction');
+    await rls.redis.call('CONFIG', 'SET', 'maxmemory', String(used + 64 * 1024));
+    let refusal: grpc.ServiceError | null = null;
+    let answered = 0;
+    for (let i = 0; i < 20_000 && refusal === null; i++) {
+      try {
+        await rls.should('app', [{ entries: [{ key: 'k', value: `fill-${i}-${'x'.repeat(200)}` }] }]);
+        answered++;
+      } catch (e) {
+        refusal = e as grpc.ServiceError;
+      }
+    }
+    console.log(`[attack] rls maxmemory: ${answered} new keys answered before the refusal`);
+    expect(refusal).not.toBeNull();
+    expect(refusal!.code).toBe(grpc.status.UNAVAILABLE);
+    expect(refusal!.details).toContain("OOM command not allowed when used memory > 'maxmemory'");
+    await rls.redis.call('CONFIG', 'SET', 'maxmemory', '0');
+    await stillServes();
+  });
+});
