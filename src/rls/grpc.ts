@@ -151,10 +151,14 @@ export class RlsGrpcServer {
     this.injector = this.grpcServer.createConnectionInjector(credentials(config));
   }
 
-  /** Listens on `addresses` (port `port`; 0 picks one, then the others use it). */
+  /**
+   * Listens on `addresses` (port `port`; 0 picks one, then the others use it). As `bind`: an address
+   * with a leading '-', and ::1, may be unavailable (logged by the caller's start line); a port in
+   * use never is.
+   */
   async listen(addresses: string[], port: number): Promise<void> {
     for (const raw of addresses) {
-      const optional = raw.startsWith('-');
+      const optional = raw.startsWith('-') || raw === '::1';
       const address = optional ? raw.slice(1) : raw;
       const listener = net.createServer({ noDelay: true }, (socket) => this.accept(socket));
       try {
@@ -166,7 +170,7 @@ export class RlsGrpcServer {
           });
         });
       } catch (e) {
-        if (optional) continue;
+        if (optional && (e as NodeJS.ErrnoException).code !== 'EADDRINUSE') continue;
         throw new Error(`rls-port: cannot listen on ${address}:${port}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);
       }
       listener.on('error', () => undefined);
