@@ -4,6 +4,7 @@
  * health check say not ready until a configuration loaded; reloads during traffic drop nothing.
  */
 import { spawnSync } from 'node:child_process';
+import net from 'node:net';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -107,6 +108,18 @@ describe('reload', () => {
     expect(answered).toBeGreaterThan(0);
     expect(l.ok).toBeGreaterThanOrEqual(2);
     expect(rls.server.proc.exitCode).toBeNull();
+  });
+
+  it('rls-port in use: the start stops, naming it', async () => {
+    const holder = net.createServer();
+    await new Promise<void>((r) => holder.listen(0, '127.0.0.1', r));
+    const port = (holder.address() as net.AddressInfo).port;
+    const dir = mkdtempSync(join(tmpdir(), 'cellgate-rls-start-'));
+    const r = spawnSync(process.execPath, [MAIN, '--port', '0', '--bind', '127.0.0.1', '--dir', dir, '--rls-port', String(port), '--rls-config', dir, '--warmup', 'no'], { encoding: 'utf8', timeout: 20_000 });
+    holder.close();
+    rmSync(dir, { recursive: true, force: true });
+    expect(r.status).toBe(1);
+    expect(r.stdout + r.stderr).toContain(`rls-port: cannot listen on 127.0.0.1:${port}: EADDRINUSE`);
   });
 
   it('rls-port without rls-config: the start stops with one line', () => {
