@@ -169,12 +169,18 @@ async function main(argv: string[]): Promise<void> {
     fail((e as Error).message);
   }
   if (RlsRuntime.wanted(config)) {
+    // maxmemory, read again only when the configuration changed (CONFIG SET).
+    let maxmemory = 0;
+    let maxmemoryGeneration = -1;
     const runtime = new RlsRuntime({
       config, keyspace: server.keyspace, clock: server.clock, log, tasks: server.tasks,
       unavailable: () => {
         if (server.snapshots.loading) return 'LOADING Redis is loading the dataset in memory';
+        if (config.generation !== maxmemoryGeneration) {
+          maxmemory = config.int('maxmemory');
+          maxmemoryGeneration = config.generation;
+        }
         // maxmemory as for a RESP limiter call (a denyoom command): evict first, refuse if still over.
-        const maxmemory = config.int('maxmemory');
         if (maxmemory > 0 && !server.memory.beforeCommand(maxmemory)) return OOM_MESSAGE;
         return null;
       },
