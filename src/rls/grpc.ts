@@ -8,8 +8,8 @@
  * (RESOURCE_EXHAUSTED) before it is decoded; at most `rls-max-connections` connections are open (a
  * new one beyond it is closed at once); a connection that has sent nothing within
  * FIRST_BYTES_TIMEOUT_MS is closed; each connection has at most MAX_CONCURRENT_STREAMS calls in
- * flight and bounded HTTP/2 session memory; idle connections are closed after MAX_IDLE_MS, and
- * peers that ping too often are sent away by grpc-js's keepalive enforcement.
+ * flight and bounded HTTP/2 session memory; idle connections are closed after MAX_IDLE_MS; Node's
+ * HTTP/2 layer closes sessions that flood it with invalid frames, refused streams or unanswered pings.
  */
 import { createPrivateKey } from 'node:crypto';
 import { readFileSync } from 'node:fs';
