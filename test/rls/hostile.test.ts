@@ -169,6 +169,28 @@ describe('floods', () => {
   });
 });
 
+describe('HTTP/2 rapid reset', () => {
+  it('streams opened and reset at once, thousands on one connection: the server goes on', async () => {
+    const STREAMS = SOAK ? 100_000 : 5000;
+    const session = http2.connect(`http://127.0.0.1:${rls.rlsPort}`);
+    session.on('error', () => undefined);
+    await new Promise((r) => session.once('connect', r));
+    let opened = 0;
+    for (let i = 0; i < STREAMS && !session.closed && !session.destroyed; i++) {
+      const req = session.request({ ':method': 'POST', ':path': PATH, 'content-type': 'application/grpc', te: 'trailers' });
+      req.on('error', () => undefined);
+      req.close(http2.constants.NGHTTP2_CANCEL);
+      opened++;
+      if (i % 500 === 499) await new Promise((r) => setImmediate(r));
+    }
+    await new Promise((r) => setTimeout(r, 200));
+    const closedByServer = session.closed || session.destroyed;
+    session.destroy();
+    console.log(`[attack] rls rapid reset: ${opened} streams opened and reset on one connection; connection closed by the server: ${closedByServer}`);
+    await stillServes();
+  });
+});
+
 describe('memory', () => {
   it('maxmemory with noeviction: new keys are refused UNAVAILABLE with the OOM text, as a RESP limiter call, and the server goes on', async () => {
     const info = (await rls.redis.info('memory')) as string;
