@@ -291,5 +291,14 @@ describe('validation: refused with the file and the place named', () => {
       .toContain("burst does not apply to algorithm 'sliding_window' (only token_bucket, leaky_bucket, gcra) (at descriptors[0].rate_limit.burst)");
     expect(refusal('domain: d\ndescriptors:\n  - key: k\n    rate_limit: { unit: second, requests_per_unit: 0, algorithm: gcra }\n'))
       .toContain("algorithm 'gcra' needs requests_per_unit of at least 1");
+    // RL.*'s bounds: limit x period below 2^52, a sliding log at most 10^6.
+    expect(refusal('domain: d\ndescriptors:\n  - key: k\n    rate_limit: { unit: year, requests_per_unit: 4000000000, algorithm: sliding_window }\n'))
+      .toContain('requests_per_unit x the unit in ms must be at most 4503599627370496 (at descriptors[0].rate_limit.requests_per_unit)');
+    expect(refusal('domain: d\ndescriptors:\n  - key: k\n    rate_limit: { unit: second, requests_per_unit: 1000001, algorithm: sliding_log }\n'))
+      .toContain('requests_per_unit of a sliding_log must be at most 1000000');
+    expect(refusal('domain: d\ndescriptors:\n  - key: k\n    rate_limit: { unit: year, requests_per_unit: 1, algorithm: token_bucket, burst: 4000000000 }\n'))
+      .toContain('burst x the unit in ms must be at most');
+    // A fixed window has no such bound: any uint32, as envoyproxy/ratelimit.
+    expect(load('domain: d\ndescriptors:\n  - key: k\n    rate_limit: { unit: year, requests_per_unit: 4294967295 }\n').getLimit('d', E(['k', '']), null)!.limit.requestsPerUnit).toBe(4294967295);
   });
 });
