@@ -6,12 +6,10 @@
  * fixed-window counting or one of cellgate's limiters (src/limiters/).
  */
 import { KeyType, type Keyspace } from '../keyspace/keyspace.js';
-import { gcraMsDecide, gcraMsParams, newGcraMsParams } from '../limiters/gcra-ms.js';
-import { leakyBucketDecide } from '../limiters/leaky-bucket.js';
+import type { Algorithm, LimitParams } from '../limiters/algorithm.js';
+import { newGcraMsParams } from '../limiters/gcra-ms.js';
 import { newRateDecision } from '../limiters/rate-decision.js';
-import { slidingLogDecide, slidingLogRecord } from '../limiters/sliding-log.js';
-import { slidingWindowDecide } from '../limiters/sliding-window.js';
-import { tokenBucketDecide } from '../limiters/token-bucket.js';
+import { ALGORITHMS } from '../limiters/registry.js';
 import type { RlsAlgorithm } from './config.js';
 
 /** One limit of a request, as the decider sees it. */
@@ -52,19 +50,25 @@ export interface RlsDecider {
   decide(calls: readonly RlsCall[], out: RlsOutcome[], nowUs: number, done: (error: Error | null) => void): void;
 }
 
-const TYPE_OF: Record<RlsAlgorithm, KeyType> = {
-  fixed_window: KeyType.FixedWindow,
-  sliding_window: KeyType.SlidingWindow,
-  sliding_log: KeyType.SlidingLog,
-  token_bucket: KeyType.TokenBucket,
-  leaky_bucket: KeyType.LeakyBucket,
-  gcra: KeyType.Gcra,
+function algorithm(name: string): Algorithm {
+  const a = ALGORITHMS.find((x) => x.name === name);
+  if (a === undefined) throw new Error(`no RL.${name} algorithm`);
+  return a;
+}
+
+/** cellgate's algorithms by the configuration's names (fixed_window is counted here, as envoyproxy/ratelimit does). */
+const ALGO: Record<Exclude<RlsAlgorithm, 'fixed_window'>, Algorithm> = {
+  sliding_window: algorithm('SLIDINGWINDOW'),
+  sliding_log: algorithm('SLIDINGLOG'),
+  token_bucket: algorithm('TOKENBUCKET'),
+  leaky_bucket: algorithm('LEAKYBUCKET'),
+  gcra: algorithm('GCRA'),
 };
 
 /** Decides in a Keyspace, synchronously. */
 export class KeyspaceDecider implements RlsDecider {
   private readonly d = newRateDecision();
-  private readonly gcra = newGcraMsParams();
+  private readonly params: LimitParams = { limit: 0, periodMs: 0, burst: 0, gcra: newGcraMsParams() };
 
   constructor(private readonly keyspace: () => Keyspace) {}
 
@@ -73,16 +77,16 @@ export class KeyspaceDecider implements RlsDecider {
     const nowMs = Math.floor(nowUs / 1000);
     for (let i = 0; i < calls.length; i++) {
       const c = calls[i];
+      const algo = c.algorithm === 'fixed_window' ? null : ALGO[c.algorithm];
       let slot = ks.lookup(c.key, nowMs);
-      const type = TYPE_OF[c.algorithm];
       // A key left by another algorithm (the configuration changed it): that state means nothing
       // to this one, so it starts afresh, as a new window would.
-      if (slot !== -1 && ks.typeOf(slot) !== type) {
+      if (slot !== -1 && ks.typeOf(slot) !== (algo === null ? KeyType.FixedWindow : algo.type)) {
         ks.delete(c.key, nowMs);
         slot = -1;
       }
-      if (c.algorithm === 'fixed_window') this.fixedWindow(ks, c, slot, nowMs, out[i]);
-      else this.limiter(ks, c, type, slot, nowMs, nowUs, out[i]);
+      if (algo === null) this.fixedWindow(ks, c, slot, nowMs, out[i]);
+      else this.limiter(ks, c, algo, slot, nowMs, nowUs, out[i]);
     }
     done(null);
   }
@@ -108,35 +112,27 @@ export class KeyspaceDecider implements RlsDecider {
     o.resetAfterMs = windowStartMs + c.periodMs - nowMs;
   }
 
-  private limiter(ks: Keyspace, c: RlsCall, type: KeyType, slot: number, nowMs: number, nowUs: number, o: RlsOutcome): void {
+  /** One of cellgate's algorithms, through its registry entry, as an RL.* call decides and stores. */
+  private limiter(ks: Keyspace, c: RlsCall, algo: Algorithm, slot: number, nowMs: number, nowUs: number, o: RlsOutcome): void {
     const d = this.d;
+    const p = this.params;
+    p.limit = c.limit;
+    p.periodMs = c.periodMs;
+    p.burst = c.burst;
+    // Checked when the configuration loaded; this derives RL.GCRA's intervals.
+    algo.checkParams(c.limit, c.periodMs, c.burst, p.gcra);
     const has = slot !== -1;
     const a = has ? ks.getA(slot) : 0;
     const b = has ? ks.getB(slot) : 0;
-    const cc = has ? ks.getC(slot) : 0;
-    switch (c.algorithm) {
-      case 'token_bucket':
-        tokenBucketDecide(c.limit, c.periodMs, c.burst, c.hits, has, a, b, nowMs, d);
-        break;
-      case 'leaky_bucket':
-        leakyBucketDecide(c.limit, c.periodMs, c.burst, c.hits, has, a, b, nowMs, d);
-        break;
-      case 'sliding_window':
-        slidingWindowDecide(c.limit, c.periodMs, c.hits, has, a, b, cc, nowMs, d);
-        break;
-      case 'sliding_log':
-        slidingLogDecide(c.limit, c.periodMs, c.hits, has, a, b, cc, has ? ks.getBlob(slot) : undefined, nowMs, d);
-        break;
-      default:
-        gcraMsParams(c.limit, c.periodMs, c.burst, this.gcra);
-        gcraMsDecide(this.gcra, c.hits, has, a, b, nowUs, d);
-    }
+    const cc = has && algo.readsC ? ks.getC(slot) : 0;
+    const blob = has && algo.hasBlob ? ks.getBlob(slot) : undefined;
+    algo.decide(p, c.hits, has, a, b, cc, blob, nowMs, nowUs, d);
     if (d.write) {
-      if (type === KeyType.SlidingLog) {
-        const log = slidingLogRecord(c.limit, c.periodMs, c.hits, has, a, b, cc, has ? ks.getBlob(slot) : undefined, nowMs, d);
-        if (!has) slot = ks.create(c.key, type);
-        ks.setBlob(slot, log);
-      } else if (!has) slot = ks.create(c.key, type);
+      if (algo.hasBlob) {
+        algo.commit(p, c.hits, has, a, b, has ? ks.getC(slot) : 0, blob, nowMs, nowUs, d);
+        if (!has) slot = ks.create(c.key, algo.type);
+        ks.setBlob(slot, d.blob);
+      } else if (!has) slot = ks.create(c.key, algo.type);
       ks.setState(slot, d.a, d.b, d.c);
       ks.setExpireAtMs(slot, d.expireAtMs);
     }
