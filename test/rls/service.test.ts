@@ -32,6 +32,12 @@ descriptors:
     rate_limit: { unit: minute, requests_per_unit: 2, algorithm: token_bucket }
   - key: sw
     rate_limit: { unit: minute, requests_per_unit: 2, algorithm: sliding_window }
+  - key: sl
+    rate_limit: { unit: minute, requests_per_unit: 2, algorithm: sliding_log }
+  - key: lb
+    rate_limit: { unit: minute, requests_per_unit: 2, algorithm: leaky_bucket }
+  - key: gc
+    rate_limit: { unit: minute, requests_per_unit: 2, algorithm: gcra, burst: 2 }
   - key: nest
     value: a
     descriptors:
@@ -194,6 +200,16 @@ describe('cellgate\'s algorithms', () => {
     expect((await rls.should('app', one('tb'))).overall_code).toBe('OVER_LIMIT');
     expect(await rls.redis.type('app_tb_x_')).toBe('tokenbucket');
     await rls.redis.call('DEBUG', 'CLOCK', 'SET', String(T0));
+  });
+  it('sliding_log, leaky_bucket, gcra: 2 a minute, the third refused, each key of its own type', async () => {
+    for (const [key, type] of [['sl', 'slidinglog'], ['lb', 'leakybucket'], ['gc', 'gcra']]) {
+      expect((await rls.should('app', one(key))).overall_code).toBe('OK');
+      expect((await rls.should('app', one(key))).overall_code).toBe('OK');
+      const over = await rls.should('app', one(key));
+      expect(over.overall_code).toBe('OVER_LIMIT');
+      expect(over.statuses[0].limit_remaining).toBe(0);
+      expect(await rls.redis.type(`app_${key}_x_`)).toBe(type);
+    }
   });
   it('sliding_window: no reset at the minute boundary', async () => {
     await rls.redis.call('DEBUG', 'CLOCK', 'SET', String(T0 + 50_000));
