@@ -5,6 +5,7 @@
  * RESP for the same number of decisions, in the same run, on the same server.
  *
  *   npm run build && node bench/rls.mjs          # RLS_BENCH_REQUESTS=40000 RLS_BENCH_INFLIGHT=64
+ *   RLS_BENCH_BACKEND=1 node bench/rls.mjs        # with a Redis backend: its CPU per request too
  *
  * Each request names one of 1,000 keys (fixed windows of 10^9 per minute: always allowed, always
  * counted); calls go out over one gRPC channel (one HTTP/2 connection), RLS_BENCH_INFLIGHT at once,
@@ -16,11 +17,12 @@ import { join } from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import { Redis } from 'ioredis';
-import { cpuSeconds, freePort, ROOT, run, startCellgate, tempDir } from './harness.mjs';
+import { cpuSeconds, freePort, ROOT, run, startCellgate, startRedis, tempDir } from './harness.mjs';
 
 const REQUESTS = Number(process.env.RLS_BENCH_REQUESTS ?? 40_000);
 const INFLIGHT = Number(process.env.RLS_BENCH_INFLIGHT ?? 64);
 const KEYS = 1000;
+const BACKEND = process.env.RLS_BENCH_BACKEND === '1';
 
 function percentile(sorted, p) {
   return sorted[Math.min(sorted.length - 1, Math.floor((sorted.length * p) / 100))];
@@ -43,16 +45,19 @@ async function drive(requests, inflight, one) {
   return { wall, lat: Array.from(lat).sort((a, b) => a - b) };
 }
 
-async function measure(name, pid, decisionsPerRequest, fn) {
+async function measure(name, pid, redisPid, decisionsPerRequest, fn) {
   // Warm the path (JIT) first, then measure.
   await drive(Math.min(5000, REQUESTS), INFLIGHT, fn);
   const cpu0 = cpuSeconds(pid);
+  const redis0 = redisPid === null ? 0 : cpuSeconds(redisPid);
   const { wall, lat } = await drive(REQUESTS, INFLIGHT, fn);
   const cpu = cpuSeconds(pid) - cpu0;
+  const redisCpu = redisPid === null ? 0 : cpuSeconds(redisPid) - redis0;
   return {
     name, decisionsPerRequest,
     rps: REQUESTS / wall,
     cpuUsPerRequest: (cpu / REQUESTS) * 1e6,
+    redisUsPerRequest: (redisCpu / REQUESTS) * 1e6,
     p50: percentile(lat, 50), p99: percentile(lat, 99),
   };
 }
@@ -61,8 +66,13 @@ async function main() {
   const confDir = tempDir('cellgate-rls-bench-');
   writeFileSync(join(confDir, 'bench.yaml'), `domain: bench\ndescriptors:\n${[0, 1, 2, 3].map((d) => `  - key: k${d}\n    rate_limit: { unit: minute, requests_per_unit: 1000000000 }\n`).join('')}`);
   const rlsPort = await freePort();
-  const server = await startCellgate(join(ROOT, 'dist/main.js'), { args: ['--rls-port', String(rlsPort), '--rls-config', confDir] });
+  const redisServer = BACKEND ? await startRedis() : null;
+  const backendArgs = redisServer === null ? [] : ['--backend', `redis://127.0.0.1:${redisServer.port}`];
+  const server = await startCellgate(join(ROOT, 'dist/main.js'), { args: ['--rls-port', String(rlsPort), '--rls-config', confDir, ...backendArgs] });
   const pid = server.child.pid;
+  const redisPid = redisServer === null ? null : redisServer.child.pid;
+  // The backend's connection comes up in the background.
+  await new Promise((r) => setTimeout(r, 500));
 
   const def = protoLoader.loadSync(['envoy/service/ratelimit/v3/rls.proto'], { includeDirs: [join(ROOT, 'proto')], keepCase: true, longs: Number, enums: String, defaults: true });
   const Rls = grpc.loadPackageDefinition(def).envoy.service.ratelimit.v3.RateLimitService;
@@ -74,16 +84,16 @@ async function main() {
   const keys = Array.from({ length: KEYS }, (_, k) => `u${k}`);
 
   const rows = [];
-  rows.push(await measure('ShouldRateLimit, 1 descriptor', pid, 1, (i) => should(requests1[i % KEYS])));
-  rows.push(await measure('CL.THROTTLE over RESP', pid, 1, (i) => redis.call('CL.THROTTLE', keys[i % KEYS], '1000000000', '1000000000', '60')));
-  rows.push(await measure('ShouldRateLimit, 4 descriptors', pid, 4, (i) => should(requests4[i % KEYS])));
-  rows.push(await measure('4 x CL.THROTTLE over RESP', pid, 4, (i) => Promise.all([0, 1, 2, 3].map((d) => redis.call('CL.THROTTLE', `${d}:${keys[i % KEYS]}`, '1000000000', '1000000000', '60')))));
+  rows.push(await measure('ShouldRateLimit, 1 descriptor', pid, redisPid, 1, (i) => should(requests1[i % KEYS])));
+  rows.push(await measure('CL.THROTTLE over RESP', pid, redisPid, 1, (i) => redis.call('CL.THROTTLE', keys[i % KEYS], '1000000000', '1000000000', '60')));
+  rows.push(await measure('ShouldRateLimit, 4 descriptors', pid, redisPid, 4, (i) => should(requests4[i % KEYS])));
+  rows.push(await measure('4 x CL.THROTTLE over RESP', pid, redisPid, 4, (i) => Promise.all([0, 1, 2, 3].map((d) => redis.call('CL.THROTTLE', `${d}:${keys[i % KEYS]}`, '1000000000', '1000000000', '60')))));
   client.close();
   redis.disconnect();
 
-  process.stdout.write(`# rls bench: ${REQUESTS} requests, ${INFLIGHT} in flight, ${os.cpus()[0]?.model ?? '?'} x${os.cpus().length}, node ${process.version}\n`);
-  process.stdout.write('| run | requests/s | server CPU µs/request | p50 ms | p99 ms |\n|---|---:|---:|---:|---:|\n');
-  for (const r of rows) process.stdout.write(`| ${r.name} | ${r.rps.toFixed(0)} | ${r.cpuUsPerRequest.toFixed(1)} | ${r.p50.toFixed(2)} | ${r.p99.toFixed(2)} |\n`);
+  process.stdout.write(`# rls bench: ${REQUESTS} requests, ${INFLIGHT} in flight, ${BACKEND ? 'Redis backend' : 'local'}, ${os.cpus()[0]?.model ?? '?'} x${os.cpus().length}, node ${process.version}\n`);
+  process.stdout.write(`| run | requests/s | server CPU µs/request |${BACKEND ? ' Redis CPU µs/request |' : ''} p50 ms | p99 ms |\n|---|---:|---:|${BACKEND ? '---:|' : ''}---:|---:|\n`);
+  for (const r of rows) process.stdout.write(`| ${r.name} | ${r.rps.toFixed(0)} | ${r.cpuUsPerRequest.toFixed(1)} |${BACKEND ? ` ${r.redisUsPerRequest.toFixed(1)} |` : ''} ${r.p50.toFixed(2)} | ${r.p99.toFixed(2)} |\n`);
   const ratio1 = rows[0].cpuUsPerRequest / rows[1].cpuUsPerRequest;
   const ratio4 = rows[2].cpuUsPerRequest / rows[3].cpuUsPerRequest;
   process.stdout.write(`CPU per ShouldRateLimit / CPU per CL.THROTTLE: ${ratio1.toFixed(2)}x (1 descriptor), ${ratio4.toFixed(2)}x (4 descriptors vs 4 commands); target <= 4x with 1 descriptor\n`);

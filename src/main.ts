@@ -42,6 +42,7 @@ import { warmUp, WARMUP_ROUNDS } from './server/warmup.js';
 import { metricsExtensions } from './server/metrics.js';
 import { OOM_MESSAGE } from './server/memory.js';
 import { RlsRuntime } from './rls/index.js';
+import { StoreDecider } from './rls/store-decider.js';
 import { performance } from 'node:perf_hooks';
 
 const USAGE = `Usage: cellgate-server [/path/to/cellgate.conf] [--option value ...]
@@ -173,7 +174,7 @@ async function main(argv: string[]): Promise<void> {
     let maxmemory = 0;
     let maxmemoryGeneration = -1;
     const runtime = new RlsRuntime({
-      config, keyspace: server.keyspace, clock: server.clock, log, tasks: server.tasks,
+      config, clock: server.clock, log, tasks: server.tasks,
       unavailable: () => {
         if (server.snapshots.loading) return 'LOADING Redis is loading the dataset in memory';
         if (config.generation !== maxmemoryGeneration) {
@@ -185,7 +186,7 @@ async function main(argv: string[]): Promise<void> {
         return null;
       },
       commit: () => server.journal.commit(),
-    });
+    }, new StoreDecider(() => server.limiterStore));
     metricsExtensions.push(runtime);
     try {
       await runtime.start();

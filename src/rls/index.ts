@@ -8,11 +8,10 @@
 import { watch, type FSWatcher } from 'node:fs';
 import type http from 'node:http';
 import type { Config } from '../config.js';
-import type { Keyspace } from '../keyspace/keyspace.js';
 import type { Logger } from '../log.js';
 import { DURATION_BOUNDS_US } from '../server/stats.js';
 import { loadRlsConfigDir, RlsConfigError } from './config.js';
-import { KeyspaceDecider, type RlsDecider } from './decider.js';
+import type { RlsDecider } from './decider.js';
 import { RlsGrpcServer } from './grpc.js';
 import { JsonRequestError, parseJsonRequest, responseJson } from './json.js';
 import { RlsService } from './service.js';
@@ -20,7 +19,6 @@ import { RlsService } from './service.js';
 /** What the service needs of the server. */
 export interface RlsHost {
   readonly config: Config;
-  readonly keyspace: Keyspace;
   readonly clock: { nowUs(): number };
   readonly log: Logger;
   readonly tasks: { failed(name: string, e: unknown): void; guard(name: string, task: () => void): () => void };
@@ -44,7 +42,7 @@ export class RlsRuntime {
 
   constructor(
     private readonly host: RlsHost,
-    decider: RlsDecider = new KeyspaceDecider(() => host.keyspace),
+    decider: RlsDecider,
   ) {
     this.dir = host.config.get('rls-config');
     this.service = new RlsService(host.config, decider, () => host.clock.nowUs(), () => host.unavailable(), () => host.commit());
@@ -64,9 +62,6 @@ export class RlsRuntime {
   /** Loads the configuration and watches its directory; listens when rls-port is set. Throws when the port cannot be opened. */
   async start(): Promise<void> {
     this.reload('start');
-    if (this.host.config.get('backend') !== '') {
-      this.host.log.warning('the rate limit service decides in this process\'s keyspace: backend does not apply to it yet, so each instance counts alone (docs/envoy.md)', { rls_config: this.dir });
-    }
     try {
       this.watcher = watch(this.dir, { persistent: false }, () => this.changed());
       this.watcher.on('error', (e) => this.host.log.warning(`rls-config: watching ${this.dir} failed (${e.message}); SIGHUP still reloads`, { dir: this.dir }));

@@ -37,6 +37,7 @@ import { LIMITER_SCRIPT, TYPE_SCRIPT } from '../backend/limiter-script.js';
 import { BackendLimiterStore } from '../backend/backend-limiter.js';
 import { BackendKeyStore } from '../backend/backend-keys.js';
 import { LocalLimiterStore } from '../store/local-limiter.js';
+import type { LimiterStore } from '../store/store.js';
 import { LocalKeyStore } from '../store/local-keys.js';
 import { PolicyLimiterStore } from '../store/policy-limiter.js';
 
@@ -164,6 +165,11 @@ export class Server implements CommandServer {
     this.tasks = new Tasks(log);
     this.flushTask = this.tasks.guard('reply flush', this.flushPending);
     this.expireTask = this.tasks.guard('active expiry', () => this.expireCycle());
+  }
+
+  /** The limiter store the commands decide through (picked at start); the rate limit service (src/rls) uses it too. */
+  get limiterStore(): LimiterStore {
+    return this.ctx.limiter;
   }
 
   private commandStat(spec: CommandSpec, fullName: string): CommandStat {

@@ -45,6 +45,8 @@ descriptors:
         rate_limit: { unit: second, requests_per_unit: 1 }
   - key: loose
     rate_limit: { unit: minute, requests_per_unit: 1, name: loose }
+  - key: year
+    rate_limit: { unit: year, requests_per_unit: 4000000000 }
   - key: quota
     quota_mode: true
     rate_limit: { unit: minute, requests_per_unit: 1 }
@@ -84,6 +86,11 @@ describe('fixed windows, as envoyproxy/ratelimit', () => {
     // A look without counting (descriptor hits_addend 0) still sees 3 > 2.
     const look = await rls.should('app', [{ entries: [{ key: 'k', value: 'user1' }], hits_addend: { value: 0 } }]);
     expect(look.statuses[0].code).toBe('OVER_LIMIT');
+  });
+
+  it('any uint32 limit of any unit, as envoyproxy/ratelimit', async () => {
+    const r = await rls.should('app', one('year'), 1000);
+    expect(r.statuses[0]).toMatchObject({ code: 'OK', current_limit: { requests_per_unit: 4000000000, unit: 'YEAR' }, limit_remaining: 3999999000 });
   });
 
   it('duration_until_reset runs to the end of the unit; the next window starts empty', async () => {
