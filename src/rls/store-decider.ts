@@ -60,6 +60,14 @@ function readSix(bytes: Buffer, out: number[]): string | null {
 }
 
 export class StoreDecider implements RlsDecider {
+  /**
+   * Where a call's answer is written: `now` for one given during decide (this process), `later`
+   * for one the store gives afterwards (the backend). Each answer is read back and emptied at once,
+   * so two writers serve every call.
+   */
+  private readonly now = new ReplyWriter();
+  private readonly later = new ReplyWriter();
+
   constructor(private readonly store: () => LimiterStore) {}
 
   decide(calls: readonly RlsCall[], out: RlsOutcome[], nowUs: number, done: (error: Error | null) => void): void {
@@ -77,31 +85,30 @@ export class StoreDecider implements RlsDecider {
     if (unit) store.beginUnit();
     for (let i = 0; i < calls.length; i++) {
       const c = calls[i];
-      const writer = new ReplyWriter();
-      const finish = (): void => {
+      const finish = (writer: ReplyWriter): void => {
         const six: number[] = [0, 0, 0, 0, 0, 0];
         const error = readSix(writer.take(), six);
         if (error !== null) failed ??= new Error(error);
         else read(c, six, out[i]);
         if (--pending === 0) done(failed);
       };
-      let later = false;
+      let deferred = false;
       const sink: StoreSink = {
-        reply: writer,
+        reply: this.now,
         nowUs,
         nowMs: Math.floor(nowUs / 1000),
         client: {
           defer: () => {
-            later = true;
+            deferred = true;
             return (write) => {
-              write(writer);
-              finish();
+              write(this.later);
+              finish(this.later);
             };
           },
         },
       };
       store.decide(limiterCall(c), sink);
-      if (!later) finish();
+      if (!deferred) finish(this.now);
     }
     if (unit) store.endUnit();
   }
