@@ -18,11 +18,13 @@ descriptors:
 `,
 };
 
-async function three(backend: string): Promise<Rls[]> {
-  const all = await Promise.all([0, 1, 2].map(() => startRls(CONFIG, ['--backend', backend])));
+/** Starts three instances into `into` (so that a failure part way still stops those started). */
+async function three(backend: string, into: Rls[]): Promise<void> {
+  await Promise.all([0, 1, 2].map(async () => {
+    into.push(await startRls(CONFIG, ['--backend', backend]));
+  }));
   // A Cluster's first connection can take a while on a loaded machine.
-  for (const r of all) await until(async () => /backend_state:up/.test(String(await r.redis.info('backend'))), 'the backend up', 60_000);
-  return all;
+  for (const r of into) await until(async () => /backend_state:up/.test(String(await r.redis.info('backend'))), 'the backend up', 60_000);
 }
 
 async function exact(instances: Rls[], key: string, value: string): Promise<void> {
@@ -34,10 +36,10 @@ async function exact(instances: Rls[], key: string, value: string): Promise<void
 
 describe('three instances on one Redis', () => {
   let node: RedisNode;
-  let instances: Rls[] = [];
+  const instances: Rls[] = [];
   beforeAll(async () => {
     node = await RedisNode.start();
-    instances = await three(`redis://127.0.0.1:${node.port}`);
+    await three(`redis://127.0.0.1:${node.port}`, instances);
   });
   afterAll(async () => {
     for (const r of instances) await r.stop();
@@ -70,10 +72,10 @@ describe('three instances on one Redis', () => {
 
 describe('three instances on a Redis Cluster', () => {
   let cluster: RedisCluster;
-  let instances: Rls[] = [];
+  const instances: Rls[] = [];
   beforeAll(async () => {
     cluster = await RedisCluster.start();
-    instances = await three(`redis-cluster://127.0.0.1:${cluster.nodes[0].port}`);
+    await three(`redis-cluster://127.0.0.1:${cluster.nodes[0].port}`, instances);
   }, 120_000);
   afterAll(async () => {
     for (const r of instances) await r.stop();
