@@ -2,8 +2,11 @@
  * The `policy` option: one policy or several, checked and formatted once per list (a plan function
  * returns the same objects for the same plan), with the words a refusal's detail uses.
  */
-import { ALGORITHMS, CellgateArgumentError, type Algorithm } from '../client/index.js';
+import { ALGORITHMS, BURST_ALGORITHMS, CellgateArgumentError, type Algorithm } from '../client/index.js';
 import { policyFields, type PolicyFields } from './headers.js';
+
+/** BURST_ALGORITHMS as the error lists them: `a, b and c`. */
+const BURST_LIST = `${BURST_ALGORITHMS.slice(0, -1).join(', ')} and ${BURST_ALGORITHMS[BURST_ALGORITHMS.length - 1]}`;
 
 export interface Policy {
   /** The name in the RateLimit fields (default "default", or "p1", "p2"... when there are several). */
@@ -13,7 +16,7 @@ export interface Policy {
   /** Requests (cost units) per period. */
   limit: number;
   periodMs: number;
-  /** Capacity for tokenbucket, leakybucket and gcra (default `limit`). */
+  /** Capacity, for the algorithms that take a BURST (`BURST_ALGORITHMS`; default `limit`). */
   burst?: number;
 }
 
@@ -50,8 +53,8 @@ export function resolvePolicies(input: Policy | Policy[]): PolicySet {
     for (const [field, v] of [['limit', p.limit], ['periodMs', p.periodMs], ['burst', p.burst ?? 1]] as const) {
       if (!Number.isSafeInteger(v) || v < 1) throw new CellgateArgumentError('policy', `policy '${name}': ${field} must be an integer >= 1, not ${describe(v)}`);
     }
-    if (p.burst !== undefined && algorithm !== 'tokenbucket' && algorithm !== 'leakybucket' && algorithm !== 'gcra') {
-      throw new CellgateArgumentError('policy', `policy '${name}': burst applies to tokenbucket, leakybucket and gcra only`);
+    if (p.burst !== undefined && !BURST_ALGORITHMS.includes(algorithm)) {
+      throw new CellgateArgumentError('policy', `policy '${name}': burst applies to ${BURST_LIST} only`);
     }
     return {
       name,
