@@ -7,13 +7,21 @@
  *
  *   npm run build && node bench/journal-micro.mjs [dist folder, default ./dist]
  */
+import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { ROOT } from './harness.mjs';
 
-const root = pathToFileURL(process.argv[2] ?? join(ROOT, 'dist')).href;
+const rootPath = process.argv[2] ?? join(ROOT, 'dist');
+const root = pathToFileURL(rootPath).href;
 const { Keyspace, KeyType } = await import(`${root}/keyspace/keyspace.js`);
-const { JournalRecorder, JournalParser, JournalReplay, encodeJournalHeader } = await import(`${root}/persistence/journal-format.js`);
+const format = await import(`${root}/persistence/journal-format.js`);
+// The encoder, parser and replay have their own files since the split; an older build keeps them in journal-format.js.
+const own = async (file) => (existsSync(join(rootPath, 'persistence', file)) ? import(`${root}/persistence/${file}`) : format);
+const { encodeJournalHeader } = format;
+const { JournalRecorder } = await own('journal-encode.js');
+const { JournalParser } = await own('journal-parse.js');
+const { JournalReplay } = await own('journal-replay.js');
 const ks = new Keyspace();
 const slots = [];
 const now = Date.now();

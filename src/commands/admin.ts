@@ -219,6 +219,8 @@ const DEBUG_HELP = [
   '    Return to the real clock.',
   'GC',
   '    Run a full garbage collection (for memory measurements).',
+  'JOURNAL-FSYNC-DELAY <ms>',
+  '    Make each appendfsync everysec fsync wait <ms> before it starts, as a slow disk would (0: off).',
   'SLEEP <seconds>',
   '    Stop the server for <seconds> (decimals allowed).',
   'HELP',
@@ -244,6 +246,16 @@ function debug(ctx: CommandContext, argv: CommandArgs): void {
   if (sub === 'gc' && argv.length === 2) {
     // A full collection, so memory measurements (bench/memory.mjs) see live data only.
     fullGc();
+    r.ok();
+    return;
+  }
+  if (sub === 'journal-fsync-delay' && argv.length === 3) {
+    const ms = argv.redisInteger(2);
+    if (ms === null || ms < 0 || ms > 3_600_000) {
+      r.error('ERR value is not an integer or out of range');
+      return;
+    }
+    ctx.server.journal.writer.debugFsyncDelayMs = ms;
     r.ok();
     return;
   }

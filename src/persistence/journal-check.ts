@@ -9,8 +9,10 @@
 import { closeSync, openSync, readdirSync, readFileSync, readSync, statSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 import { Keyspace } from '../keyspace/keyspace.js';
-import { parseManifest } from './journal.js';
-import { JOURNAL_MAGIC, JournalError, JournalParser, JournalReplay } from './journal-format.js';
+import { JOURNAL_MAGIC, JournalError } from './journal-format.js';
+import { parseManifest } from './journal-manifest.js';
+import { JournalParser } from './journal-parse.js';
+import { JournalReplay } from './journal-replay.js';
 import { SnapshotError, SnapshotLoad } from './reader.js';
 
 /** What `path` is, for check: a manifest (a folder resolves to the manifest in it), an incremental file, or neither. */

@@ -8,7 +8,7 @@
  *   turn, before that turn's replies leave (Server.flushPending and the clients' direct sends call
  *   `commit`), the turn's records are encoded. `appendfsync always` writes and fsyncs them then, so
  *   no reply says yes to a decision that is not on disk. `everysec` and `no` write them then too,
- *   unless the last write was less than WRITE_COALESCE_MS ago (turns of one command each at
+ *   unless the last write was less than a millisecond ago (turns of one command each at
  *   pipeline 1 then share a write); `everysec` fsyncs in libuv's thread pool about once a second,
  *   `no` leaves that to the kernel. A `kill -9` (the kernel keeps what was written) then loses at most
  *   the last millisecond or so of answered decisions, a power loss with everysec about a second.
@@ -23,98 +23,26 @@
  *   middle). With `always`, an answered decision must be on disk, so the process exits, as Redis
  *   does. Writes are refused (MISCONF) only with stop-writes-on-bgsave-error yes.
  */
-import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
-import { setImmediate as nextTurn } from 'node:timers/promises';
 import type { Server } from '../server/server.js';
 import { TEMP_FILE_PATTERN } from './format.js';
 import { processAlive } from './dir.js';
-import { encodeJournalHeader, JournalError, JournalParser, JournalRecorder, JournalReplay, JOURNAL_HEADER_BYTES } from './journal-format.js';
+import { JournalRecorder } from './journal-encode.js';
+import { encodeJournalHeader, JournalError, JOURNAL_HEADER_BYTES } from './journal-format.js';
+import { replayIncrementalFiles } from './journal-load.js';
+import { CREATE_EXCLUSIVE, parseManifest, writeManifest, type ManifestFile } from './journal-manifest.js';
+import { describe, JournalWriter } from './journal-write.js';
 import { BackgroundSave, fsyncDirSync, writeSnapshotSync } from './writer.js';
 
-const { O_CREAT, O_EXCL, O_NOFOLLOW, O_RDWR, O_WRONLY } = fs.constants;
-/** A new file of the journal: created here and now, never an existing file or a symlink's target. */
-const CREATE_EXCLUSIVE = O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW;
+const { O_NOFOLLOW, O_RDWR } = fs.constants;
 
-/** Bytes of records kept while the file cannot be written; past this they are dropped and a rewrite is due. */
-const MAX_BUFFERED_BYTES = 64 * 1024 * 1024;
-/** everysec / no: at most one write per this many ms (the records of the turns between wait in memory). */
-const WRITE_COALESCE_MS = 1;
-/** ... unless this many bytes wait. */
-const COALESCE_MAX_BYTES = 256 * 1024;
 /** A rewrite that failed while the journal has no loadable set yet is retried by the cron after this long. */
 const REWRITE_RETRY_MS = 5000;
-/** Records replayed between two looks at the slice's clock while loading. */
-const LOAD_RECORDS_PER_CHECK = 1024;
-const LOAD_SLICE_MS = 10;
-
-export interface ManifestFile {
-  name: string;
-  seq: number;
-}
-
-export interface Manifest {
-  base: ManifestFile | null;
-  incrs: ManifestFile[];
-}
-
-/** Redis's manifest lines: `file <name> seq <n> type <b|h|i>`, the base first, then the incremental files. */
-export function formatManifest(m: Manifest): string {
-  let out = '';
-  if (m.base !== null) out += `file ${m.base.name} seq ${m.base.seq} type b\n`;
-  for (const f of m.incrs) out += `file ${f.name} seq ${f.seq} type i\n`;
-  return out;
-}
-
-/** Parses a manifest; `type h` (history, Redis's files waiting for deletion) lines are skipped. Throws JournalError. */
-export function parseManifest(text: string, file: string): Manifest {
-  const m: Manifest = { base: null, incrs: [] };
-  let offset = 0;
-  for (const raw of text.split('\n')) {
-    const line = raw.trim();
-    const at = offset;
-    offset += raw.length + 1;
-    if (line === '' || line.startsWith('#')) continue;
-    const parts = line.split(/\s+/);
-    const fields = new Map<string, string>();
-    for (let i = 0; i + 1 < parts.length; i += 2) fields.set(parts[i], parts[i + 1]);
-    const name = fields.get('file');
-    const seq = Number(fields.get('seq'));
-    const type = fields.get('type');
-    if (parts.length % 2 !== 0 || name === undefined || !Number.isSafeInteger(seq) || seq < 1 || type === undefined) {
-      throw new JournalError(file, at, `invalid manifest line '${line.slice(0, 128)}' (expected 'file <name> seq <n> type <b|h|i>')`);
-    }
-    if (name.includes('/') || name === '.' || name === '..') throw new JournalError(file, at, `manifest names a path, not a file: '${name.slice(0, 128)}'`);
-    if (type === 'b') {
-      if (m.base !== null) throw new JournalError(file, at, 'the manifest names two base files');
-      m.base = { name, seq };
-    } else if (type === 'i') {
-      const last = m.incrs[m.incrs.length - 1];
-      if (last !== undefined && seq <= last.seq) throw new JournalError(file, at, `incremental file seq ${seq} after seq ${last.seq}: out of order`);
-      m.incrs.push({ name, seq });
-    } else if (type !== 'h') {
-      throw new JournalError(file, at, `unknown file type '${type.slice(0, 16)}' in the manifest`);
-    }
-  }
-  return m;
-}
-
-/** Writes a manifest atomically: temp file, fsync, rename over the old one, directory fsync. */
-function writeManifest(dirPath: string, manifestName: string, m: Manifest): void {
-  // Created exclusively under a fresh name, never through a symlink (as every file cellgate makes for itself).
-  const temp = join(dirPath, `temp-${manifestName}.${randomBytes(6).toString('hex')}`);
-  const fd = fs.openSync(temp, CREATE_EXCLUSIVE, 0o644);
-  try {
-    fs.writeSync(fd, formatManifest(m));
-    fs.fsyncSync(fd);
-  } finally {
-    fs.closeSync(fd);
-  }
-  fs.renameSync(temp, join(dirPath, manifestName));
-  fsyncDirSync(dirPath);
-}
+/** Automatic rewrites failed in a row before the next ones are held back (autoRewriteLimited), and the longest wait. */
+const AUTO_REWRITE_FAILURES = 3;
+const AUTO_REWRITE_MAX_DELAY_MINUTES = 60;
 
 export interface JournalLoadResult {
   manifest: string;
@@ -125,21 +53,29 @@ export interface JournalLoadResult {
   ms: number;
 }
 
-function describe(e: unknown): string {
-  const err = e as NodeJS.ErrnoException;
-  const message = String(err.message ?? e);
-  return err.code !== undefined && !message.startsWith(err.code) ? `${err.code}: ${message}` : message;
+export interface JournalMetrics {
+  enabled: boolean;
+  lastWriteOk: boolean;
+  lastBgrewriteOk: boolean;
+  rewriteInProgress: boolean;
+  rewrites: number;
+  rewriteFailuresInRow: number;
+  currentBytes: number;
+  baseBytes: number;
+  /** Records encoded and not written yet (INFO aof_buffer_length). */
+  bufferBytes: number;
+  writeErrors: number;
+  delayedFsyncs: number;
+  writtenBytes: number;
+  records: number;
 }
 
 export class AppendOnly {
   readonly recorder: JournalRecorder;
   /** True while changes are recorded (appendonly yes, the journal opened or being built). */
   on = false;
-  private fd = -1;
-  /** The current incremental file's size: where the next write goes. */
-  private incrBytes = 0;
-  /** Of it, the bytes known fsynced. */
-  private syncedBytes = 0;
+  /** The current incremental file, its writes and fsyncs. */
+  readonly writer: JournalWriter;
   /** The files of the journal: the installed base (null until the first rewrite is done) and the incremental files, oldest first. */
   private base: ManifestFile | null = null;
   private baseBytes = 0;
@@ -158,21 +94,36 @@ export class AppendOnly {
   private lastBgrewriteOk = true;
   private lastRewriteSec = -1;
   private rewrites = 0;
-  lastWriteOk = true;
-  lastWriteError = '';
-  private lastWriteLogMs = 0;
-  /** Records were dropped during a write failure: the next successful write is followed by a rewrite. */
-  private lost = false;
-  private fsyncInFlight = false;
-  private lastFsyncPerf = performance.now();
-  /** everysec fsyncs that found the previous one still running (Redis's aof_delayed_fsync). */
-  delayedFsync = 0;
-  /** Every record written since start (bench: bytes per record). */
-  bytesWritten = 0;
+  /** Rewrites failed in a row (INFO aof_rewrites_consecutive_failures); a success resets it. */
+  private rewriteFailuresInRow = 0;
+  /** Automatic rewrites held back after repeated failures (Redis's aofRewriteLimited): the delay and its end, server clock. */
+  private autoLimitMinutes = 0;
+  private autoLimitUntilMs = 0;
 
   constructor(private readonly server: Server) {
     // Built among the Server's fields, before its config is set: applyConfig (at start) reads it.
     this.recorder = new JournalRecorder(server.keyspace);
+    this.writer = new JournalWriter(server, this.recorder, {
+      currentPath: () => this.currentIncrPath(),
+      lostRecords: () => this.scheduleRewrite('records were dropped while the journal could not be written'),
+    });
+  }
+
+  /** Whether the last write or fsync succeeded (INFO aof_last_write_status). */
+  get lastWriteOk(): boolean {
+    return this.writer.lastWriteOk;
+  }
+
+  get lastWriteError(): string {
+    return this.writer.lastWriteError;
+  }
+
+  /**
+   * Writes this turn's records (once per turn: the server calls it before replies leave; see
+   * journal-write.ts). Nothing to do, the usual case without a journal, costs one test.
+   */
+  commit(force = false): void {
+    this.writer.commit(force);
   }
 
   get dirPath(): string {
@@ -193,7 +144,7 @@ export class AppendOnly {
 
   /** The journal's bytes on disk: base and incremental files (INFO aof_current_size). */
   get currentSize(): number {
-    return this.baseBytes + this.olderIncrBytes + this.incrBytes;
+    return this.baseBytes + this.olderIncrBytes + this.writer.size;
   }
 
   private baseName(seq: number): string {
@@ -204,135 +155,15 @@ export class AppendOnly {
     return `${this.prefix}.${seq}.incr.aof`;
   }
 
-  /** `appendfsync`, kept as a field: commit reads it every turn (applyConfig refreshes it). */
-  private policy = 'everysec';
-
-  /**
-   * Writes this turn's records (once per turn: the server calls it before replies leave). Nothing to
-   * do, the usual case without a journal, costs one test.
-   */
-  commit(force = false): void {
-    if (this.recorder.empty) return;
-    this.recorder.encodePending();
-    if (this.fd === -1) return;
-    if (this.policy === 'always') {
-      if (this.writeBuffered()) this.syncNow();
-      return;
-    }
-    // everysec / no: one write per turn, but not more than one per WRITE_COALESCE_MS. At pipeline 1
-    // a turn often holds one command, and a write per command cost ~1.3 µs of its ~9 µs; turns
-    // within a millisecond of the last write share the next one (a timer makes sure it happens).
-    const now = performance.now();
-    if (force || now - this.lastWritePerf >= WRITE_COALESCE_MS || this.recorder.pos >= COALESCE_MAX_BYTES) {
-      this.lastWritePerf = now;
-      this.writeBuffered();
-    } else if (!this.writeTimer) {
-      this.writeTimer = true;
-      setTimeout(this.writeLater, WRITE_COALESCE_MS);
-    }
-  }
-
-  private lastWritePerf = 0;
-  private writeTimer = false;
-  private readonly writeLater = (): void => {
-    this.writeTimer = false;
-    try {
-      this.commit(true);
-    } catch (e) {
-      this.server.tasks.failed('journal write', e);
-    }
-  };
-
-  /** Writes the buffered records at the current end of the file. Returns false on an error (handled). */
-  private writeBuffered(): boolean {
-    const r = this.recorder;
-    let written = 0;
-    try {
-      while (written < r.pos) {
-        const n = fs.writeSync(this.fd, r.buf, written, r.pos - written, this.incrBytes);
-        this.incrBytes += n;
-        written += n;
-      }
-      this.bytesWritten += written;
-      r.consumed(written);
-    } catch (e) {
-      this.bytesWritten += written;
-      r.consumed(written);
-      this.writeFailed(e);
-      return false;
-    }
-    if (!this.lastWriteOk) {
-      this.lastWriteOk = true;
-      this.lastWriteError = '';
-      this.server.snapshots.refreshDenyWrites();
-      this.server.log.warning('AOF write error looks solved, cellgate can write again.');
-      if (this.lost) this.scheduleRewrite('records were dropped while the journal could not be written');
-    }
-    return true;
-  }
-
-  private writeFailed(e: unknown): void {
-    const text = describe(e);
-    if (this.policy === 'always') {
-      // The replies of this turn are waiting for this write: none may say yes to a decision that is
-      // not on disk. Redis exits here too; the restart loads everything answered before.
-      this.server.log.warning(`Can't recover from AOF write error when the AOF fsync policy is 'always'. Exiting... (${text})`, { file: this.currentIncrPath() });
-      process.exit(1);
-    }
-    const first = this.lastWriteOk;
-    this.lastWriteOk = false;
-    this.lastWriteError = text;
-    if (first) this.server.snapshots.refreshDenyWrites();
-    const now = Date.now();
-    if (first || now - this.lastWriteLogMs > 30_000) {
-      this.lastWriteLogMs = now;
-      this.server.log.warning(`Error writing to the AOF file: ${text} (the records are kept and retried)`, { file: this.currentIncrPath() });
-    }
-    if (this.recorder.pos > MAX_BUFFERED_BYTES) {
-      // The journal on disk is now behind the keyspace for good: a rewrite, once writes work again, repairs it.
-      this.recorder.reset();
-      if (!this.lost) this.server.log.warning(`More than ${MAX_BUFFERED_BYTES} bytes of journal records could not be written: dropped; the journal is rewritten once the disk accepts writes again`);
-      this.lost = true;
-    }
-  }
-
   private currentIncrPath(): string {
     const last = this.incrs[this.incrs.length - 1];
     return last === undefined ? this.dirPath : join(this.dirPath, last.name);
   }
 
-  /** fsync of the current file, now (appendfsync always; shutdown; before a switch). */
-  private syncNow(): void {
-    if (this.fd === -1 || this.syncedBytes === this.incrBytes) return;
-    try {
-      fs.fdatasyncSync(this.fd);
-      this.syncedBytes = this.incrBytes;
-      this.lastFsyncPerf = performance.now();
-    } catch (e) {
-      this.writeFailed(e);
-    }
-  }
-
   /** The periodic part: everysec's fsync, retries of failed writes, scheduled and automatic rewrites. */
   cron(nowMs: number): void {
     if (!this.on) return;
-    if (!this.recorder.empty && this.fd !== -1) this.commit(true);
-    if (this.policy === 'everysec' && this.fd !== -1 && this.syncedBytes < this.incrBytes && performance.now() - this.lastFsyncPerf >= 1000) {
-      if (this.fsyncInFlight) {
-        this.delayedFsync++;
-      } else {
-        this.fsyncInFlight = true;
-        this.lastFsyncPerf = performance.now();
-        const fd = this.fd;
-        const upTo = this.incrBytes;
-        fs.fdatasync(fd, (err) => {
-          this.fsyncInFlight = false;
-          if (fd !== this.fd) return; // the file was switched (and synced) meanwhile
-          if (err !== null) this.writeFailed(err);
-          else this.syncedBytes = Math.max(this.syncedBytes, upTo);
-        });
-      }
-    }
+    this.writer.cron();
     if (this.rewrite !== null || this.server.snapshots.bgsaveInProgress) return;
     if (this.rewriteScheduled && nowMs >= this.rewriteRetryAtMs) {
       this.startRewrite();
@@ -343,11 +174,34 @@ export class AppendOnly {
     if (pct > 0 && this.loadable && size > this.server.config.int('auto-aof-rewrite-min-size')) {
       const baseSize = this.rewriteBaseSize > 0 ? this.rewriteBaseSize : 1;
       const growth = ((size - baseSize) * 100) / baseSize;
-      if (growth >= pct) {
+      if (growth >= pct && !this.autoRewriteLimited(nowMs)) {
         this.server.log.notice(`Starting automatic rewriting of AOF on ${Math.floor(growth)}% growth`);
         this.startRewrite();
       }
     }
+  }
+
+  /**
+   * Whether automatic rewrites are held back: after AUTO_REWRITE_FAILURES failures in a row (a full
+   * disk fails each one after writing as much of a base as fits, and the growth that triggers them
+   * stays), the next waits a minute, then 2, 4, ... up to an hour of server time, as Redis's
+   * aofRewriteLimited. BGREWRITEAOF is never held back; a success ends it.
+   */
+  private autoRewriteLimited(nowMs: number): boolean {
+    if (this.rewriteFailuresInRow < AUTO_REWRITE_FAILURES) {
+      this.autoLimitMinutes = 0;
+      this.autoLimitUntilMs = 0;
+      return false;
+    }
+    if (this.autoLimitUntilMs !== 0) {
+      if (nowMs < this.autoLimitUntilMs) return true;
+      this.autoLimitUntilMs = 0;
+      return false;
+    }
+    this.autoLimitMinutes = Math.min(this.autoLimitMinutes === 0 ? 1 : this.autoLimitMinutes * 2, AUTO_REWRITE_MAX_DELAY_MINUTES);
+    this.autoLimitUntilMs = nowMs + this.autoLimitMinutes * 60_000;
+    this.server.log.warning(`Background AOF rewrite has repeatedly failed and triggered the limit, will retry in ${this.autoLimitMinutes} minutes`);
+    return true;
   }
 
   private scheduleRewrite(why: string): void {
@@ -375,7 +229,7 @@ export class AppendOnly {
       // Records waiting for a disk that refuses them stay with the file they were encoded for (the
       // expiry of one may be relative to the one before it): no switch until they are written.
       if (!this.recorder.empty) throw new Error(`the journal cannot be written: ${this.lastWriteError}`);
-      this.syncNow();
+      this.writer.syncNow();
       const nextIncr = this.openIncr((this.incrs[this.incrs.length - 1]?.seq ?? this.leftoverSeq()) + 1);
       const fromIncr = this.incrs.length - 1;
       if (this.loadable) writeManifest(this.dirPath, this.manifestName, { base: this.base, incrs: this.incrs });
@@ -390,6 +244,7 @@ export class AppendOnly {
       return true;
     } catch (e) {
       this.lastBgrewriteOk = false;
+      this.rewriteFailuresInRow++;
       this.rewriteScheduled = true;
       this.rewriteRetryAtMs = server.clock.nowMs() + REWRITE_RETRY_MS;
       server.log.warning(`Can't rewrite the append only file: ${describe(e)}`);
@@ -429,17 +284,8 @@ export class AppendOnly {
   }
 
   private switchTo(fd: number, size: number): void {
-    if (this.fd !== -1) {
-      this.olderIncrBytes += this.incrBytes;
-      try {
-        fs.closeSync(this.fd);
-      } catch {
-        /* closing a file we synced: nothing to lose */
-      }
-    }
-    this.fd = fd;
-    this.incrBytes = size;
-    this.syncedBytes = size;
+    if (this.writer.fd !== -1) this.olderIncrBytes += this.writer.size;
+    this.writer.switchTo(fd, size);
   }
 
   private rewriteDone(job: BackgroundSave, baseBytes: number, keys: number, ms: number): void {
@@ -470,9 +316,10 @@ export class AppendOnly {
     for (const name of gone) fs.rmSync(join(this.dirPath, name), { force: true });
     this.rewriteBaseSize = this.currentSize;
     this.lastBgrewriteOk = true;
+    this.rewriteFailuresInRow = 0;
     this.lastRewriteSec = Math.round((performance.now() - rw.startedPerf) / 1000);
     this.rewrites++;
-    this.lost = false;
+    this.writer.lost = false;
     server.log.notice(`Background AOF rewrite terminated with success: base ${base.name}, ${keys} keys, ${baseBytes} bytes in ${ms.toFixed(1)} ms`, { base: base.name, keys, bytes: baseBytes });
   }
 
@@ -485,10 +332,11 @@ export class AppendOnly {
 
   private rewriteFailedWith(reason: string, startedPerf: number): void {
     this.lastBgrewriteOk = false;
+    this.rewriteFailuresInRow++;
     this.lastRewriteSec = Math.round((performance.now() - startedPerf) / 1000);
     // The manifest still names the old base and every incremental file since: nothing is lost.
     // Without a base yet (appendonly just turned on), the journal has no loadable set: try again.
-    if (!this.loadable || this.lost) {
+    if (!this.loadable || this.writer.lost) {
       this.rewriteScheduled = true;
       this.rewriteRetryAtMs = this.server.clock.nowMs() + REWRITE_RETRY_MS;
     }
@@ -521,46 +369,7 @@ export class AppendOnly {
       baseKeys = loaded.loaded;
       this.baseBytes = loaded.summary.bytes;
     }
-    const nowMs = server.clock.nowMs();
-    const replay = new JournalReplay(server.keyspace, nowMs);
-    let records = 0;
-    let truncated = false;
-    let lastValid = JOURNAL_HEADER_BYTES;
-    let older = 0;
-    for (let i = 0; i < m.incrs.length; i++) {
-      const path = join(this.dirPath, m.incrs[i].name);
-      let buf: Buffer;
-      try {
-        buf = fs.readFileSync(path);
-      } catch (e) {
-        if ((e as NodeJS.ErrnoException).code === 'ENOENT') throw new JournalError(path, 0, 'an incremental file the manifest names does not exist');
-        throw e;
-      }
-      const parser = new JournalParser(buf, path);
-      let scan = null;
-      while (scan === null) {
-        const sliceEnd = performance.now() + LOAD_SLICE_MS;
-        while (scan === null && performance.now() < sliceEnd) scan = parser.next(replay.apply, LOAD_RECORDS_PER_CHECK);
-        if (scan === null) {
-          server.flushPending();
-          await nextTurn();
-        }
-      }
-      records += scan.records;
-      const last = i === m.incrs.length - 1;
-      if (scan.torn !== null) {
-        if (!last) throw new JournalError(path, scan.validBytes, `truncated: ${scan.torn}, and it is not the last incremental file`);
-        if (!server.config.bool('aof-load-truncated')) {
-          throw new JournalError(path, scan.validBytes, `truncated: ${scan.torn} (aof-load-truncated is no; set it to yes to cut the half-written record and start)`);
-        }
-        truncated = true;
-        const cutTo = Math.max(scan.validBytes, 0);
-        server.log.warning(`!!! Warning: short read while loading the AOF file ${m.incrs[i].name}: ${scan.torn} !!!`, { file: path, offset: cutTo });
-        server.log.warning(`AOF loaded anyway because aof-load-truncated is enabled: ${buf.length - cutTo} bytes cut at offset ${cutTo} (${scan.records} records kept)`, { file: path, offset: cutTo });
-      }
-      if (last) lastValid = scan.validBytes;
-      else older += buf.length;
-    }
+    const { records, truncated, lastValid, olderBytes: older } = await replayIncrementalFiles(server, this.dirPath, m.incrs);
     this.base = m.base;
     this.incrs = m.incrs;
     this.olderIncrBytes = older;
@@ -591,9 +400,7 @@ export class AppendOnly {
       fs.ftruncateSync(fd, size);
       fs.fdatasyncSync(fd);
     }
-    this.fd = fd;
-    this.incrBytes = size;
-    this.syncedBytes = size;
+    this.writer.switchTo(fd, size);
   }
 
   /**
@@ -640,7 +447,7 @@ export class AppendOnly {
   stop(): void {
     if (!this.on) return;
     this.commit(true);
-    this.syncNow();
+    this.writer.syncNow();
     this.server.keyspace.journal = null;
     this.recorder.reset();
     this.on = false;
@@ -649,18 +456,17 @@ export class AppendOnly {
       this.rewrite = null;
     }
     this.rewriteScheduled = false;
-    if (this.fd !== -1) fs.closeSync(this.fd);
-    this.fd = -1;
+    this.writer.close();
     this.base = null;
     this.incrs = [];
     this.loadable = false;
-    this.baseBytes = this.olderIncrBytes = this.incrBytes = this.syncedBytes = 0;
+    this.baseBytes = this.olderIncrBytes = this.writer.size = this.writer.syncedBytes = 0;
     this.server.log.notice('AOF turned off: the journal files are kept as they are');
   }
 
   /** CONFIG SET: appendonly turned on or off. */
   applyConfig(): void {
-    this.policy = this.server.config.get('appendfsync');
+    this.writer.policy = this.server.config.get('appendfsync');
     const want = this.server.config.bool('appendonly');
     if (want && !this.on && !this.server.snapshots.loading) this.begin(true, false);
     else if (!want && this.on) this.stop();
@@ -676,11 +482,8 @@ export class AppendOnly {
       fs.rmSync(temp, { force: true });
     }
     this.commit(true);
-    this.syncNow();
-    if (this.fd !== -1) {
-      fs.closeSync(this.fd);
-      this.fd = -1;
-    }
+    this.writer.syncNow();
+    this.writer.close();
     this.server.log.notice('Calling fsync() on the AOF file.');
   }
 
@@ -708,6 +511,42 @@ export class AppendOnly {
     return removed;
   }
 
+  /**
+   * Why the journal keeps the server from being ready (/readyz), or null. Not ready while what was
+   * answered would not survive a restart: a write or fsync error persists (the records wait in
+   * memory), records were dropped during one and the rewrite that repairs the journal has not
+   * succeeded yet, or a journal being built has no complete set on disk because its rewrite failed.
+   * Decisions go on meanwhile (stop-writes-on-bgsave-error no): readiness is what tells a balancer.
+   */
+  notReadyReason(): string | null {
+    if (!this.on) return null;
+    const w = this.writer;
+    if (!w.lastWriteOk) return `the journal cannot be written (INFO persistence aof_last_write_status:err: ${w.lastWriteError})`;
+    if (w.lost) return 'journal records were dropped while the disk refused them; the rewrite that repairs the journal has not succeeded yet';
+    if (!this.loadable && !this.lastBgrewriteOk) return 'the journal has no complete set of files: its rewrite failed (INFO persistence aof_last_bgrewrite_status:err)';
+    return null;
+  }
+
+  /** The journal's figures for /metrics (cellgate_aof_*), read at the scrape. */
+  metrics(): JournalMetrics {
+    const w = this.writer;
+    return {
+      enabled: this.on,
+      lastWriteOk: w.lastWriteOk,
+      lastBgrewriteOk: this.lastBgrewriteOk,
+      rewriteInProgress: this.rewrite !== null,
+      rewrites: this.rewrites,
+      rewriteFailuresInRow: this.rewriteFailuresInRow,
+      currentBytes: this.on ? this.currentSize : 0,
+      baseBytes: this.on ? this.baseBytes : 0,
+      bufferBytes: this.recorder.pos,
+      writeErrors: w.writeErrors,
+      delayedFsyncs: w.delayedFsync,
+      writtenBytes: w.bytesWritten,
+      records: this.recorder.records,
+    };
+  }
+
   /** INFO persistence's aof_* fields, Redis's names. */
   infoRows(): [string, string | number][] {
     const rw = this.rewrite;
@@ -719,6 +558,7 @@ export class AppendOnly {
       ['aof_current_rewrite_time_sec', rw !== null ? Math.round((performance.now() - rw.startedPerf) / 1000) : -1],
       ['aof_last_bgrewrite_status', this.lastBgrewriteOk ? 'ok' : 'err'],
       ['aof_rewrites', this.rewrites],
+      ['aof_rewrites_consecutive_failures', this.rewriteFailuresInRow],
       ['aof_last_write_status', this.lastWriteOk ? 'ok' : 'err'],
       ['aof_last_cow_size', 0],
     ];
@@ -728,8 +568,8 @@ export class AppendOnly {
         ['aof_base_size', this.baseBytes],
         ['aof_pending_rewrite', this.rewriteScheduled ? 1 : 0],
         ['aof_buffer_length', this.recorder.pos],
-        ['aof_pending_bio_fsync', this.fsyncInFlight ? 1 : 0],
-        ['aof_delayed_fsync', this.delayedFsync],
+        ['aof_pending_bio_fsync', this.writer.fsyncInFlight ? 1 : 0],
+        ['aof_delayed_fsync', this.writer.delayedFsync],
       );
     }
     return rows;

@@ -90,13 +90,16 @@ function durationHistogram(commands: Map<string, CommandStat>): string {
 
 /**
  * Why the server should not take traffic now, or null when it is ready: the snapshot is still
- * loading (commands get LOADING), or the last background save failed (the limits would not survive
- * a restart; with stop-writes-on-bgsave-error writes are refused too). A storage backend, when there
+ * loading (commands get LOADING), or the last background save failed or the journal cannot be
+ * written (the limits would not survive a restart; with stop-writes-on-bgsave-error writes are
+ * refused too; AppendOnly.notReadyReason). A storage backend, when there
  * is one, adds its state here: this function is the one place readiness is decided.
  */
 export function notReadyReason(server: Server): string | null {
   if (server.snapshots.loading) return 'loading the snapshot';
   if (!server.snapshots.lastBgsaveSucceeded) return 'the last background save failed (INFO persistence rdb_last_bgsave_status:err)';
+  const journal = server.journal.notReadyReason();
+  if (journal !== null) return journal;
   // With `local` or `allow` every call is still answered sensibly; with `deny` every one is refused.
   const b = server.backend;
   if (b !== null && !b.usable && b.policy === 'deny') return `backend unavailable (${b.state}; backend-unavailable deny refuses every call)`;
@@ -158,10 +161,31 @@ export function metricsText(server: Server): string {
     family('cellgate_snapshot_changes_since_last_save', 'gauge', 'Writes since the last snapshot.', [[null, server.snapshots.changesSinceLastSave]]),
     family('cellgate_snapshot_last_save_timestamp_seconds', 'gauge', 'When the last snapshot was saved (server clock).', [[null, Math.floor(server.snapshots.lastSaveMs / 1000)]]),
     family('cellgate_snapshot_last_bgsave_ok', 'gauge', 'Whether the last background save succeeded (INFO rdb_last_bgsave_status: 1 ok, 0 err).', [[null, server.snapshots.lastBgsaveSucceeded ? 1 : 0]]),
+    ...journalFamilies(server),
     ...backendFamilies(server),
     family('cellgate_loading', 'gauge', 'Whether the snapshot is loading (INFO loading).', [[null, server.snapshots.loading ? 1 : 0]]),
     ...metricsExtensions.map((x) => x.metricsText()),
   ].join('');
+}
+
+/** The append-only journal's figures (INFO persistence aof_*), named as INFO names them. */
+function journalFamilies(server: Server): string[] {
+  const j = server.journal.metrics();
+  return [
+    family('cellgate_aof_enabled', 'gauge', 'Whether the append-only journal is on (INFO aof_enabled).', [[null, j.enabled ? 1 : 0]]),
+    family('cellgate_aof_last_write_ok', 'gauge', 'Whether the journal\'s last write and fsync succeeded (INFO aof_last_write_status: 1 ok, 0 err).', [[null, j.lastWriteOk ? 1 : 0]]),
+    family('cellgate_aof_write_errors_total', 'counter', 'Journal writes and fsyncs that failed (each retry counts).', [[null, j.writeErrors]]),
+    family('cellgate_aof_delayed_fsync_total', 'counter', 'everysec fsyncs still running 2 s after they started (INFO aof_delayed_fsync).', [[null, j.delayedFsyncs]]),
+    family('cellgate_aof_buffer_bytes', 'gauge', 'Journal records encoded and not written yet (INFO aof_buffer_length).', [[null, j.bufferBytes]]),
+    family('cellgate_aof_written_bytes_total', 'counter', 'Journal record bytes written.', [[null, j.writtenBytes]]),
+    family('cellgate_aof_records_total', 'counter', 'Journal records encoded.', [[null, j.records]]),
+    family('cellgate_aof_current_size_bytes', 'gauge', 'The journal\'s size on disk, base and incremental files (INFO aof_current_size).', [[null, j.currentBytes]]),
+    family('cellgate_aof_base_size_bytes', 'gauge', 'The journal\'s base file size (INFO aof_base_size).', [[null, j.baseBytes]]),
+    family('cellgate_aof_rewrite_in_progress', 'gauge', 'Whether a journal rewrite runs (INFO aof_rewrite_in_progress).', [[null, j.rewriteInProgress ? 1 : 0]]),
+    family('cellgate_aof_rewrites_total', 'counter', 'Journal rewrites that succeeded (INFO aof_rewrites).', [[null, j.rewrites]]),
+    family('cellgate_aof_last_bgrewrite_ok', 'gauge', 'Whether the last journal rewrite succeeded (INFO aof_last_bgrewrite_status: 1 ok, 0 err).', [[null, j.lastBgrewriteOk ? 1 : 0]]),
+    family('cellgate_aof_rewrites_consecutive_failures', 'gauge', 'Journal rewrites failed in a row (INFO aof_rewrites_consecutive_failures).', [[null, j.rewriteFailuresInRow]]),
+  ];
 }
 
 /** The shared backend's figures (INFO backend), none in local mode. */

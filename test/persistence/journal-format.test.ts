@@ -7,7 +7,9 @@
 import { describe, expect, it } from 'vitest';
 import zlib from 'node:zlib';
 import { Keyspace, KeyType } from '../../src/keyspace/keyspace.js';
-import { crc32Range, crc8Range, encodeJournalHeader, JournalError, JournalParser, JournalRecorder } from '../../src/persistence/journal-format.js';
+import { JournalRecorder } from '../../src/persistence/journal-encode.js';
+import { crc32Range, crc8Range, encodeJournalHeader, JournalError } from '../../src/persistence/journal-format.js';
+import { JournalParser } from '../../src/persistence/journal-parse.js';
 
 function parseAll(file: Buffer): { keys: string[]; records: number } {
   const parser = new JournalParser(file, 'test');

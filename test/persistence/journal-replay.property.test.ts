@@ -10,7 +10,10 @@
 import { describe, expect, it } from 'vitest';
 import fc from 'fast-check';
 import { Keyspace, KeyType } from '../../src/keyspace/keyspace.js';
-import { encodeJournalHeader, JournalError, JournalParser, JournalRecorder, JournalReplay, JOURNAL_HEADER_BYTES } from '../../src/persistence/journal-format.js';
+import { JournalRecorder } from '../../src/persistence/journal-encode.js';
+import { encodeJournalHeader, JournalError, JOURNAL_HEADER_BYTES } from '../../src/persistence/journal-format.js';
+import { JournalParser } from '../../src/persistence/journal-parse.js';
+import { JournalReplay } from '../../src/persistence/journal-replay.js';
 import { mulberry32 } from '../helpers/random.js';
 import { contentOf, keyName, POLICIES, TYPES } from './keyspace-content.js';
 

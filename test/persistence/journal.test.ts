@@ -10,7 +10,7 @@ import { appendFileSync, existsSync, readdirSync, readFileSync, statSync, writeF
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { TYPE_NAMES } from '../../src/keyspace/keyspace.js';
-import { JournalParser } from '../../src/persistence/journal-format.js';
+import { JournalParser } from '../../src/persistence/journal-parse.js';
 import { fillKeys, info, runToExit, startOn, T0_AHEAD_MS, tempDirsForFile, waitFor } from './helpers.js';
 import { startServer } from '../helpers/server.js';
 
