@@ -67,6 +67,12 @@ export class JournalWriter {
   debugFsyncDelayMs = 0;
   private lastWritePerf = 0;
   private writeTimer = false;
+  /**
+   * Which file `fd` is: a new one for every switchTo and close. An fsync that ends after a switch
+   * must not count for the new file, and the descriptor number alone cannot tell: the kernel hands
+   * a closed file's number to the next file opened.
+   */
+  private fileGeneration = 0;
 
   constructor(
     private readonly server: Server,
@@ -190,14 +196,15 @@ export class JournalWriter {
     this.fsyncInFlight = true;
     this.lastFsyncPerf = this.delaySincePerf = now;
     const fd = this.fd;
+    const generation = this.fileGeneration;
     const upTo = this.size;
     const done = (err: NodeJS.ErrnoException | null): void => {
       this.fsyncInFlight = false;
-      if (fd !== this.fd) return; // the file was switched (and synced) meanwhile
+      if (generation !== this.fileGeneration) return; // the file was switched (and synced) meanwhile
       if (err !== null) this.failed(err);
       else this.syncedBytes = Math.max(this.syncedBytes, upTo);
     };
-    if (this.debugFsyncDelayMs > 0) setTimeout(() => (fd === this.fd ? fs.fdatasync(fd, done) : done(null)), this.debugFsyncDelayMs);
+    if (this.debugFsyncDelayMs > 0) setTimeout(() => (generation === this.fileGeneration ? fs.fdatasync(fd, done) : done(null)), this.debugFsyncDelayMs);
     else fs.fdatasync(fd, done);
   }
 
@@ -228,6 +235,7 @@ export class JournalWriter {
 
   close(): void {
     if (this.fd === -1) return;
+    this.fileGeneration++;
     try {
       fs.closeSync(this.fd);
     } catch {
