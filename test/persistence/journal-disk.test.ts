@@ -333,11 +333,6 @@ describe('journal: a slow disk', () => {
       expect((await metrics(metricsPort)).get('cellgate_aof_delayed_fsync_total')).toBeGreaterThanOrEqual(1);
       await r.call('DEBUG', 'JOURNAL-FSYNC-DELAY', '0');
       await waitFor('the fsync to end', async () => (await info(r)).aof_pending_bio_fsync === '0', 10_000);
-      const counted = Number((await info(r)).aof_delayed_fsync);
-      // A disk as fast as it should be: fsyncs go on and none is counted any more.
-      for (let i = 0; i < 10; i++) await r.call('CL.THROTTLE', 'slow', 100, 1, 3600, 1);
-      await new Promise((res) => setTimeout(res, 1500));
-      expect(Number((await info(r)).aof_delayed_fsync)).toBe(counted);
       expect((await info(r)).aof_last_write_status).toBe('ok');
       await expect(r.call('DEBUG', 'JOURNAL-FSYNC-DELAY', '-1')).rejects.toThrow('ERR value is not an integer or out of range');
     } finally {
