@@ -13,6 +13,7 @@ import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { fillKeys, info, runToExit, startOn, T0_AHEAD_MS, tempDirsForFile, waitFor } from './helpers.js';
 import { freePort, startServer, type RunningServer } from '../helpers/server.js';
+import { WAIT_LIMIT_MS } from '../helpers/wait.js';
 
 const newDir = tempDirsForFile();
 const T0 = T0_AHEAD_MS;
@@ -59,7 +60,7 @@ async function waitRewriteDone(r: Redis): Promise<Record<string, string>> {
   await waitFor('the rewrite to end', async () => {
     last = await info(r);
     return last.aof_rewrite_in_progress === '0';
-  });
+  }, WAIT_LIMIT_MS);
   return last;
 }
 
@@ -144,15 +145,15 @@ describe('journal: rewrites on a full disk', () => {
       await fillKeys(s.port, 3000, 'k:');
       fileSizeLimit(s.proc.pid!, 32 * 1024);
       await r.config('SET', 'auto-aof-rewrite-percentage', '100');
-      await waitFor('three failed automatic rewrites', async () => (await failures()) >= 3, 20_000);
-      await waitFor('the limit', async () => s.logs.some((l) => l.includes('triggered the limit, will retry in 1 minutes')));
+      await waitFor('three failed automatic rewrites', async () => (await failures()) >= 3, WAIT_LIMIT_MS);
+      await waitFor('the limit', async () => s.logs.some((l) => l.includes('triggered the limit, will retry in 1 minutes')), WAIT_LIMIT_MS);
       expect(starts()).toBe(3);
       // Ten cron ticks and more of real time: no fourth attempt while the server clock stands still.
       await new Promise((res) => setTimeout(res, 1500));
       expect(starts()).toBe(3);
       await r.call('DEBUG', 'CLOCK', 'ADVANCE', '60000');
-      await waitFor('the attempt after a minute', async () => (await failures()) >= 4, 20_000);
-      await waitFor('the doubled limit', async () => s.logs.some((l) => l.includes('triggered the limit, will retry in 2 minutes')));
+      await waitFor('the attempt after a minute', async () => (await failures()) >= 4, WAIT_LIMIT_MS);
+      await waitFor('the doubled limit', async () => s.logs.some((l) => l.includes('triggered the limit, will retry in 2 minutes')), WAIT_LIMIT_MS);
       expect(starts()).toBe(4);
       // BGREWRITEAOF is the operator's call: never held back.
       fileSizeLimit(s.proc.pid!, 'unlimited');
@@ -230,7 +231,7 @@ describe('journal: writes on a full disk, and recovery', () => {
         if (disk.code === 'EFBIG') fileSizeLimit(s.proc.pid!, 'unlimited');
         else rmSync(filler);
         const afterLeft = ((await r.call('CL.THROTTLE', 'after', 100, 1, 3600, 1)) as number[])[2];
-        await waitFor('the write to succeed', async () => (await info(r)).aof_last_write_status === 'ok');
+        await waitFor('the write to succeed', async () => (await info(r)).aof_last_write_status === 'ok', WAIT_LIMIT_MS);
         expect(Number((await info(r)).aof_buffer_length)).toBe(0);
         expect(s.logs.some((l) => l.includes('AOF write error looks solved'))).toBe(true);
         expect((await readyz(metricsPort)).status).toBe(200);
@@ -325,14 +326,14 @@ describe('journal: a slow disk', () => {
       // Each fsync waits 3 s before it starts: the disk of this test takes 3 s per fsync.
       await r.call('DEBUG', 'JOURNAL-FSYNC-DELAY', '3000');
       await r.call('CL.THROTTLE', 'slow', 100, 1, 3600, 1);
-      await waitFor('an fsync to start', async () => (await info(r)).aof_pending_bio_fsync === '1', 5000);
+      await waitFor('an fsync to start', async () => (await info(r)).aof_pending_bio_fsync === '1', WAIT_LIMIT_MS);
       // Decisions are answered (and written) while the fsync runs.
       for (let i = 0; i < 10; i++) expect(((await r.call('CL.THROTTLE', 'slow', 100, 1, 3600, 1)) as number[])[0]).toBe(0);
-      await waitFor('the delayed fsync to be counted', async () => Number((await info(r)).aof_delayed_fsync) >= 1, 10_000);
+      await waitFor('the delayed fsync to be counted', async () => Number((await info(r)).aof_delayed_fsync) >= 1, WAIT_LIMIT_MS);
       expect(s.logs.some((l) => l.includes('Asynchronous AOF fsync is taking too long'))).toBe(true);
       expect((await metrics(metricsPort)).get('cellgate_aof_delayed_fsync_total')).toBeGreaterThanOrEqual(1);
       await r.call('DEBUG', 'JOURNAL-FSYNC-DELAY', '0');
-      await waitFor('the fsync to end', async () => (await info(r)).aof_pending_bio_fsync === '0', 10_000);
+      await waitFor('the fsync to end', async () => (await info(r)).aof_pending_bio_fsync === '0', WAIT_LIMIT_MS);
       expect((await info(r)).aof_last_write_status).toBe('ok');
       await expect(r.call('DEBUG', 'JOURNAL-FSYNC-DELAY', '-1')).rejects.toThrow('ERR value is not an integer or out of range');
     } finally {

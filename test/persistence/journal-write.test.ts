@@ -12,6 +12,7 @@ import { JournalRecorder } from '../../src/persistence/journal-encode.js';
 import { encodeJournalHeader, JOURNAL_HEADER_BYTES } from '../../src/persistence/journal-format.js';
 import { JournalWriter } from '../../src/persistence/journal-write.js';
 import type { Server } from '../../src/server/server.js';
+import { WAIT_LIMIT_MS } from '../helpers/wait.js';
 
 /** The three things the writer asks of its server: a log, the MISCONF gate's refresh, a task failure report. */
 function serverForWriter(warnings: string[]): Server {
@@ -31,7 +32,7 @@ function newFile(path: string): number {
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 async function fsyncEnded(writer: JournalWriter): Promise<void> {
-  for (let i = 0; i < 1000 && writer.fsyncInFlight; i++) await sleep(10);
+  for (let i = 0; i < WAIT_LIMIT_MS / 10 && writer.fsyncInFlight; i++) await sleep(10);
   expect(writer.fsyncInFlight).toBe(false);
 }
 
