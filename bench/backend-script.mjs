@@ -38,13 +38,15 @@ const EXTRA = opt('lua', '').split(',').filter((f) => f !== '');
 
 const CLASSIC = LUA_TOKEN_BUCKET;
 
+/** The key type tags, as snapshots store them (stable across builds: docs/snapshot-format.md). */
+const KeyType = { Gcra: 1, TokenBucket: 2, LeakyBucket: 3, FixedWindow: 4, SlidingLog: 5, SlidingWindow: 6 };
+
 async function build(dir) {
   const base = pathToFileURL(resolve(dir)).href;
   const script = await import(`${base}/backend/limiter-script.js`);
   const { cellParams } = await import(`${base}/limiters/cell-throttle.js`);
   const { gcraParams } = await import(`${base}/limiters/redis-gcra.js`);
   const { gcraMsParams, newGcraMsParams } = await import(`${base}/limiters/gcra-ms.js`);
-  const { KeyType } = await import(`${base}/keyspace/keyspace.js`);
   const rl = (type) => {
     const gcra = newGcraMsParams();
     if (type === KeyType.Gcra) gcraMsParams(1000, 60_000, 1000, gcra);

@@ -14,7 +14,9 @@ import { ROOT } from './harness.mjs';
 
 const rootPath = process.argv[2] ?? join(ROOT, 'dist');
 const root = pathToFileURL(rootPath).href;
-const { Keyspace, KeyType } = await import(`${root}/keyspace/keyspace.js`);
+const { Keyspace } = await import(`${root}/keyspace/keyspace.js`);
+/** GCRA's key type tag, as snapshots and the journal store it (stable across builds). */
+const GCRA_TYPE = 1;
 const format = await import(`${root}/persistence/journal-format.js`);
 // The encoder, parser and replay have their own files since the split; an older build keeps them in journal-format.js.
 const own = async (file) => (existsSync(join(rootPath, 'persistence', file)) ? import(`${root}/persistence/${file}`) : format);
@@ -27,7 +29,7 @@ const slots = [];
 const now = Date.now();
 for (let i = 0; i < 100000; i++) {
   const k = Buffer.from('key:' + String(i).padStart(12, '0'));
-  const s = ks.createKey(k, 0, k.length, KeyType.Gcra);
+  const s = ks.createKey(k, 0, k.length, GCRA_TYPE);
   ks.setState(s, (now + 1000) * 1000 + i, 0, 0);
   ks.setExpireAtMs(s, now + 60000 + (i % 1000));
   slots.push(s);

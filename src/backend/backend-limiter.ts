@@ -17,7 +17,7 @@
  * first (flushUnit), so the backend sees the commands in the transaction's order.
  */
 import type { Clock } from '../clock.js';
-import { KeyType, TYPE_NAMES } from '../keyspace/keyspace.js';
+import { GCRA_KEY, typeName } from '../limiters/registry.js';
 import type { CommandArgs } from '../protocol/command-args.js';
 import type { ReplyWriter } from '../protocol/reply-writer.js';
 import type { Stats } from '../server/stats.js';
@@ -84,7 +84,7 @@ export class BackendLimiterStore implements LimiterStore {
     const keys = this.keysOf(call, sink);
     if (keys === null) return;
     if (call.lateError !== '') {
-      this.errorAfterTypeCheck(sink, keys, [TYPE_NAMES[KeyType.Gcra]], call.lateError);
+      this.errorAfterTypeCheck(sink, keys, [GCRA_KEY.typeName], call.lateError);
       return;
     }
     if (backend.target.mode === 'cluster' && keys.length > 1) {
@@ -122,7 +122,7 @@ export class BackendLimiterStore implements LimiterStore {
     const clockUs = this.clock.frozen ? sink.nowUs : null;
     const scriptArgv = limiterScriptArgv(limits, call.allOrNothing, clockUs);
     if (!Array.isArray(scriptArgv)) {
-      this.errorAfterTypeCheck(sink, keys, limits.map(typeName), scriptArgv.error);
+      this.errorAfterTypeCheck(sink, keys, limits.map(typeNameOf), scriptArgv.error);
       return;
     }
     const sent: SentCall = {
@@ -332,8 +332,8 @@ function isSeconds(l: ScriptLimit): boolean {
 }
 
 /** The TYPE a limit's key has locally ('gcra' for CL.THROTTLE and GCRA). */
-function typeName(l: ScriptLimit): string {
-  return l.kind === 'rl' ? TYPE_NAMES[l.type] : TYPE_NAMES[KeyType.Gcra];
+function typeNameOf(l: ScriptLimit): string {
+  return l.kind === 'rl' ? typeName(l.type) : GCRA_KEY.typeName;
 }
 
 /** prefix + the key in argument `i`, in one small buffer (from Node's pool). */

@@ -19,25 +19,13 @@
  * their own: expiry.ts, eviction.ts, watch-marks.ts (WATCH), save-copy.ts (BGSAVE's view), scan.ts.
  */
 
-/** A key's type tag (0: a free slot); the algorithms and their names are src/limiters/registry.ts's. */
-export enum KeyType {
-  Free = 0,
-  Gcra = 1,
-  TokenBucket = 2,
-  LeakyBucket = 3,
-  FixedWindow = 4,
-  SlidingLog = 5,
-  SlidingWindow = 6,
-}
-
-export const TYPE_NAMES: Record<number, string> = {
-  [KeyType.Gcra]: 'gcra',
-  [KeyType.TokenBucket]: 'tokenbucket',
-  [KeyType.LeakyBucket]: 'leakybucket',
-  [KeyType.FixedWindow]: 'fixedwindow',
-  [KeyType.SlidingLog]: 'slidinglog',
-  [KeyType.SlidingWindow]: 'slidingwindow',
-};
+/**
+ * A key's type tag, as snapshots and the journal store it: 0 is a free slot, the others are the
+ * algorithms' (src/limiters/registry.ts; the keyspace knows none of them).
+ */
+export type KeyType = number;
+/** The type tag of a free slot. */
+export const FREE_TYPE = 0;
 
 import { hashKey } from './key-hash.js';
 import { KeyTable } from './key-table.js';
@@ -100,7 +88,7 @@ export class Keyspace {
   private readonly expiry = new ExpiryCycle();
   private readonly eviction = new EvictionSampler();
 
-  /** Live keys per KeyType (INFO limiter). */
+  /** Live keys per type tag (INFO limiter). */
   private typeCounts = new Float64Array(16);
 
   /**
@@ -219,7 +207,7 @@ export class Keyspace {
       if (slot >= this.saveCursor) this.preserve(slot);
       this.expiredCount++;
       this.typeCounts[this.typeAt(slot)]--;
-      this.index.setSpare(slot, KeyType.Free);
+      this.index.setSpare(slot, FREE_TYPE);
       if (this.blobs.size > 0) this.dropBlob(slot);
       this.expiredSlot = slot;
       if (this.watchedKeys !== 0) this.touchSlot(slot);
@@ -458,7 +446,7 @@ export class Keyspace {
 
   /** Whether `slot` holds a key (expired or not). */
   occupied(slot: number): boolean {
-    return this.typeAt(slot) !== KeyType.Free;
+    return this.typeAt(slot) !== FREE_TYPE;
   }
 
   /** The 32-bit hash of the key in `slot`. */
@@ -481,7 +469,7 @@ export class Keyspace {
   /** Removes a key for maxmemory (counted in evictedCount and as a write, as Redis's dirty++). */
   evictSlot(slot: number): void {
     this.settle();
-    if (this.typeAt(slot) === KeyType.Free) return;
+    if (this.typeAt(slot) === FREE_TYPE) return;
     if (this.journal !== null) this.journal.deleting(this, slot);
     this.removeSlot(slot);
     this.evictedCount++;
@@ -503,7 +491,7 @@ export class Keyspace {
     if (slot >= this.saveCursor) this.preserve(slot);
     this.index.remove(slot);
     this.typeCounts[this.typeAt(slot)]--;
-    this.index.setSpare(slot, KeyType.Free);
+    this.index.setSpare(slot, FREE_TYPE);
     if (this.blobs.size > 0) this.dropBlob(slot);
     this.freeSlots.push(slot);
   }
@@ -544,7 +532,7 @@ export class Keyspace {
   presentSlot(key: string): number {
     const n = this.toScratch(key);
     const slot = this.index.find(this.scratch, 0, n, hashKey(this.scratch, 0, n));
-    return slot === -1 || this.typeAt(slot) === KeyType.Free ? -1 : slot;
+    return slot === -1 || this.typeAt(slot) === FREE_TYPE ? -1 : slot;
   }
 
   /** A change of the key in `slot` (made already): Redis's touchWatchedKey. */

@@ -2,7 +2,7 @@
  * The journal's record encoder: one event-loop turn's changes, as records of the format in
  * journal-format.ts (docs/journal-format.md).
  */
-import { KeyType, type Keyspace } from '../keyspace/keyspace.js';
+import { FREE_TYPE, type Keyspace } from '../keyspace/keyspace.js';
 import {
   CRC8_TABLE, crc32Range, crc8Range, FLAG_A_RAW, FLAG_B_RAW, FLAG_BLOB, FLAG_C_RAW, FLAG_EXPIRY_DELTA, FLAG_EXPIRY_RAW,
   isVarintable, OP_BITS, OP_DEL, OP_FLUSH, OP_SET, referenceOfA, zigzag, type JournalSink,
@@ -100,7 +100,7 @@ export class JournalRecorder implements JournalSink {
     for (let i = 0; i < n; i++) {
       const slot = this.pending[i];
       this.marks[slot] = 0;
-      if (ks.typeOf(slot) !== KeyType.Free) this.encodeSet(ks, slot);
+      if (ks.typeOf(slot) !== FREE_TYPE) this.encodeSet(ks, slot);
     }
     this.pendingCount = 0;
   }

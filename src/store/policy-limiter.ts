@@ -5,7 +5,8 @@
  * - `allow`: the reply a fresh key would give (decided on an empty scratch keyspace, nothing kept);
  * - `deny`: limited, remaining 0, retry and reset 1 second.
  */
-import { KeyType, Keyspace } from '../keyspace/keyspace.js';
+import { Keyspace, type KeyType } from '../keyspace/keyspace.js';
+import { algorithmOfType } from '../limiters/registry.js';
 import type { Stats } from '../server/stats.js';
 import type { LimiterCall } from './limiter-call.js';
 import { replyFive, writeSix } from './limiter-replies.js';
@@ -56,7 +57,7 @@ export class PolicyLimiterStore implements LimiterStore {
 
 /** The limit a reply reports for an RL.* limit (its second field). */
 function rlReplyLimit(type: KeyType, limit: number, burst: number): number {
-  return type === KeyType.TokenBucket || type === KeyType.LeakyBucket || type === KeyType.Gcra ? burst : limit;
+  return algorithmOfType(type)!.acceptsBurst ? burst : limit;
 }
 
 /** `deny`: limited, nothing remaining, come back in a second. */

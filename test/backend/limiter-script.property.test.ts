@@ -28,7 +28,7 @@ import { cellParams } from '../../src/limiters/cell-throttle.js';
 import { gcraParams, type GcraParams } from '../../src/limiters/redis-gcra.js';
 import { gcraMsParams, newGcraMsParams } from '../../src/limiters/gcra-ms.js';
 import { MAX_SCALED } from '../../src/limiters/rate-decision.js';
-import { KeyType } from '../../src/keyspace/keyspace.js';
+import { KeyType } from '../helpers/key-types.js';
 import { mulberry32 } from '../helpers/random.js';
 
 const LONG = process.env.CELLGATE_LONG_TESTS === '1';

@@ -14,7 +14,7 @@ import { mulberry32 } from '../helpers/random.js';
 import { cellParams, type CellParams } from '../../src/limiters/cell-throttle.js';
 import { gcraParams, type GcraParams } from '../../src/limiters/redis-gcra.js';
 import { gcraMsParams, newGcraMsParams } from '../../src/limiters/gcra-ms.js';
-import { KeyType } from '../../src/keyspace/keyspace.js';
+import { KeyType } from '../helpers/key-types.js';
 import { FakeKey, replyOf } from '../limiters/rl-harness.js';
 
 const redisServer = useRedis();

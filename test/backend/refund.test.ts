@@ -11,7 +11,7 @@ import { freePort } from '../helpers/server.js';
 import { errorOf } from '../helpers/replies.js';
 import { LIMITER_SCRIPT, MAX_BACKEND_SLIDING_LOG_LIMIT, limiterScriptArgv, parseLimiterReply, type ScriptLimit } from '../../src/backend/limiter-script.js';
 import { newGcraMsParams } from '../../src/limiters/gcra-ms.js';
-import { KeyType } from '../../src/keyspace/keyspace.js';
+import { KeyType } from '../helpers/key-types.js';
 import { backendInfo, freezeClocks, frozenInstant, limited, pollUntil, startSidecar, stopSidecars, type Sidecar } from './helpers.js';
 
 const T0 = frozenInstant();

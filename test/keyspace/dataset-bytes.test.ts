@@ -3,7 +3,8 @@
  * back down by a key's cost when the key goes, whatever the way (delete, expiry, eviction, flush).
  */
 import { describe, expect, it } from 'vitest';
-import { Keyspace, KeyType } from '../../src/keyspace/keyspace.js';
+import { Keyspace } from '../../src/keyspace/keyspace.js';
+import { KeyType } from '../helpers/key-types.js';
 
 const RECORD = 64;
 const TABLE = 1024 * 4; // the initial index table

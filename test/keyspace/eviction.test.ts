@@ -4,7 +4,8 @@
  * counts as a write and as an eviction, never as an expiry.
  */
 import { describe, expect, it } from 'vitest';
-import { Keyspace, KeyType, type EvictionPolicy } from '../../src/keyspace/keyspace.js';
+import { Keyspace, type EvictionPolicy } from '../../src/keyspace/keyspace.js';
+import { KeyType } from '../helpers/key-types.js';
 
 function seeded(seed: number): () => number {
   let x = seed >>> 0 || 1;

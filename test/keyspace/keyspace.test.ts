@@ -3,7 +3,8 @@
  * cursors that stay valid while keys come and go, and per-type counts.
  */
 import { describe, expect, it } from 'vitest';
-import { Keyspace, KeyType } from '../../src/keyspace/keyspace.js';
+import { Keyspace } from '../../src/keyspace/keyspace.js';
+import { KeyType } from '../helpers/key-types.js';
 import { globMatch } from '../../src/glob.js';
 
 function put(ks: Keyspace, key: string, expireAtMs: number): number {

@@ -3,7 +3,8 @@
  * path counts, reads and expiry do not.
  */
 import { describe, expect, it } from 'vitest';
-import { Keyspace, KeyType } from '../../src/keyspace/keyspace.js';
+import { Keyspace } from '../../src/keyspace/keyspace.js';
+import { KeyType } from '../helpers/key-types.js';
 
 describe('keyspace dirty counter', () => {
   it('counts state writes, blob writes, deletes and flushed keys', () => {

@@ -6,7 +6,8 @@
 import { afterAll, describe, expect, it } from 'vitest';
 import { readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { Keyspace, KeyType, TYPE_NAMES } from '../../src/keyspace/keyspace.js';
+import { Keyspace } from '../../src/keyspace/keyspace.js';
+import { KeyType, TYPE_NAMES } from '../helpers/key-types.js';
 import { readSnapshotFile } from '../../src/persistence/reader.js';
 import { BackgroundSave, writeSnapshotSync } from '../../src/persistence/writer.js';
 import { FORMAT_VERSION, MAGIC } from '../../src/persistence/format.js';

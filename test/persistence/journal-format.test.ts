@@ -6,7 +6,8 @@
  */
 import { describe, expect, it } from 'vitest';
 import zlib from 'node:zlib';
-import { Keyspace, KeyType } from '../../src/keyspace/keyspace.js';
+import { Keyspace } from '../../src/keyspace/keyspace.js';
+import { KeyType } from '../helpers/key-types.js';
 import { JournalRecorder } from '../../src/persistence/journal-encode.js';
 import { crc32Range, crc8Range, encodeJournalHeader, JournalError } from '../../src/persistence/journal-format.js';
 import { JournalParser } from '../../src/persistence/journal-parse.js';

@@ -9,7 +9,8 @@
  */
 import { describe, expect, it } from 'vitest';
 import fc from 'fast-check';
-import { Keyspace, KeyType } from '../../src/keyspace/keyspace.js';
+import { Keyspace } from '../../src/keyspace/keyspace.js';
+import { KeyType } from '../helpers/key-types.js';
 import { JournalRecorder } from '../../src/persistence/journal-encode.js';
 import { encodeJournalHeader, JournalError, JOURNAL_HEADER_BYTES } from '../../src/persistence/journal-format.js';
 import { JournalParser } from '../../src/persistence/journal-parse.js';

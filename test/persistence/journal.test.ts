@@ -9,7 +9,7 @@ import { describe, expect, it } from 'vitest';
 import { appendFileSync, existsSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
-import { TYPE_NAMES } from '../../src/keyspace/keyspace.js';
+import { TYPE_NAMES } from '../helpers/key-types.js';
 import { JournalParser } from '../../src/persistence/journal-parse.js';
 import { fillKeys, info, runToExit, startOn, T0_AHEAD_MS, tempDirsForFile, waitFor } from './helpers.js';
 import { startServer } from '../helpers/server.js';

@@ -2,7 +2,8 @@
  * What the in-process persistence property tests compare: a keyspace's live content (key, type,
  * expiry, A, B, C, blob), and the key names and types they draw from.
  */
-import { Keyspace, KeyType, type EvictionPolicy } from '../../src/keyspace/keyspace.js';
+import { Keyspace, type EvictionPolicy } from '../../src/keyspace/keyspace.js';
+import { KeyType } from '../helpers/key-types.js';
 
 export interface Entry {
   type: number;

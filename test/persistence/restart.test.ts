@@ -6,7 +6,7 @@ import { describe, expect, it } from 'vitest';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
-import { TYPE_NAMES } from '../../src/keyspace/keyspace.js';
+import { TYPE_NAMES } from '../helpers/key-types.js';
 import { info, startOn, T0_AHEAD_MS, tempDirsForFile } from './helpers.js';
 
 const newDir = tempDirsForFile();

@@ -3,7 +3,8 @@
  * Redis's rule for a key that had already expired when it was watched (multi.c's wk->expired).
  */
 import { describe, expect, it } from 'vitest';
-import { Keyspace, KeyType, type WatchOwner } from '../../src/keyspace/keyspace.js';
+import { Keyspace, type WatchOwner } from '../../src/keyspace/keyspace.js';
+import { KeyType } from '../helpers/key-types.js';
 
 function keyWith(ks: Keyspace, key: string, expireAtMs: number): number {
   const slot = ks.create(key, KeyType.Gcra);
