@@ -12,8 +12,10 @@
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { isMap, isScalar, isSeq, parseDocument, type Node as YamlNode } from 'yaml';
-import { gcraMsParams, newGcraMsParams } from '../limiters/gcra-ms.js';
+import { ParamsProblem, type Algorithm } from '../limiters/algorithm.js';
+import { newGcraMsParams } from '../limiters/gcra-ms.js';
 import { MAX_SCALED } from '../limiters/rate-decision.js';
+import { ALGORITHMS as REGISTRY } from '../limiters/registry.js';
 
 /** A rate limit unit as Envoy's API names it, with its window in seconds (envoyproxy/ratelimit's UnitToDivider). */
 export const UNIT_SECONDS: Readonly<Record<string, number>> = {
@@ -26,12 +28,21 @@ export const UNIT_SECONDS: Readonly<Record<string, number>> = {
   YEAR: 365 * 86400,
 };
 
-/** cellgate's extension: how a limit counts. fixed_window counts as envoyproxy/ratelimit does. */
+/**
+ * cellgate's extension: how a limit counts, in the configuration's words (docs/envoy.md).
+ * fixed_window counts as envoyproxy/ratelimit does; each name is an RL.* algorithm's with words
+ * apart (sliding_window is RL.SLIDINGWINDOW), whose bounds and BURST rule apply (rlsAlgorithm).
+ */
 export const ALGORITHMS = ['fixed_window', 'sliding_window', 'sliding_log', 'token_bucket', 'leaky_bucket', 'gcra'] as const;
 export type RlsAlgorithm = (typeof ALGORITHMS)[number];
-const BURST_ALGORITHMS: ReadonlySet<string> = new Set(['token_bucket', 'leaky_bucket', 'gcra']);
-/** The sliding log keeps one timestamp per unit: its limit is bounded as RL.SLIDINGLOG's. */
-const MAX_SLIDING_LOG_LIMIT = 1_000_000;
+
+/** The RL.* algorithm a configuration name stands for (the registry's entry). */
+export function rlsAlgorithm(name: RlsAlgorithm): Algorithm {
+  const algo = REGISTRY.find((a) => a.typeName === name.replace(/_/g, ''));
+  if (algo === undefined) throw new Error(`no RL.* algorithm for '${name}'`);
+  return algo;
+}
+const BURST_ALGORITHMS: readonly RlsAlgorithm[] = ALGORITHMS.filter((name) => rlsAlgorithm(name).acceptsBurst);
 const MAX_UINT32 = 4294967295;
 
 /** One configured (or per-request override) limit. */
@@ -368,20 +379,25 @@ class FileLoader {
     });
   }
 
-  /** The bounds RL.* puts on the same parameters (src/commands/ratelimit.ts): integer arithmetic below 2^52. */
+  /** The bounds RL.* puts on the same parameters (the registry's entry): integer arithmetic below 2^52. */
   private checkAlgorithm(algorithm: RlsAlgorithm, limit: number, burst: number, periodMs: number, at: string): void {
     if (limit === 0) this.fail(`algorithm '${algorithm}' needs requests_per_unit of at least 1`, `${at}.requests_per_unit`);
-    if (algorithm === 'sliding_log' && limit > MAX_SLIDING_LOG_LIMIT) {
-      this.fail(`requests_per_unit of a sliding_log must be at most ${MAX_SLIDING_LOG_LIMIT}`, `${at}.requests_per_unit`);
-    }
-    if (algorithm === 'token_bucket' || algorithm === 'leaky_bucket') {
-      if (burst * periodMs > MAX_SCALED) this.fail(`burst x the unit in ms must be at most ${MAX_SCALED} (burst defaults to requests_per_unit)`, at);
-    } else if (algorithm === 'gcra') {
-      const error = gcraMsParams(limit, periodMs, burst, newGcraMsParams());
-      if (error === 'zero-interval') this.fail('more than 10^9 per second (the emission interval would be 0 ns)', `${at}.requests_per_unit`);
-      if (error !== null) this.fail('the burst tolerance (the unit / requests_per_unit x burst) exceeds 100 years', `${at}.burst`);
-    } else if (limit * periodMs > MAX_SCALED) {
-      this.fail(`requests_per_unit x the unit in ms must be at most ${MAX_SCALED}`, `${at}.requests_per_unit`);
+    const algo = rlsAlgorithm(algorithm);
+    if (limit > algo.maxLimit) this.fail(`requests_per_unit of a ${algorithm} must be at most ${algo.maxLimit}`, `${at}.requests_per_unit`);
+    switch (algo.checkParams(limit, periodMs, burst, newGcraMsParams())) {
+      case ParamsProblem.BurstProduct:
+        this.fail(`burst x the unit in ms must be at most ${MAX_SCALED} (burst defaults to requests_per_unit)`, at);
+        break;
+      case ParamsProblem.LimitProduct:
+        this.fail(`requests_per_unit x the unit in ms must be at most ${MAX_SCALED}`, `${at}.requests_per_unit`);
+        break;
+      case ParamsProblem.ZeroInterval:
+        this.fail('more than 10^9 per second (the emission interval would be 0 ns)', `${at}.requests_per_unit`);
+        break;
+      case ParamsProblem.ToleranceOverflow:
+        this.fail('the burst tolerance (the unit / requests_per_unit x burst) exceeds 100 years', `${at}.burst`);
+        break;
+      default:
     }
   }
 
@@ -411,7 +427,7 @@ class FileLoader {
     const algorithm = (algorithmText === '' ? 'fixed_window' : algorithmText.toLowerCase()) as RlsAlgorithm;
     if (!ALGORITHMS.includes(algorithm)) this.fail(`invalid algorithm '${algorithmText}': one of ${ALGORITHMS.join(', ')}`, `${at}.algorithm`);
     const burstGiven = r.has('burst');
-    if (burstGiven && !BURST_ALGORITHMS.has(algorithm)) this.fail(`burst does not apply to algorithm '${algorithm}' (only ${[...BURST_ALGORITHMS].join(', ')})`, `${at}.burst`);
+    if (burstGiven && !BURST_ALGORITHMS.includes(algorithm)) this.fail(`burst does not apply to algorithm '${algorithm}' (only ${BURST_ALGORITHMS.join(', ')})`, `${at}.burst`);
     // As RL.*'s BURST: the bucket's size, the limit itself unless given.
     const burst = burstGiven ? this.uint(r, 'burst', at, MAX_UINT32) : requestsPerUnit;
     if (burstGiven && burst < 1) this.fail('burst must be at least 1', `${at}.burst`);

@@ -15,27 +15,13 @@ import { CommandArgs } from '../protocol/command-args.js';
 import { ReplyWriter } from '../protocol/reply-writer.js';
 import type { Algorithm } from '../limiters/algorithm.js';
 import { MAX_SCALED } from '../limiters/rate-decision.js';
-import { ALGORITHMS } from '../limiters/registry.js';
 import { newLimit, newLimiterCall, type LimiterCall } from '../store/limiter-call.js';
 import type { LimiterStore, StoreSink } from '../store/store.js';
 import { LimiterCounter } from '../server/stats.js';
-import type { RlsAlgorithm } from './config.js';
+import { ALGORITHMS, rlsAlgorithm, type RlsAlgorithm } from './config.js';
 import type { RlsCall, RlsDecider, RlsOutcome } from './decider.js';
 
-function algorithm(name: string): Algorithm {
-  const a = ALGORITHMS.find((x) => x.name === name);
-  if (a === undefined) throw new Error(`no RL.${name} algorithm`);
-  return a;
-}
-
-const ALGO: Record<RlsAlgorithm, Algorithm> = {
-  fixed_window: algorithm('FIXEDWINDOW'),
-  sliding_window: algorithm('SLIDINGWINDOW'),
-  sliding_log: algorithm('SLIDINGLOG'),
-  token_bucket: algorithm('TOKENBUCKET'),
-  leaky_bucket: algorithm('LEAKYBUCKET'),
-  gcra: algorithm('GCRA'),
-};
+const ALGO = Object.fromEntries(ALGORITHMS.map((name) => [name, rlsAlgorithm(name)])) as Record<RlsAlgorithm, Algorithm>;
 
 /**
  * The store counts each call's decision for INFO limiter and cellgate_limiter_decisions_total; the
