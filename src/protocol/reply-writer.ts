@@ -19,6 +19,13 @@ export class ReplyWriter {
   proto: Protocol = 2;
   /** Told of every error reply when set (the server's debug log); null otherwise, so errors cost one test. */
   onError: ((text: string) => void) | null = null;
+  /**
+   * Where the last error reply began, or −1: the dispatcher sets it to −1 before a command runs and
+   * reads it after, so a command failed when an error reply starts at its reply's first byte (an
+   * error inside an array, as EXEC's elements, does not fail the command). Writing it costs one
+   * store per error; nothing reads the reply's bytes to find out.
+   */
+  errorAt = -1;
 
   get length(): number {
     return this.len;
@@ -29,6 +36,7 @@ export class ReplyWriter {
     const out = Buffer.allocUnsafe(this.len);
     this.buf.copy(out, 0, 0, this.len);
     this.len = 0;
+    this.errorAt = -1;
     if (this.buf.length > 4 * INITIAL_BYTES * 16) this.buf = Buffer.allocUnsafe(INITIAL_BYTES);
     return out;
   }
@@ -36,17 +44,14 @@ export class ReplyWriter {
   /** Drops what was written since the last take (the replies of a client being disconnected). */
   discard(): void {
     this.len = 0;
+    this.errorAt = -1;
     if (this.buf.length > 4 * INITIAL_BYTES * 16) this.buf = Buffer.allocUnsafe(INITIAL_BYTES);
   }
 
   /** Drops what was written after `offset` (a partial reply of a command that failed). */
   truncate(offset: number): void {
     if (offset < this.len) this.len = offset;
-  }
-
-  /** The byte at `offset` of what was written (to tell an error reply from others). */
-  peekByte(offset: number): number {
-    return this.buf[offset];
+    if (this.errorAt >= offset) this.errorAt = -1;
   }
 
   /** The code of the error reply written at `offset` (`ERR`, `WRONGTYPE`, ...). */
@@ -144,6 +149,7 @@ export class ReplyWriter {
    */
   error(text: string): void {
     if (this.onError !== null) this.onError(text);
+    this.errorAt = this.len;
     this.byte(0x2d);
     this.raw(text.replace(/[\r\n]/g, ' '));
     this.crlf();

@@ -812,6 +812,7 @@ export class Server implements CommandServer {
     ctx.nowMs = Math.floor(nowUs / 1000);
     const mark = reply.length;
     client.lastCommand = fullName;
+    reply.errorAt = -1;
     try {
       spec.run(ctx, argv);
     } catch (e) {
@@ -837,8 +838,8 @@ export class Server implements CommandServer {
 
   /**
    * The bookkeeping after a command ran, directly or queued in EXEC: commandstats and the latency
-   * histogram, the slow log, and the failed-call counters (a reply that begins with '-' is an error,
-   * counted as Redis's failed_calls / errorstats do).
+   * histogram, the slow log, and the failed-call counters (a reply that is an error, as the writer
+   * recorded it, counted as Redis's failed_calls / errorstats do).
    */
   private commandDone(client: Client, spec: CommandSpec, fullName: string, stat: CommandStat, argv: CommandArgs, durationUs: number, nowUs: number, mark: number): void {
     const reply = this.writer;
@@ -849,7 +850,7 @@ export class Server implements CommandServer {
     }
     stat.calls++;
     this.stats.totalCommands++;
-    if (reply.length > mark && reply.peekByte(mark) === 0x2d) {
+    if (reply.errorAt === mark) {
       stat.failedCalls++;
       this.stats.error(reply.errorCodeAt(mark));
     }
@@ -929,6 +930,7 @@ export class Server implements CommandServer {
     // As in execute(): each queued command's duration runs from the end of the previous one (or
     // EXEC's start), one clock read per command.
     const started = this.perfMark;
+    reply.errorAt = -1;
     try {
       spec.run!(ctx, argv);
     } catch (e) {

@@ -37,4 +37,23 @@ describe('ReplyWriter', () => {
     expect(written(2, (w) => w.error('ERR bad\r\ninput'))).toBe('-ERR bad  input\r\n');
     expect(written(2, (w) => w.bulk(Buffer.from([0, 255, 13, 10])))).toBe('$4\r\n\x00\xff\r\n\r\n');
   });
+
+  it('records where an error reply begins, forgotten once truncated, taken or discarded', () => {
+    const w = new ReplyWriter();
+    w.status('OK');
+    expect(w.errorAt).toBe(-1);
+    const mark = w.length;
+    w.error('ERR first');
+    expect(w.errorAt).toBe(mark);
+    w.truncate(mark);
+    expect(w.errorAt).toBe(-1);
+    w.arrayHeader(2);
+    w.error('ERR inside an array');
+    expect(w.errorAt).toBe(mark + 4); // after `*2\r\n`: the array is not the error
+    w.take();
+    expect(w.errorAt).toBe(-1);
+    w.error('ERR x');
+    w.discard();
+    expect(w.errorAt).toBe(-1);
+  });
 });
