@@ -10,7 +10,7 @@ import { ACL_DENIED_CMD, ACL_OK, AclRuleError, aclCheck, deniedKeyIndex, validUs
 import type { Client } from '../server/client.js';
 import { clientInfoLine } from './connection.js';
 import { replyHelp } from './help.js';
-import { noKeys, secretFrom, type CommandContext, type CommandSpec } from './types.js';
+import { noKeys, type CommandContext, type CommandSpec } from './types.js';
 
 const NO_ACL_FILE =
   'ERR This Redis instance is not configured to use an ACL file. You may want to specify users via the ACL SETUSER command ' +
@@ -276,18 +276,18 @@ export const aclCommands: CommandSpec[] = [
   { name: 'acl', arity: -2, flags: [], ...noKeys(), group: 'server', since: '6.0.0', summary: 'A container for Access List Control commands.', args: [],
     subcommands: [
       sub('cat', -2, PLAIN, 'Lists the ACL categories, or the commands inside a category.', cat, [{ name: 'category', type: 'string', optional: true }]),
-      { ...sub('deluser', -3, ADMIN, 'Deletes ACL users, and terminates their connections.', delUser, [{ name: 'username', type: 'string', multiple: true }]), secretArg: secretFrom(2) },
+      { ...sub('deluser', -3, ADMIN, 'Deletes ACL users, and terminates their connections.', delUser, [{ name: 'username', type: 'string', multiple: true }]), redacts: { from: 2 } },
       { ...sub('dryrun', -4, ADMIN, 'Simulates the execution of a command by a user, without executing the command.', dryRun, [
         { name: 'username', type: 'string' }, { name: 'command', type: 'string' }, { name: 'arg', type: 'string', optional: true, multiple: true }]), since: '7.0.0' },
       sub('genpass', -2, PLAIN, 'Generates a pseudorandom, secure password that can be used to identify ACL users.', genPass, [{ name: 'bits', type: 'integer', optional: true }]),
-      { ...sub('getuser', 3, ADMIN, 'Lists the ACL rules of a user.', getUser, [{ name: 'username', type: 'string' }]), secretArg: secretFrom(2) },
+      { ...sub('getuser', 3, ADMIN, 'Lists the ACL rules of a user.', getUser, [{ name: 'username', type: 'string' }]), redacts: { from: 2 } },
       sub('list', 2, ADMIN, 'Dumps the effective rules in ACL file format.', list),
       sub('load', 2, ADMIN, 'Reloads the rules from the configured ACL file.', load),
       sub('log', -2, ADMIN, 'Lists recent security events generated due to ACL rules.', log, [{ name: 'operation', type: 'oneof', optional: true, arguments: [
         { name: 'count', type: 'integer' }, { name: 'reset', type: 'pure-token', token: 'RESET' }] }]),
       sub('save', 2, ADMIN, 'Saves the effective ACL rules in the configured ACL file.', save),
       { ...sub('setuser', -3, ADMIN, 'Creates and modifies an ACL user and its rules.', setUser, [
-        { name: 'username', type: 'string' }, { name: 'rule', type: 'string', optional: true, multiple: true }]), secretArg: secretFrom(2) },
+        { name: 'username', type: 'string' }, { name: 'rule', type: 'string', optional: true, multiple: true }]), redacts: { from: 2 } },
       sub('users', 2, ADMIN, 'Lists all ACL users.', users),
       sub('whoami', 2, PLAIN, 'Returns the authenticated username of the current connection.', (ctx) => ctx.reply.bulk(Buffer.from(ctx.client.user.name, 'latin1'))),
       sub('help', 2, ['loading', 'stale'], 'Returns helpful text about the different subcommands.', (ctx) => replyHelp(ctx, ACL_HELP)),

@@ -4,7 +4,7 @@
  */
 import type { CommandArgs } from '../protocol/command-args.js';
 import tls from 'node:tls';
-import { Config, ConfigError, isSensitiveConfig } from '../config.js';
+import { Config, ConfigError } from '../config.js';
 import { createTlsServer } from '../server/tls.js';
 import { fullGc } from '../server/memory.js';
 import { parseMillisToMicros } from '../clock.js';
@@ -303,7 +303,7 @@ export const adminCommands: CommandSpec[] = [
       { ...sub('set', -4, 'Sets configuration parameters in-flight.', configSet, [{ name: 'data', type: 'block', multiple: true, arguments: [
         { name: 'parameter', type: 'string' }, { name: 'value', type: 'string' }] }]),
         // The value of a sensitive config (requirepass, ...), set or refused (Redis's configSetCommand).
-        secretArg: (argv, i) => i >= 3 && i % 2 === 1 && isSensitiveConfig(argv.lower(i - 1)) },
+        redacts: { sensitiveConfigValuesFrom: 2 } },
       sub('rewrite', 2, 'Persists the effective configuration to file.', configRewrite),
       sub('resetstat', 2, 'Resets the server\'s statistics.', (ctx) => { ctx.server.resetStats(); ctx.reply.ok(); }),
       { ...sub('help', 2, 'Returns helpful text about the different subcommands.', (ctx) => replyHelp(ctx, CONFIG_HELP)), flags: ['loading', 'stale'] },

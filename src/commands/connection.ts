@@ -9,7 +9,7 @@ import { lower, str } from './args.js';
 import { parseRedisInteger } from '../protocol/numbers.js';
 import { loggedField } from '../log-text.js';
 import { replyHelp } from './help.js';
-import { noKeys, secretFrom, type CommandContext, type CommandSpec } from './types.js';
+import { noKeys, type CommandContext, type CommandSpec } from './types.js';
 
 const WRONGPASS = 'WRONGPASS invalid username-password pair or user is disabled.';
 const DEFAULT_USER = Buffer.from('default');
@@ -36,9 +36,7 @@ function authenticate(ctx: CommandContext, user: Buffer, pass: Buffer): boolean 
 }
 
 function ping(ctx: CommandContext, argv: CommandArgs): void {
-  if (argv.length > 2) {
-    ctx.reply.error("ERR wrong number of arguments for 'ping' command");
-  } else if (argv.length === 2) {
+  if (argv.length === 2) {
     ctx.reply.bulk(argv.buffer(1));
   } else {
     ctx.reply.status('PONG');
@@ -130,23 +128,6 @@ function hello(ctx: CommandContext, argv: CommandArgs): void {
   r.bulk('master');
   r.bulk('modules');
   r.arrayHeader(0);
-}
-
-/** HELLO's AUTH username and password, found as hello() parses its options. */
-function helloSecretArg(argv: CommandArgs, i: number): boolean {
-  for (let j = 2; j < i; j++) {
-    const opt = argv.lower(j);
-    const left = argv.length - j - 1;
-    if (opt === 'auth' && left >= 2) {
-      if (i <= j + 2) return true;
-      j += 2;
-    } else if (opt === 'setname' && left >= 1) {
-      j += 1;
-    } else {
-      return false;
-    }
-  }
-  return false;
 }
 
 function reset(ctx: CommandContext): void {
@@ -417,14 +398,14 @@ const sub = (name: string, arity: number, summary: string, run: CommandSpec['run
 });
 
 export const connectionCommands: CommandSpec[] = [
-  { name: 'ping', arity: -1, flags: ['fast'], ...noKeys(), group: 'connection', since: '1.0.0', complexity: 'O(1)',
+  { name: 'ping', arity: -1, maxArity: 2, flags: ['fast'], dispatch: ['health-check'], ...noKeys(), group: 'connection', since: '1.0.0', complexity: 'O(1)',
     summary: 'Returns the server\'s liveliness response.', args: [{ name: 'message', type: 'string', optional: true }], run: ping },
   { name: 'echo', arity: 2, flags: ['fast', 'loading', 'stale'], ...noKeys(), group: 'connection', since: '1.0.0', complexity: 'O(1)',
     summary: 'Returns the given string.', args: [{ name: 'message', type: 'string' }], run: (ctx, argv) => ctx.reply.bulk(argv.buffer(1)) },
-  { name: 'quit', arity: -1, flags: ['no-auth', 'noscript', 'fast', 'allow-busy', 'loading', 'stale'], ...noKeys(), group: 'connection', since: '1.0.0', complexity: 'O(1)',
+  { name: 'quit', arity: -1, flags: ['no-auth', 'noscript', 'fast', 'allow-busy', 'loading', 'stale'], dispatch: ['runs-in-multi', 'leaves-multi'], ...noKeys(), group: 'connection', since: '1.0.0', complexity: 'O(1)',
     summary: 'Closes the connection.', args: [],
     run: (ctx) => { ctx.reply.ok(); ctx.client.closing = true; } },
-  { name: 'reset', arity: 1, flags: ['no-auth', 'fast', 'noscript', 'loading', 'stale'], ...noKeys(), group: 'connection', since: '6.2.0', complexity: 'O(1)',
+  { name: 'reset', arity: 1, flags: ['no-auth', 'fast', 'noscript', 'loading', 'stale'], dispatch: ['runs-in-multi', 'leaves-multi'], ...noKeys(), group: 'connection', since: '6.2.0', complexity: 'O(1)',
     summary: 'Resets the connection.', args: [], run: reset },
   { name: 'hello', arity: -1, flags: ['no-auth', 'fast', 'noscript', 'loading', 'stale'], ...noKeys(), group: 'connection', since: '6.0.0', complexity: 'O(1)',
     summary: 'Handshakes with the server.',
@@ -433,10 +414,12 @@ export const connectionCommands: CommandSpec[] = [
       { name: 'auth', type: 'block', token: 'AUTH', optional: true, arguments: [{ name: 'username', type: 'string' }, { name: 'password', type: 'string' }] },
       { name: 'clientname', type: 'string', token: 'SETNAME', optional: true },
     ] }],
-    run: hello, secretArg: helloSecretArg },
+    run: hello,
+    // HELLO's AUTH username and password, found as hello() parses its options.
+    redacts: { first: 2, options: { auth: 2, setname: 1 }, secret: 'auth' } },
   { name: 'auth', arity: -2, flags: ['no-auth', 'fast', 'noscript', 'loading', 'stale'], ...noKeys(), group: 'connection', since: '1.0.0', complexity: 'O(N) where N is the number of passwords defined for the user',
     summary: 'Authenticates the connection.', args: [{ name: 'username', type: 'string', optional: true }, { name: 'password', type: 'string' }], run: auth,
-    secretArg: secretFrom(1) },
+    redacts: { from: 1 } },
   { name: 'select', arity: 2, flags: ['fast', 'loading', 'stale'], ...noKeys(), group: 'connection', since: '1.0.0', complexity: 'O(1)',
     summary: 'Changes the selected database (only 0 exists).', args: [{ name: 'index', type: 'integer' }], run: select },
   { name: 'client', arity: -2, flags: [], ...noKeys(), group: 'connection', since: '2.4.0', summary: 'A container for client connection commands.', args: [],

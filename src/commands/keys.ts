@@ -50,9 +50,9 @@ const flushArgs = [{
 }];
 
 export const keyCommands: CommandSpec[] = [
-  { name: 'del', arity: -2, flags: ['write'], aclExtra: ['keyspace'], firstKey: 1, lastKey: -1, keyStep: 1, group: 'generic', since: '1.0.0', complexity: 'O(N) where N is the number of keys',
+  { name: 'del', arity: -2, flags: ['write'], keyFlags: ['RM', 'delete'], aclExtra: ['keyspace'], firstKey: 1, lastKey: -1, keyStep: 1, group: 'generic', since: '1.0.0', complexity: 'O(N) where N is the number of keys',
     summary: 'Deletes one or more keys.', args: keyArg, run: del },
-  { name: 'unlink', arity: -2, flags: ['write', 'fast'], aclExtra: ['keyspace'], firstKey: 1, lastKey: -1, keyStep: 1, group: 'generic', since: '4.0.0', complexity: 'O(N) where N is the number of keys',
+  { name: 'unlink', arity: -2, flags: ['write', 'fast'], keyFlags: ['RM', 'delete'], aclExtra: ['keyspace'], firstKey: 1, lastKey: -1, keyStep: 1, group: 'generic', since: '4.0.0', complexity: 'O(N) where N is the number of keys',
     summary: 'Deletes one or more keys (limiter state is small, so this is DEL).', args: keyArg, run: del },
   { name: 'exists', arity: -2, flags: ['readonly', 'fast'], aclExtra: ['keyspace'], firstKey: 1, lastKey: -1, keyStep: 1, group: 'generic', since: '1.0.0', complexity: 'O(N) where N is the number of keys',
     summary: 'Determines whether one or more keys exist.', args: keyArg, run: exists },

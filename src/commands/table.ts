@@ -13,8 +13,13 @@ import { slowlogCommands } from './slowlog.js';
 import { throttleCommands } from './throttle.js';
 import { aclCommands } from './acl.js';
 import { deriveCategories } from '../acl/categories.js';
+import { KEY_READ, KEY_WRITE } from '../acl/users.js';
 import { transactionCommands } from './transactions.js';
-import type { CommandCatalog, CommandSpec } from './types.js';
+import { compileRedaction } from './redaction.js';
+import {
+  TRAIT_DENYOOM, TRAIT_LEAVES_MULTI, TRAIT_NO_AUTH, TRAIT_NO_MULTI, TRAIT_RUNS_IN_MULTI, TRAIT_RUNS_QUEUE, TRAIT_SKIP_SLOWLOG,
+  type CommandCatalog, type CommandSpec, type KeySpecFlag,
+} from './types.js';
 
 const COMMANDS: CommandSpec[] = [
   ...connectionCommands,
@@ -33,13 +38,34 @@ const COMMANDS: CommandSpec[] = [
 const BY_NAME = new Map<string, CommandSpec>();
 const SUBCOMMANDS = new Map<CommandSpec, Map<string, CommandSpec>>();
 let nextId = 0;
-/** Every command and subcommand gets an id, its categories and the key access its keys need. */
+/**
+ * Every command and subcommand gets an id, its categories, its keys' flags and the access they
+ * need, the dispatcher's trait bits, and its slow-log redaction test.
+ */
 function prepare(spec: CommandSpec): void {
   spec.id = nextId++;
   spec.aclCategories = deriveCategories(spec);
-  // Keys of a write command are read and written (CL.THROTTLE, RL.*), except those that only delete.
-  const deletes = spec.name === 'del' || spec.name === 'unlink';
-  spec.aclKeyAccess = spec.flags.includes('write') ? (deletes ? 2 : 3) : 1;
+  // Keys of a write command are read and written (CL.THROTTLE, RL.*), unless its spec says
+  // otherwise (DEL only deletes).
+  spec.keyFlags ??= spec.flags.includes('write') ? ['RW', 'access', 'update'] : ['RO', 'access'];
+  spec.aclKeyAccess = keyAccess(spec.keyFlags);
+  spec.traits = traitsOf(spec);
+  if (spec.redacts !== undefined) spec.secretArg = compileRedaction(spec.redacts);
+}
+
+/** The ACL's key permissions a key spec needs, as Redis's: reading for `access`, writing for a change. */
+function keyAccess(flags: KeySpecFlag[]): number {
+  let access = 0;
+  if (flags.includes('access')) access |= KEY_READ;
+  if (flags.includes('update') || flags.includes('insert') || flags.includes('delete')) access |= KEY_WRITE;
+  return access;
+}
+
+function traitsOf(spec: CommandSpec): number {
+  const has = (flag: string): boolean => (spec.flags as string[]).includes(flag) || (spec.dispatch as string[] | undefined)?.includes(flag) === true;
+  return (has('no-auth') ? TRAIT_NO_AUTH : 0) | (has('denyoom') ? TRAIT_DENYOOM : 0) | (has('no-multi') ? TRAIT_NO_MULTI : 0) |
+    (has('skip_slowlog') ? TRAIT_SKIP_SLOWLOG : 0) | (has('runs-in-multi') ? TRAIT_RUNS_IN_MULTI : 0) |
+    (has('leaves-multi') ? TRAIT_LEAVES_MULTI : 0) | (has('runs-queue') ? TRAIT_RUNS_QUEUE : 0);
 }
 for (const spec of COMMANDS) {
   prepare(spec);

@@ -67,10 +67,6 @@ let lastParams: CellParams | null = null;
 let lastQuantity = 1;
 
 function clThrottle(ctx: CommandContext, argv: CommandArgs): void {
-  if (argv.length > 6) {
-    ctx.reply.error("ERR wrong number of arguments for 'cl.throttle' command");
-    return;
-  }
   let params: CellParams;
   let quantity: number;
   if (lastParams !== null && lastLimitBytes !== null && argv.length === lastLimitArgc && argv.restEquals(2, lastLimitBytes)) {
@@ -158,10 +154,6 @@ function positiveLong(ctx: CommandContext, argv: CommandArgs, i: number): number
 
 function gcra(ctx: CommandContext, argv: CommandArgs): void {
   const r = ctx.reply;
-  if (argv.length > 7) {
-    r.error("ERR wrong number of arguments for 'gcra' command");
-    return;
-  }
   const burstArg = argv.redisInteger(2);
   if (burstArg === null || burstArg < 0) {
     r.error('ERR value is out of range, must be positive');
@@ -211,7 +203,7 @@ function gcra(ctx: CommandContext, argv: CommandArgs): void {
 
 export const throttleCommands: CommandSpec[] = [
   {
-    name: 'cl.throttle', arity: -4, flags: ['write', 'denyoom', 'fast'], ...firstKeyOnly(),
+    name: 'cl.throttle', arity: -4, maxArity: 6, flags: ['write', 'denyoom', 'fast'], ...firstKeyOnly(),
     group: 'limiter', since: '0.1.0', complexity: 'O(1)',
     summary: 'Rate-limits a key with GCRA, redis-cell compatible: [limited, limit, remaining, retry_after, reset_after].',
     args: [
@@ -224,7 +216,7 @@ export const throttleCommands: CommandSpec[] = [
     run: clThrottle,
   },
   {
-    name: 'gcra', arity: -5, flags: ['write', 'denyoom', 'fast'], aclExtra: ['string', 'limiter'], ...firstKeyOnly(),
+    name: 'gcra', arity: -5, maxArity: 7, flags: ['write', 'denyoom', 'fast'], aclExtra: ['string', 'limiter'], ...firstKeyOnly(),
     // Group, summary and argument names as Redis's src/commands/gcra.json.
     group: 'rate_limit', since: '8.8.0', complexity: 'O(1)',
     summary: 'Rate limit via GCRA (Generic Cell Rate Algorithm).',

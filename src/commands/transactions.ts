@@ -10,14 +10,6 @@ import { MAX_WATCHED_KEYS, queuedArgs, Transaction, Watching, watchBytes, type Q
 import { ACL_DENIED_CMD, ACL_OK, aclCheck } from '../acl/users.js';
 import { noKeys, type CommandContext, type CommandSpec } from './types.js';
 
-/** The commands a client in MULTI runs at once instead of queuing (Redis's processCommand list). */
-const RUN_IN_MULTI = new Set(['exec', 'discard', 'multi', 'watch', 'quit', 'reset']);
-
-/** Whether `spec` runs at once in MULTI rather than being queued. */
-export function runsInMulti(spec: CommandSpec): boolean {
-  return spec.fullName === undefined && RUN_IN_MULTI.has(spec.name);
-}
-
 function multi(ctx: CommandContext): void {
   const client = ctx.client;
   if (client.multi !== null) {
@@ -190,13 +182,13 @@ function unwatch(ctx: CommandContext): void {
 const FLAGS = ['noscript', 'loading', 'stale', 'fast', 'allow-busy'] as const;
 
 export const transactionCommands: CommandSpec[] = [
-  { name: 'multi', arity: 1, flags: [...FLAGS], ...noKeys(), group: 'transactions', since: '1.2.0', complexity: 'O(1)',
+  { name: 'multi', arity: 1, flags: [...FLAGS], dispatch: ['runs-in-multi'], ...noKeys(), group: 'transactions', since: '1.2.0', complexity: 'O(1)',
     summary: 'Starts a transaction.', args: [], run: multi },
-  { name: 'exec', arity: 1, flags: ['noscript', 'loading', 'stale', 'skip_slowlog'], ...noKeys(), group: 'transactions', since: '1.2.0',
-    complexity: 'Depends on commands in the transaction', summary: 'Executes all commands in a transaction.', args: [], run: exec },
-  { name: 'discard', arity: 1, flags: [...FLAGS], ...noKeys(), group: 'transactions', since: '2.0.0',
+  { name: 'exec', arity: 1, flags: ['noscript', 'loading', 'stale', 'skip_slowlog'], dispatch: ['runs-in-multi', 'leaves-multi', 'runs-queue'], ...noKeys(),
+    group: 'transactions', since: '1.2.0', complexity: 'Depends on commands in the transaction', summary: 'Executes all commands in a transaction.', args: [], run: exec },
+  { name: 'discard', arity: 1, flags: [...FLAGS], dispatch: ['runs-in-multi', 'leaves-multi'], ...noKeys(), group: 'transactions', since: '2.0.0',
     complexity: 'O(N), when N is the number of queued commands', summary: 'Discards a transaction.', args: [], run: discard },
-  { name: 'watch', arity: -2, flags: [...FLAGS], firstKey: 1, lastKey: -1, keyStep: 1, group: 'transactions', since: '2.2.0',
+  { name: 'watch', arity: -2, flags: [...FLAGS], dispatch: ['runs-in-multi'], firstKey: 1, lastKey: -1, keyStep: 1, group: 'transactions', since: '2.2.0',
     complexity: 'O(1) for every key.', summary: 'Monitors changes to keys to determine the execution of a transaction.',
     args: [{ name: 'key', type: 'key', multiple: true }], run: watch },
   { name: 'unwatch', arity: 1, flags: [...FLAGS], ...noKeys(), group: 'transactions', since: '2.2.0', complexity: 'O(1)',

@@ -36,6 +36,51 @@ export type CommandFlag =
   | 'denyoom' | 'allow-busy' | 'no-multi' | 'blocking' | 'skip_slowlog';
 
 /**
+ * How the dispatcher treats a command beyond its COMMAND INFO flags (COMMAND never shows these).
+ * Redis decides these by comparing command procs in processCommand; here the table says it:
+ * - `runs-in-multi`: runs at once inside MULTI instead of being queued (EXEC, DISCARD, MULTI,
+ *   WATCH, QUIT, RESET);
+ * - `leaves-multi`: ends a transaction, so memory over maxmemory does not refuse it in MULTI
+ *   (Redis's reject_cmd_on_oom spares EXEC, DISCARD, QUIT, RESET);
+ * - `runs-queue`: runs the MULTI queue (EXEC): refused under OOM when the queue holds a `denyoom`
+ *   command, and its own refusals (arity) come in EXECABORT form, as Redis's execCommandAbort;
+ * - `health-check`: answers while the snapshot loads though not flagged `loading` (PING: what
+ *   health checks poll; Redis refuses it then).
+ */
+export type DispatchFlag = 'runs-in-multi' | 'leaves-multi' | 'runs-queue' | 'health-check';
+
+/**
+ * A key spec's flags, Redis's names (src/commands/*.json `key_specs[].flags`): RO/RW/OW/RM, and
+ * what the command does with the key, access (reads it), update, insert, delete. The ACL's key
+ * permissions follow them as Redis's: `access` needs read, `update`/`insert`/`delete` need write.
+ */
+export type KeySpecFlag = 'RO' | 'RW' | 'OW' | 'RM' | 'access' | 'update' | 'insert' | 'delete';
+
+/**
+ * Which arguments are secrets, kept out of the slow log as `(redacted)` (Redis redacts them in
+ * each command's code, redactClientCommandArgument; here the table says which):
+ * - `from`: every argument from this index on (AUTH, ACL SETUSER/GETUSER/DELUSER);
+ * - `options`: an option list from index `first`, each option (lowercase) with how many arguments
+ *   it takes; the arguments of the `secret` option are secrets, and the list ends at the first word
+ *   that is no option or lacks its arguments (HELLO's AUTH username password);
+ * - `sensitiveConfigValuesFrom`: name/value pairs from this index, the value of a sensitive config
+ *   (requirepass, ...) secret (CONFIG SET).
+ */
+export type Redaction =
+  | { from: number }
+  | { options: Readonly<Record<string, number>>; first: number; secret: string }
+  | { sensitiveConfigValuesFrom: number };
+
+/** The bits of CommandSpec.traits: what the dispatcher tests per command, one AND each. */
+export const TRAIT_NO_AUTH = 1;
+export const TRAIT_DENYOOM = 2;
+export const TRAIT_NO_MULTI = 4;
+export const TRAIT_SKIP_SLOWLOG = 8;
+export const TRAIT_RUNS_IN_MULTI = 16;
+export const TRAIT_LEAVES_MULTI = 32;
+export const TRAIT_RUNS_QUEUE = 64;
+
+/**
  * The command table as the handlers that describe or check other commands read it (COMMAND INFO,
  * DOCS, LIST, COUNT, ACL DRYRUN): handed in through the context, because the table is made of
  * those handlers' own command families and cannot be imported by them.
@@ -163,7 +208,15 @@ export interface CommandSpec {
   name: string;
   /** Redis arity: N = exactly N arguments including the name; −N = at least N. */
   arity: number;
+  /**
+   * The most arguments (with the name) a command of variable arity takes. More is refused with
+   * `wrong number of arguments` by the command itself, as Redis's commands that check it in their
+   * code (PING): counted as a failed call, not a rejected one, queued in MULTI and refused at EXEC.
+   */
+  maxArity?: number;
   flags: CommandFlag[];
+  /** How the dispatcher treats it (see DispatchFlag). */
+  dispatch?: DispatchFlag[];
   /** Key positions as COMMAND INFO reports them (0, 0, 0 when there are none). */
   firstKey: number;
   lastKey: number;
@@ -188,25 +241,28 @@ export interface CommandSpec {
   aclCategories?: string[];
   /** Set by the table: a small number for the ACL's per-user allowed table (one byte per id). */
   id?: number;
-  /** Set by the table: the key access (src/acl/users.ts KEY_READ | KEY_WRITE bits) the command needs. */
+  /**
+   * Its keys' key spec flags; without them, a `write` command's keys are `RW access update` and
+   * another's `RO access` (the table fills them in).
+   */
+  keyFlags?: KeySpecFlag[];
+  /** Set by the table from keyFlags: the key access (src/acl/users.ts KEY_READ | KEY_WRITE bits) the command needs. */
   aclKeyAccess?: number;
+  /** Set by the table: the TRAIT_* bits of its flags and dispatch flags. */
+  traits?: number;
   /**
    * For commands whose keys are not at firstKey..lastKey by keyStep (RL.ALL): calls `visit` with
    * each key's argument index (the name is at `base`), stopping when it returns false. Only the ACL reads it, and only for
    * users whose key patterns are restricted.
    */
   forEachKey?: (argv: CommandArgs, base: number, visit: (index: number) => boolean) => void;
+  /** Its secret arguments (see Redaction). */
+  redacts?: Redaction;
   /**
-   * Whether argument `i` is a secret (a password, a user name, a sensitive config's value): the slow
-   * log keeps `(redacted)` in its place, as Redis's commands redact theirs (redactClientCommandArgument).
-   * Read only when an entry is written.
+   * Set by the table from `redacts`: whether argument `i` is a secret, which the slow log keeps as
+   * `(redacted)`. Read only when an entry is written.
    */
   secretArg?: (argv: CommandArgs, i: number) => boolean;
-}
-
-/** secretArg for commands whose every argument from `first` on is secret (AUTH, ACL SETUSER). */
-export function secretFrom(first: number): (argv: CommandArgs, i: number) => boolean {
-  return (_argv, i) => i >= first;
 }
 
 /** Shorthand for the common case of a command without keys. */

@@ -128,7 +128,7 @@ export class Snapshotter {
    * for writes after a failed background save.
    */
   refusal(spec: CommandSpec): Refusal | null {
-    if (this.loading && !spec.flags.includes('loading') && spec.name !== 'ping') return LOADING_REFUSAL;
+    if (this.loading && !spec.flags.includes('loading') && spec.dispatch?.includes('health-check') !== true) return LOADING_REFUSAL;
     if (this.denyWrites && spec.flags.includes('write')) {
       return this.denyWritesForJournal ? { code: 'MISCONF', message: `MISCONF Errors writing to the AOF file: ${this.server.journal.lastWriteError}` } : MISCONF_REFUSAL;
     }

@@ -214,7 +214,7 @@ export class Client implements AccountHolder {
       if (this.socket.destroyed) return;
       const writer = this.server.writer;
       writer.proto = this.proto;
-      this.server.beginBatch(this);
+      this.server.dispatcher.beginBatch(this);
       write(writer);
       this.processGuarded();
       if (!this.waitingForDrain && !this.closing && !this.socket.destroyed) this.socket.resume();
@@ -224,7 +224,7 @@ export class Client implements AccountHolder {
   /** Runs the complete commands in the query buffer, sends their replies, then applies the limits. */
   private processInput(): void {
     if (this.held || this.waitingForBackend) return;
-    this.server.beginBatch(this);
+    this.server.dispatcher.beginBatch(this);
     const writer = this.server.writer;
     writer.proto = this.proto;
     let authenticated = this.authenticated;
@@ -258,8 +258,8 @@ export class Client implements AccountHolder {
         this.closing = true;
         break;
       }
-      if (this.multi === null) this.server.execute(this, result);
-      else this.server.executeInMulti(this, result);
+      if (this.multi === null) this.server.dispatcher.execute(this, result);
+      else this.server.dispatcher.executeInMulti(this, result);
       writer.proto = this.proto; // HELLO may have switched it
       if (this.closing || this.held) break;
       if (this.deferred >= MAX_DEFERRED_REPLIES) {
