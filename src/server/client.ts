@@ -1,7 +1,11 @@
 /**
- * One client connection: it owns framing (bytes in → commands, replies out) and the per-connection
- * state Redis keeps (protocol version, name, auth, library info). Executing a command is the
- * server's job; the connection only hands it argument vectors, in order.
+ * One client connection: it owns framing (bytes in → commands, replies out), its input and output
+ * limits and backpressure, and the per-connection state Redis keeps (protocol version, name, auth,
+ * library info). Executing a command is the dispatcher's job (dispatch.ts); the connection only
+ * hands it argument vectors, in order. Replies stay in command order two ways: a command whose reply
+ * comes after an asynchronous step that must finish first (hold(): CONFIG SET port/bind) stops
+ * the client's later commands; a backend call (defer()) lets them run and keeps their replies
+ * behind its own (ordered-replies.ts).
  */
 import type { User } from '../acl/users.js';
 import type { Socket } from 'node:net';
@@ -11,6 +15,7 @@ import type { Server } from './server.js';
 import { errorText } from './tasks.js';
 import { ClientMemory, DEFERRED_CALL_BYTES, type AccountHolder } from './client-memory.js';
 import type { Transaction, Watching } from './transaction.js';
+import { OrderedReplies } from './ordered-replies.js';
 
 /**
  * Backpressure: once this many reply bytes wait to be sent to a client (it pipelines without reading
@@ -40,11 +45,6 @@ export const UNAUTH_OUTPUT_BYTES = 64 * 1024;
  * later commands wait, as with backpressure, until half are answered.
  */
 export const MAX_DEFERRED_REPLIES = 1024;
-
-/** A deferred reply's place in the output: its bytes once written. */
-interface DeferredSlot {
-  bytes: Buffer | null;
-}
 
 export class Client implements AccountHolder {
   readonly parser: RequestParser;
@@ -155,7 +155,7 @@ export class Client implements AccountHolder {
 
   /** Unsent reply bytes (CLIENT LIST omem, output limits). */
   get outputBytes(): number {
-    return this.socket.writableLength + (this.pendingOut === null ? 0 : this.pendingOut.length) + this.queuedBytes;
+    return this.socket.writableLength + (this.pendingOut === null ? 0 : this.pendingOut.length) + this.ordered.queuedBytes;
   }
 
   /** Whether reading is stopped for backpressure (CLIENT LIST events). */
@@ -262,7 +262,7 @@ export class Client implements AccountHolder {
       else this.server.dispatcher.executeInMulti(this, result);
       writer.proto = this.proto; // HELLO may have switched it
       if (this.closing || this.held) break;
-      if (this.deferred >= MAX_DEFERRED_REPLIES) {
+      if (this.ordered.pending >= MAX_DEFERRED_REPLIES) {
         // Backend calls in flight for this client: the rest waits until some are answered.
         this.waitingForBackend = true;
         this.socket.pause();
@@ -325,8 +325,7 @@ export class Client implements AccountHolder {
   /** Drops this batch's replies (the connection is being closed). */
   private discardReplies(): void {
     this.server.writer.discard();
-    this.deferOffsets = [];
-    this.deferSlots = [];
+    this.ordered.dropMarks();
   }
 
   /**
@@ -382,14 +381,17 @@ export class Client implements AccountHolder {
   /** The shared writer's replies for this client (counted as output), or null if there are none. */
   private takeReplies(): Buffer | null {
     const writer = this.server.writer;
-    const offsets = this.deferOffsets;
-    if (offsets.length > 0) return this.takeAroundDeferred(writer.take());
+    if (this.ordered.marked) {
+      const all = writer.take();
+      this.server.stats.netOutputBytes += all.length;
+      return this.ordered.takeAround(all);
+    }
     if (writer.length === 0) return null;
-    if (this.queue.length > 0) {
+    if (this.ordered.waiting) {
       // A reply is still to come from the backend: these go after it.
       const out = writer.take();
       this.server.stats.netOutputBytes += out.length;
-      this.enqueue(out);
+      this.ordered.enqueue(out);
       return null;
     }
     const out = writer.take();
@@ -397,18 +399,8 @@ export class Client implements AccountHolder {
     return out;
   }
 
-  // Replies that come later (a backend call), kept in order with the others: `defer()` marks the
-  // place in this batch's output; when the batch's replies are taken they are cut there, what comes
-  // before goes out as usual, and what follows waits in `queue` behind the missing reply.
-
-  /** Offsets in the shared writer (this batch) where a deferred reply belongs. */
-  private deferOffsets: number[] = [];
-  private deferSlots: DeferredSlot[] = [];
-  /** Replies waiting behind a deferred one: bytes, or a slot (filled or not). */
-  private queue: (Buffer | DeferredSlot)[] = [];
-  private queuedBytes = 0;
-  /** Deferred replies not answered yet. */
-  private deferred = 0;
+  /** Replies that come later (a backend call), kept in order with the others (ordered-replies.ts). */
+  private readonly ordered = new OrderedReplies();
   /** Reading and executing stopped until some of the MAX_DEFERRED_REPLIES are answered. */
   private waitingForBackend = false;
   /** A deferred reply was written since the queue was last sent (a flush is scheduled). */
@@ -422,11 +414,9 @@ export class Client implements AccountHolder {
    * once, writes the reply (with the protocol of the time of the command) and sends what is ready.
    */
   defer(): (write: (reply: ReplyWriter) => void) => void {
-    const slot: DeferredSlot = { bytes: null };
-    this.deferOffsets.push(this.server.writer.length);
-    this.deferSlots.push(slot);
-    this.deferred++;
-    this.server.clientsMemory.set(this, 'deferred', this.deferred * DEFERRED_CALL_BYTES);
+    const ordered = this.ordered;
+    const slot = ordered.mark(this.server.writer.length);
+    this.server.clientsMemory.set(this, 'deferred', ordered.pending * DEFERRED_CALL_BYTES);
     const proto = this.proto;
     return (write) => {
       if (slot.bytes !== null) return;
@@ -440,17 +430,17 @@ export class Client implements AccountHolder {
         writer.error('ERR internal error');
         this.server.tasks.warnLimited('deferred reply', `internal error answering client id=${this.id}: ${errorText(e)}`, { id: this.id, error: errorText(e) });
       }
-      slot.bytes = writer.take();
-      this.server.stats.netOutputBytes += slot.bytes.length;
-      this.deferred--;
-      this.server.clientsMemory.set(this, 'deferred', this.deferred * DEFERRED_CALL_BYTES);
+      const bytes = writer.take();
+      ordered.fill(slot, bytes);
+      this.server.stats.netOutputBytes += bytes.length;
+      this.server.clientsMemory.set(this, 'deferred', ordered.pending * DEFERRED_CALL_BYTES);
       // The backend answers a pipeline's calls together: send them together at the end of the turn
       // (Server.flushLater), one socket write instead of one per reply.
       if (!this.queueReady) {
         this.queueReady = true;
         this.server.flushLater(this);
       }
-      if (this.waitingForBackend && this.deferred < MAX_DEFERRED_REPLIES / 2 && !this.socket.destroyed) {
+      if (this.waitingForBackend && ordered.pending < MAX_DEFERRED_REPLIES / 2 && !this.socket.destroyed) {
         this.waitingForBackend = false;
         this.processGuarded();
         if (!this.waitingForBackend && !this.waitingForDrain && !this.closing && !this.held && !this.socket.destroyed) this.socket.resume();
@@ -458,59 +448,16 @@ export class Client implements AccountHolder {
     };
   }
 
-  /** Cuts a batch's replies at its deferred places; returns what may go out now (or null). */
-  private takeAroundDeferred(out: Buffer): Buffer | null {
-    const offsets = this.deferOffsets;
-    const slots = this.deferSlots;
-    this.deferOffsets = [];
-    this.deferSlots = [];
-    this.server.stats.netOutputBytes += out.length;
-    const head = out.subarray(0, offsets[0]);
-    let now: Buffer | null = null;
-    if (this.queue.length > 0) {
-      // Earlier deferred replies are still missing: the head waits behind them too.
-      if (head.length > 0) this.enqueue(head);
-    } else if (head.length > 0) {
-      now = head;
-    }
-    for (let i = 0; i < offsets.length; i++) {
-      this.queue.push(slots[i]);
-      const end = i + 1 < offsets.length ? offsets[i + 1] : out.length;
-      if (end > offsets[i]) this.enqueue(out.subarray(offsets[i], end));
-    }
-    return now;
-  }
-
-  private enqueue(bytes: Buffer): void {
-    this.queue.push(bytes);
-    this.queuedBytes += bytes.length;
-  }
-
   /** Sends the queue's ready prefix (up to the first reply still missing); after pendingOut (sendPending). */
   private sendQueued(): void {
     this.queueReady = false;
     if (this.socket.destroyed) {
-      this.queue = [];
-      this.queuedBytes = 0;
+      this.ordered.clear();
       return;
     }
-    const q = this.queue;
-    let i = 0;
-    const ready: Buffer[] = [];
-    for (; i < q.length; i++) {
-      const item = q[i];
-      if (Buffer.isBuffer(item)) {
-        ready.push(item);
-        this.queuedBytes -= item.length;
-      } else {
-        const bytes = (item as DeferredSlot).bytes;
-        if (bytes === null) break;
-        ready.push(bytes);
-      }
-    }
-    if (i > 0) q.splice(0, i);
-    if (ready.length > 0) this.socket.write(ready.length === 1 ? ready[0] : Buffer.concat(ready));
-    if (q.length === 0 && this.endWhenSent) this.socket.destroySoon();
+    const ready = this.ordered.takeReady();
+    if (ready !== null) this.socket.write(ready);
+    if (!this.ordered.waiting && this.endWhenSent) this.socket.destroySoon();
   }
 
   /** Sends the deferred replies, if any (before anything written after them). */
@@ -543,7 +490,7 @@ export class Client implements AccountHolder {
    * forever, and its further writes would be silently swallowed instead of failing.
    */
   private endAfterReplies(): void {
-    if (this.queue.length > 0) {
+    if (this.ordered.waiting) {
       this.endWhenSent = true;
       return;
     }

@@ -31,8 +31,8 @@ export class SlowLog {
 
   /**
    * Records a command if it was slow enough; cheap when it was not (one comparison). The arguments
-   * `secretArg` names (passwords, user names, sensitive config values: the command table's
-   * CommandSpec.secretArg) show as `(redacted)`, as Redis 7. The client name is kept cut
+   * `secretArg` names (passwords, user names, sensitive config values: compiled by the command
+   * table from each command's `redacts` rule) show as `(redacted)`, as Redis 7. The client name is kept cut
    * (src/log-text.ts).
    */
   consider(thresholdUs: number, maxLen: number, durationUs: number, argv: CommandArgs, secretArg: CommandSpec['secretArg'], nowUs: number, clientAddr: string, clientName: string): void {
