@@ -26,6 +26,7 @@ export default defineConfig({
       'test/rls/config.test.ts',
       'test/rls/codec.test.ts',
       'test/rls/examples.test.ts',
+      'test/build/commands-doc.test.ts',
     ],
     testTimeout: 60_000,
     reporters: ['default', './test/helpers/summary-reporter.ts'],

@@ -40,7 +40,8 @@ for (const file of files) {
  * The rooms, lowest first. Rooms of one rank are siblings: neither imports the other. Modules at the
  * top of src/ are the base (leaves everything may use) or main; the server's folder holds two rooms:
  * its parts, which the commands use (the stats, memory, TLS, MULTI state, slow log...), below the
- * commands, and the server proper (listener, clients, dispatch, metrics port), above them. A module
+ * commands, and the server proper (every other module there: server, listeners, dispatch, gates,
+ * cron, watch-release, client, ordered-replies, metrics, warmup), above them. A module
  * in no room (a new top-level file) is an error until it is given one here and in README.md.
  */
 const RANKS = [
