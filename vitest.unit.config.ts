@@ -20,6 +20,7 @@ export default defineConfig({
       'test/persistence/journal-format.test.ts',
       'test/transactions/keyspace-watch.test.ts',
       'test/server/tasks.test.ts',
+      'test/server/ordered-replies.test.ts',
       'test/build/check-imports.test.ts',
       'test/build/lua.test.ts',
       'test/build/fast-check-seed.test.ts',
