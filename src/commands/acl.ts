@@ -10,7 +10,7 @@ import { ACL_DENIED_CMD, ACL_OK, AclRuleError, aclCheck, deniedKeyIndex, validUs
 import type { Client } from '../server/client.js';
 import { clientInfoLine } from './connection.js';
 import { replyHelp } from './help.js';
-import { noKeys, type CommandContext, type CommandSpec } from './types.js';
+import { arityAllows, noKeys, type CommandContext, type CommandSpec } from './types.js';
 
 const NO_ACL_FILE =
   'ERR This Redis instance is not configured to use an ACL file. You may want to specify users via the ACL SETUSER command ' +
@@ -209,7 +209,7 @@ function dryRun(ctx: CommandContext, argv: CommandArgs): void {
   if (spec.subcommands !== undefined && argv.length >= 5) spec = ctx.commands.lookupSubcommand(spec, argv.lower(4)) ?? spec;
   const fullName = spec.fullName ?? spec.name;
   const argc = argv.length - 3;
-  if ((spec.arity > 0 && argc !== spec.arity) || argc < -spec.arity || spec.run === undefined) {
+  if (!arityAllows(spec, argc) || spec.run === undefined) {
     r.error(`ERR wrong number of arguments for '${fullName}' command`);
     return;
   }

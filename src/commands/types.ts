@@ -265,6 +265,11 @@ export interface CommandSpec {
   secretArg?: (argv: CommandArgs, i: number) => boolean;
 }
 
+/** Whether `argc` arguments (with the name) fit the table's arity: N exactly, or at least −N. */
+export function arityAllows(spec: CommandSpec, argc: number): boolean {
+  return spec.arity > 0 ? argc === spec.arity : argc >= -spec.arity;
+}
+
 /** Shorthand for the common case of a command without keys. */
 export function noKeys(): Pick<CommandSpec, 'firstKey' | 'lastKey' | 'keyStep'> {
   return { firstKey: 0, lastKey: 0, keyStep: 0 };

@@ -16,7 +16,7 @@
  */
 import type { CommandArgs } from '../protocol/command-args.js';
 import { aclCheck, ACL_OK, noPermMessage } from '../acl/users.js';
-import { TRAIT_DENYOOM, TRAIT_LEAVES_MULTI, TRAIT_NO_AUTH, TRAIT_NO_MULTI, TRAIT_RUNS_QUEUE, type CommandSpec } from '../commands/types.js';
+import { arityAllows, TRAIT_DENYOOM, TRAIT_LEAVES_MULTI, TRAIT_NO_AUTH, TRAIT_NO_MULTI, TRAIT_RUNS_QUEUE, type CommandSpec } from '../commands/types.js';
 import type { Refusal } from '../persistence/snapshotter.js';
 import { OOM_MESSAGE } from './memory.js';
 import type { Client } from './client.js';
@@ -35,8 +35,7 @@ const EXEC_ARITY: Refusal = { code: 'ERR', message: "EXECABORT Transaction disca
  * subcommand. The most arguments (`maxArity`) is the command's own check (dispatch.ts), as in Redis.
  */
 function arity(_d: Dispatcher, _client: Client, spec: CommandSpec, argv: CommandArgs): Refusal | null {
-  const argc = argv.length;
-  if ((spec.arity > 0 ? argc === spec.arity : argc >= -spec.arity) && spec.run !== undefined) return null;
+  if (arityAllows(spec, argv.length) && spec.run !== undefined) return null;
   if ((spec.traits! & TRAIT_RUNS_QUEUE) !== 0) return EXEC_ARITY;
   return { code: 'ERR', message: `ERR wrong number of arguments for '${spec.fullName ?? spec.name}' command` };
 }
