@@ -65,7 +65,7 @@ export class Client implements AccountHolder {
   multi: Transaction | null = null;
   /** The keys WATCHed since the last EXEC/DISCARD/UNWATCH, or null. */
   watching: Watching | null = null;
-  /** Watches this client ended that are still being freed in slices (Server.releaseWatches), and their bytes. */
+  /** Watches this client ended that are still being freed in slices (src/server/watch-release.ts), and their bytes. */
   watchesFreeing = 0;
   watchesFreeingBytes = 0;
   /** Set by QUIT, protocol errors and kills: no more commands run, the socket ends after the reply. */
@@ -115,7 +115,7 @@ export class Client implements AccountHolder {
 
   /**
    * Ends this client's WATCHes (UNWATCH, EXEC, DISCARD, RESET, a closed connection): from now on
-   * nothing marks it; a big set leaves the keyspace's watch index in slices (Server.releaseWatches).
+   * nothing marks it; a big set leaves the keyspace's watch index in slices (src/server/watch-release.ts).
    */
   dropWatches(): void {
     const w = this.watching;
@@ -312,7 +312,7 @@ export class Client implements AccountHolder {
 
   /**
    * The query buffer limit was passed (by pending input, or by input plus a MULTI queue: see
-   * Server.transactionStep): closed without a reply, as Redis does.
+   * Dispatcher.queue): closed without a reply, as Redis does.
    */
   closeForQueryBuffer(bytes: number): void {
     this.server.stats.queryBufferLimitDisconnections++;

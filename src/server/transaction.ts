@@ -1,7 +1,7 @@
 /**
  * A client's MULTI state (its queue of commands) and its WATCHed keys, as Redis's multiState and
  * watched_keys. The commands themselves (MULTI, EXEC, ...) are in src/commands/transactions.ts; the
- * dispatcher (Server.execute) queues, and the keyspace marks watches dirty on its write paths.
+ * dispatcher (src/server/dispatch.ts) queues, and the keyspace marks watches dirty on its write paths.
  *
  * Memory: what a queue and a watch set hold is counted in the client's memory account
  * (src/server/client-memory.ts) at its real size. A queued command is packed into the queue's byte
@@ -42,7 +42,7 @@ export class Transaction {
   flagged = false;
   /**
    * Set by the dispatcher when the command being dispatched got past every refusal to the queue
-   * step; a command that ends before it was refused (see Server.executeInMulti).
+   * step; a command that ends before it was refused (see Dispatcher.executeInMulti).
    */
   admitted = false;
   private chunk: Buffer | null = null;
@@ -121,7 +121,7 @@ export function watchBytes(key: string): number {
  * client cannot grow the watch index by millions of keys.
  */
 export const MAX_WATCHED_KEYS = 100_000;
-/** Watches freed per event-loop turn when a big watch set ends, at most (Server.releaseWatches)... */
+/** Watches freed per event-loop turn when a big watch set ends, at most (src/server/watch-release.ts)... */
 export const WATCH_FREE_SLICE_KEYS = 8192;
 /** ...and for at most this long, the clock read every WATCH_FREE_CHECK_KEYS watches. */
 export const WATCH_FREE_SLICE_MS = 2;
