@@ -28,7 +28,7 @@ const MEMORY_HELP = [
 
 /**
  * MEMORY USAGE key [SAMPLES count]: the key's bytes as the keyspace counts them (its 64-byte
- * record, a long key's arena chunk, a sliding log's ring), null when it does not exist. SAMPLES is
+ * record, a long key's arena chunk, a blob's ring), null when it does not exist. SAMPLES is
  * checked as Redis does and otherwise ignored: a key's cost is known exactly.
  */
 function memoryUsage(ctx: CommandContext, argv: CommandArgs): void {

@@ -51,7 +51,7 @@ export class Keyspace {
    * The keys and their records. Each slot's record (key-table.ts) holds, for the keyspace, four
    * numbers (index.getState(slot, 0..3)): the absolute expiry in ms, then three state fields A, B, C,
    * whose meaning each algorithm documents; and the slot's type and last access in its spare word
-   * (see meta()). Variable-size state (a sliding log's timestamps) goes in `blobs`, which only such
+   * (see meta()). Variable-size state (an algorithm's blob, e.g. a log of timestamps) goes in `blobs`, which only such
    * keys pay for.
    */
   private index = new KeyTable();
@@ -77,7 +77,7 @@ export class Keyspace {
   private blobBytes = 0;
   /**
    * The slot and blob of the latest getBlob or createKey (a new key has no blob): setBlob, which a
-   * sliding-log write calls right after one of them, learns the blob it replaces (for blobBytes)
+   * blob write calls right after one of them, learns the blob it replaces (for blobBytes)
    * without a second Map lookup.
    */
   private blobMemoSlot = -1;
@@ -367,7 +367,7 @@ export class Keyspace {
   }
   /**
    * The variable-size state of a slot, or undefined. A limiter may change the returned array in place
-   * (a sliding log appends to its ring), so while a background save runs this counts as a write.
+   * (a blob's ring is appended to), so while a background save runs this counts as a write.
    */
   /** True when some key holds a blob (the journal's encoder skips getBlob's lookup otherwise). */
   get anyBlobs(): boolean {

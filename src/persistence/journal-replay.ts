@@ -43,7 +43,7 @@ export class JournalReplay {
           slot = -1;
         }
         if (slot === -1) slot = ks.createKey(buf, rec.keyStart, rec.keyEnd, rec.type);
-        // A blob to set, or one to drop (the key held a sliding log): no Map lookup when no key has a blob.
+        // A blob to set, or one to drop (the key held a blob): no Map lookup when no key has a blob.
         if (rec.blob !== undefined || (ks.anyBlobs && ks.getBlob(slot) !== undefined)) ks.setBlob(slot, rec.blob);
         ks.setState(slot, rec.a, rec.b, rec.c);
         ks.setExpireAtMs(slot, rec.expireAtMs);

@@ -11,7 +11,7 @@
  * right after it made slower, and before the snapshot loads: the code and the empty server,
  * without the garbage start-up leaves, which made it read
  * ~17 MB for a process that holds 10-11 MB), and used_memory_dataset is Keyspace.datasetBytes: the
- * bytes of the records in use, the index table, the arena chunks of long keys and the sliding-log
+ * bytes of the records in use, the index table, the arena chunks of long keys and the
  * blobs, counted exactly as keys come and go (src/keyspace/key-table.ts). The heap as measured now
  * (keys, client buffers, garbage not yet collected) is INFO used_memory_heap; what it holds beyond
  * used_memory is mem_not_counted_for_evict. A maxmemory below used_memory_startup could never be met
