@@ -82,3 +82,14 @@ describe('command table', () => {
     expect(redacted(lookupCommand('ping')!, 'PING', 'p')).toBe('PING p');
   });
 });
+
+describe("the table's specs", () => {
+  // The dispatcher reads the same fields of every command; one shape keeps those reads monomorphic
+  // (uniform() in src/commands/table.ts).
+  it('all have the same fields in the same order', () => {
+    const specs = every();
+    const first = Object.keys(specs[0]!).join(',');
+    expect(specs.length).toBeGreaterThan(50);
+    for (const s of specs) expect(`${s.fullName ?? s.name}: ${Object.keys(s).join(',')}`).toBe(`${s.fullName ?? s.name}: ${first}`);
+  });
+});
