@@ -10,7 +10,8 @@
  * allocation.
  */
 import type { CellParams } from './cell-throttle.js';
-import { MAX_SCALED, type RateDecision, type RefundEffect } from './rate-decision.js';
+import { MAX_SCALED } from './rate-decision.js';
+import type { Decision, RefundEffect } from './decision.js';
 
 /** One limit's parameters, as the command parsed them (ratelimit.ts's limits satisfy it). */
 export interface LimitParams {
@@ -40,7 +41,7 @@ export enum ParamsProblem {
  */
 export type StateStep<R> = (
   p: LimitParams, units: number, has: boolean, a: number, b: number, c: number, blob: Float64Array | undefined,
-  nowMs: number, nowUs: number, out: RateDecision,
+  nowMs: number, nowUs: number, out: Decision,
 ) => R;
 
 /** An op of the backend's limiter script: its code in the script's ARGV and its branch of `decide`. */

@@ -15,6 +15,7 @@
  */
 
 import { luaSections, type ScriptOp } from './algorithm.js';
+import type { Decision } from './decision.js';
 import { lua } from './cell-throttle.lua.js';
 
 /** CL.THROTTLE's op in the backend's script; its branch also runs RL.GCRA (op 'r'). */
@@ -30,24 +31,6 @@ export interface CellParams {
   /** Tolerance τ = T·limit, as µs + ns. */
   toleranceUs: number;
   toleranceNs: number;
-}
-
-/** What a call decided. Reused between calls (no allocation per request). */
-export interface CellDecision {
-  limited: boolean;
-  limit: number;
-  remaining: number;
-  retryAfterSec: number;
-  resetAfterSec: number;
-  /** When true the key must be stored with this TAT and absolute expiry. */
-  write: boolean;
-  tatUs: number;
-  tatNs: number;
-  expireAtMs: number;
-}
-
-export function newCellDecision(): CellDecision {
-  return { limited: false, limit: 0, remaining: 0, retryAfterSec: -1, resetAfterSec: 0, write: false, tatUs: 0, tatNs: 0, expireAtMs: 0 };
 }
 
 /**
@@ -135,7 +118,7 @@ export function cellThrottle(
   tatUs: number,
   tatNs: number,
   nowUs: number,
-  out: CellDecision,
+  out: Decision,
 ): void {
   if (!hasTat) {
     tatUs = nowUs;
@@ -146,7 +129,7 @@ export function cellThrottle(
     return;
   }
   out.limit = p.limit;
-  out.retryAfterSec = -1;
+  out.retryAfter = -1;
   out.write = false;
 
   // ttl is the duration reported as reset_after; it starts as tat − now for refused calls.
@@ -185,7 +168,7 @@ export function cellThrottle(
         sub(0, 0, diffUs, diffNs);
         const waitUs = result[0];
         const waitNs = result[1];
-        out.retryAfterSec = cellSeconds(waitUs, waitNs);
+        out.retryAfter = cellSeconds(waitUs, waitNs);
       }
       sub(tatUs, tatNs, nowUs, 0);
       ttlUs = result[0];
@@ -196,8 +179,9 @@ export function cellThrottle(
       ttlUs = result[0];
       ttlNs = result[1];
       out.write = true;
-      out.tatUs = newUs;
-      out.tatNs = newNs;
+      out.a = newUs;
+      out.b = newNs;
+      out.c = 0;
       // The key's TTL: whole ms of (new_tat − now), added to the truncated millisecond clock.
       out.expireAtMs = Math.floor(nowUs / 1000) + Math.trunc(truncUs(ttlUs, ttlNs) / 1000);
     }
@@ -222,7 +206,7 @@ export function cellThrottle(
   } else {
     out.remaining = 0;
   }
-  out.resetAfterSec = cellSeconds(ttlUs, ttlNs);
+  out.resetAfter = cellSeconds(ttlUs, ttlNs);
 }
 
 /**
@@ -231,9 +215,9 @@ export function cellThrottle(
  * T = 60 ms) and then the (µs, ns) pairs above all carry ns = 0: the same steps on plain numbers, the
  * same results (test/limiters checks both paths against the reference).
  */
-function cellThrottleWholeUs(p: CellParams, quantity: number, tatUs: number, nowUs: number, out: CellDecision): void {
+function cellThrottleWholeUs(p: CellParams, quantity: number, tatUs: number, nowUs: number, out: Decision): void {
   out.limit = p.limit;
-  out.retryAfterSec = -1;
+  out.retryAfter = -1;
   out.write = false;
   const intervalUs = p.intervalUs;
   const toleranceUs = p.toleranceUs;
@@ -247,14 +231,15 @@ function cellThrottleWholeUs(p: CellParams, quantity: number, tatUs: number, now
     const diffUs = nowUs - (newUs - toleranceUs);
     if (diffUs < 0) {
       out.limited = true;
-      if (incUs <= toleranceUs) out.retryAfterSec = wholeSeconds(-diffUs);
+      if (incUs <= toleranceUs) out.retryAfter = wholeSeconds(-diffUs);
       ttlUs = tatUs - nowUs;
     } else {
       out.limited = false;
       ttlUs = newUs - nowUs;
       out.write = true;
-      out.tatUs = newUs;
-      out.tatNs = 0;
+      out.a = newUs;
+      out.b = 0;
+      out.c = 0;
       out.expireAtMs = Math.floor(nowUs / 1000) + Math.trunc(ttlUs / 1000);
     }
   }
@@ -265,7 +250,7 @@ function cellThrottleWholeUs(p: CellParams, quantity: number, tatUs: number, now
   } else {
     out.remaining = 0;
   }
-  out.resetAfterSec = wholeSeconds(ttlUs);
+  out.resetAfter = wholeSeconds(ttlUs);
 }
 
 /** cellSeconds(us, 0). */

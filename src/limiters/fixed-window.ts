@@ -5,13 +5,14 @@
  * State: A = start of the window the count belongs to (ms), B = units admitted in it. The key
  * expires at the end of that window; a count from an older window reads as 0.
  */
-import { MAX_SCALED, peekDecision, RefundEffect, type RateDecision } from './rate-decision.js';
+import { MAX_SCALED } from './rate-decision.js';
+import { peekDecision, RefundEffect, type Decision } from './decision.js';
 import { limitProduct, meterStateProblem, noCommit, luaSections, type Algorithm } from './algorithm.js';
 import { lua } from './fixed-window.lua.js';
 
 export function fixedWindowDecide(
   limit: number, periodMs: number, cost: number,
-  hasKey: boolean, a: number, b: number, nowMs: number, out: RateDecision,
+  hasKey: boolean, a: number, b: number, nowMs: number, out: Decision,
 ): void {
   let windowStartMs = nowMs - (nowMs % periodMs);
   // A clock set backwards (DEBUG CLOCK SET) stays in the stored window.
@@ -29,9 +30,9 @@ export function fixedWindowDecide(
   out.delayMs = 0;
   if (count + cost <= limit) {
     out.limited = false;
-    out.retryAfterMs = -1;
+    out.retryAfter = -1;
     out.remaining = limit - count - cost;
-    out.resetAfterMs = untilEndMs;
+    out.resetAfter = untilEndMs;
     out.write = true;
     out.a = windowStartMs;
     out.b = count + cost;
@@ -42,8 +43,8 @@ export function fixedWindowDecide(
     out.write = false;
     out.remaining = spendable;
     // The next window starts empty: any cost up to `limit` fits there.
-    out.retryAfterMs = cost > limit ? -1 : untilEndMs;
-    out.resetAfterMs = count > 0 ? untilEndMs : 0;
+    out.retryAfter = cost > limit ? -1 : untilEndMs;
+    out.resetAfter = count > 0 ? untilEndMs : 0;
   }
 }
 
@@ -53,7 +54,7 @@ export function fixedWindowDecide(
  */
 export function fixedWindowRefund(
   periodMs: number, units: number,
-  hasKey: boolean, a: number, b: number, nowMs: number, out: RateDecision,
+  hasKey: boolean, a: number, b: number, nowMs: number, out: Decision,
 ): RefundEffect {
   if (!hasKey) return RefundEffect.None;
   let windowStartMs = nowMs - (nowMs % periodMs);

@@ -13,8 +13,9 @@
  *   reset_after_ms = ⌈(TAT' − now) / 1 ms⌉ (TAT' the TAT after the call),
  * and the key expires at ⌊now⌋ms + reset_after_ms, so TTL equals reset_after_ms.
  */
-import { cellThrottle, newCellDecision, MAX_TOLERANCE_US, type CellParams } from './cell-throttle.js';
-import { ceilDiv, MAX_SCALED, RefundEffect, type RateDecision } from './rate-decision.js';
+import { cellThrottle, MAX_TOLERANCE_US, type CellParams } from './cell-throttle.js';
+import { ceilDiv, MAX_SCALED } from './rate-decision.js';
+import { newDecision, RefundEffect, type Decision } from './decision.js';
 import { isIntIn, luaSections, noCommit, ParamsProblem, type Algorithm } from './algorithm.js';
 import { lua } from './gcra-ms.lua.js';
 
@@ -54,7 +55,7 @@ export function newGcraMsParams(): CellParams {
   return { limit: 0, intervalUs: 0, intervalNs: 0, toleranceUs: 0, toleranceNs: 0 };
 }
 
-const cell = newCellDecision();
+const cell = newDecision();
 
 /** A duration of `us` µs + `ns` ns (ns in 0..999) in whole ms, rounded up; 0 when not positive. */
 function ceilMs(us: number, ns: number): number {
@@ -103,7 +104,7 @@ function fitsIn(p: CellParams, n: number, xUs: number, xNs: number): boolean {
  * writes (unlike CL.THROTTLE's quantity 0, which re-stores the TAT).
  */
 export function gcraMsDecide(
-  p: CellParams, cost: number, hasKey: boolean, tatUs: number, tatNs: number, nowUs: number, out: RateDecision,
+  p: CellParams, cost: number, hasKey: boolean, tatUs: number, tatNs: number, nowUs: number, out: Decision,
 ): void {
   cellThrottle(p, cost, hasKey, tatUs, tatNs, nowUs, cell);
   if (!hasKey) {
@@ -114,7 +115,7 @@ export function gcraMsDecide(
   out.delayMs = 0;
   out.limited = cost > 0 && cell.limited;
   out.write = cost > 0 && cell.write;
-  out.retryAfterMs = -1;
+  out.retryAfter = -1;
   if (out.limited && cost <= p.limit) {
     // wait = max(now, TAT) + T·cost − τ − now
     const ahead = tatUs > nowUs || (tatUs === nowUs && tatNs > 0);
@@ -125,17 +126,17 @@ export function gcraMsDecide(
     let ns = baseNs + scratch[1] - p.toleranceNs;
     while (ns >= 1000) { ns -= 1000; us++; }
     while (ns < 0) { ns += 1000; us--; }
-    out.retryAfterMs = ceilMs(us, ns);
+    out.retryAfter = ceilMs(us, ns);
   }
-  const afterUs = out.write ? cell.tatUs : tatUs;
-  const afterNs = out.write ? cell.tatNs : tatNs;
-  out.resetAfterMs = ceilMs(afterUs - nowUs, afterNs);
+  const afterUs = out.write ? cell.a : tatUs;
+  const afterNs = out.write ? cell.b : tatNs;
+  out.resetAfter = ceilMs(afterUs - nowUs, afterNs);
   out.remaining = spendable(p, afterUs - nowUs, afterNs);
   if (out.write) {
-    out.a = cell.tatUs;
-    out.b = cell.tatNs;
+    out.a = cell.a;
+    out.b = cell.b;
     out.c = 0;
-    out.expireAtMs = Math.floor(nowUs / 1000) + out.resetAfterMs;
+    out.expireAtMs = Math.floor(nowUs / 1000) + out.resetAfter;
   }
 }
 
@@ -146,7 +147,7 @@ export function gcraMsDecide(
  * ⌊now⌋ms + ⌈(TAT − now) / 1 ms⌉, as gcraMsDecide stores it.
  */
 export function gcraMsRefund(
-  p: CellParams, units: number, hasKey: boolean, tatUs: number, tatNs: number, nowUs: number, out: RateDecision,
+  p: CellParams, units: number, hasKey: boolean, tatUs: number, tatNs: number, nowUs: number, out: Decision,
 ): RefundEffect {
   if (!hasKey) return RefundEffect.None;
   const aheadUs = tatUs - nowUs;

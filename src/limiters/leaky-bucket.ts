@@ -13,7 +13,8 @@
  * token bucket's plus the delay. A request with COST n takes n consecutive places; its delay is the
  * wait until the first of them comes up.
  */
-import { ceilDiv, MAX_SCALED, type RateDecision } from './rate-decision.js';
+import { ceilDiv, MAX_SCALED } from './rate-decision.js';
+import { type Decision } from './decision.js';
 import { burstProduct, meterStateProblem, noCommit, type Algorithm } from './algorithm.js';
 import { drainedDeficit, tokenBucketDecide, tokenBucketRefund } from './token-bucket.js';
 
@@ -25,7 +26,7 @@ export const leakyBucketRefund = tokenBucketRefund;
 
 export function leakyBucketDecide(
   limit: number, periodMs: number, burst: number, cost: number,
-  hasKey: boolean, a: number, b: number, nowMs: number, out: RateDecision,
+  hasKey: boolean, a: number, b: number, nowMs: number, out: Decision,
 ): void {
   tokenBucketDecide(limit, periodMs, burst, cost, hasKey, a, b, nowMs, out);
   if (out.limited || cost === 0 || !hasKey) return;

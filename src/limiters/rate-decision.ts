@@ -1,5 +1,5 @@
 /**
- * What every `RL.*` limiter decides, and the exact integer helpers they share.
+ * The exact integer helpers every `RL.*` limiter shares (its decision record: decision.ts).
  *
  * All `RL.*` algorithms (except RL.GCRA, which reuses redis-cell's nanosecond GCRA) work in whole
  * milliseconds with integer arithmetic only: rates are never turned into fractional tokens. Where a
@@ -8,31 +8,6 @@
  * stored number is an integer below 2^53 and long runs cannot drift.
  */
 
-/** The decision of one call, reused between calls (no allocation per request). */
-export interface RateDecision {
-  limited: boolean;
-  limit: number;
-  /** Whole units spendable now (after this call's spend, when it was allowed). */
-  remaining: number;
-  /** Earliest wait in ms after which the same request would be allowed; −1 when allowed or never. */
-  retryAfterMs: number;
-  /** Wait in ms until the key is indistinguishable from a fresh one (also its TTL). */
-  resetAfterMs: number;
-  /** ms until this accepted request's turn, for an algorithm that queues; else 0. */
-  delayMs: number;
-  /** When true, the key must be stored with state A/B/C and expire at `expireAtMs`. */
-  write: boolean;
-  a: number;
-  b: number;
-  c: number;
-  expireAtMs: number;
-  /** An algorithm with a blob: the blob to store with A/B/C, set by its commit and refund. */
-  blob: Float64Array | undefined;
-}
-
-export function newRateDecision(): RateDecision {
-  return { limited: false, limit: 0, remaining: 0, retryAfterMs: -1, resetAfterMs: 0, delayMs: 0, write: false, a: 0, b: 0, c: 0, expireAtMs: 0, blob: undefined };
-}
 
 /**
  * The largest product of two parameters the algorithms accept (BURST·period_ms for the buckets,
@@ -55,27 +30,4 @@ export function floorDiv(a: number, b: number): number {
   if (q * b > a) q--;
   else if ((q + 1) * b <= a) q++;
   return q;
-}
-
-/** Fills `out` for a request that was allowed without spending (COST 0 peeks, or a fresh key). */
-export function peekDecision(out: RateDecision, limit: number, remaining: number, resetAfterMs: number): void {
-  out.limited = false;
-  out.limit = limit;
-  out.remaining = remaining;
-  out.retryAfterMs = -1;
-  out.resetAfterMs = resetAfterMs;
-  out.delayMs = 0;
-  out.write = false;
-}
-
-/**
- * What a refund (giving back spent units, `REFUND n`) does to a key: nothing (absent, or nothing of
- * this limit spent), store the new state (`out.a`/`b`/`c`, expiring at `out.expireAtMs`), or delete
- * the key because the refund made it as full as a fresh one (a fresh key and an absent one are the
- * same thing, and a stored fresh state would be a key with nothing to expire for).
- */
-export enum RefundEffect {
-  None = 0,
-  Write = 1,
-  Delete = 2,
 }

@@ -24,6 +24,7 @@ const FAST_TAT_US = 2 ** 52;
 const LLONG_MAX = 9223372036854775807n;
 
 import { luaSections, type ScriptOp } from './algorithm.js';
+import type { Decision } from './decision.js';
 import { lua } from './redis-gcra.lua.js';
 
 /** Redis's GCRA command's op in the backend's script. */
@@ -44,32 +45,6 @@ export interface GcraParams {
   incrementUs: number;
   /** The exact values when an interval exceeds 2^51 µs (or the limit 2^53); null otherwise. */
   wide: WideGcraParams | null;
-}
-
-export interface GcraDecision {
-  /** The new TAT would exceed 2^63 − 1 µs: Redis's TOKENS overflow error, nothing else is set. */
-  overflow: boolean;
-  limited: boolean;
-  limit: number;
-  remaining: number;
-  retryAfterSec: number;
-  resetAfterSec: number;
-  write: boolean;
-  /** The new TAT (µs): the nearest double, and the exact remainder beyond it (0 below 2^53). */
-  tatUs: number;
-  tatRestUs: number;
-  expireAtMs: number;
-  /** Whether limit/remaining exceed 2^53: then `wideLimit`/`wideRemaining` hold them exactly. */
-  wide: boolean;
-  wideLimit: bigint;
-  wideRemaining: bigint;
-}
-
-export function newGcraDecision(): GcraDecision {
-  return {
-    overflow: false, limited: false, limit: 0, remaining: 0, retryAfterSec: -1, resetAfterSec: 0, write: false,
-    tatUs: 0, tatRestUs: 0, expireAtMs: 0, wide: false, wideLimit: 0n, wideRemaining: 0n,
-  };
 }
 
 export type GcraParamsResult = GcraParams | 'tokens-overflow' | 'burst-overflow';
@@ -106,7 +81,7 @@ export function gcraParams(maxBurst: number | bigint, tokensPerPeriod: number, p
  * @param hasTat whether the key exists; then its TAT in µs is `tatUs` + `tatRestUs` (see the header).
  * @param nowUs the server time; Redis uses its millisecond snapshot, so the µs part is dropped.
  */
-export function gcraDecide(p: GcraParams, hasTat: boolean, tatUs: number, nowUs: number, out: GcraDecision, tatRestUs = 0): void {
+export function gcraDecide(p: GcraParams, hasTat: boolean, tatUs: number, nowUs: number, out: Decision, tatRestUs = 0): void {
   const now = Math.floor(nowUs / 1000) * 1000;
   const tat = hasTat ? tatUs : now;
   if (p.wide !== null || tat > FAST_TAT_US || now > FAST_TAT_US) {
@@ -116,7 +91,7 @@ export function gcraDecide(p: GcraParams, hasTat: boolean, tatUs: number, nowUs:
   out.overflow = false;
   out.wide = false;
   out.limit = p.limit;
-  out.retryAfterSec = -1;
+  out.retryAfter = -1;
   out.write = false;
   const newTat = (now > tat ? now : tat) + p.incrementUs;
   const diff = now - (newTat - p.varianceUs);
@@ -124,23 +99,24 @@ export function gcraDecide(p: GcraParams, hasTat: boolean, tatUs: number, nowUs:
   if (diff < 0) {
     out.limited = true;
     // More tokens than the burst holds can never be allowed: retry stays −1.
-    if (p.incrementUs <= p.varianceUs) out.retryAfterSec = ceilSeconds(-diff);
+    if (p.incrementUs <= p.varianceUs) out.retryAfter = ceilSeconds(-diff);
     ttl = tat - now;
   } else {
     out.limited = false;
     ttl = newTat - now;
     out.write = true;
-    out.tatUs = newTat;
-    out.tatRestUs = 0;
+    out.a = newTat;
+    out.b = 0;
+    out.c = 0;
     out.expireAtMs = Math.floor(newTat / 1000);
   }
   const next = p.varianceUs - ttl;
   out.remaining = next > -p.emissionUs ? Math.trunc(next / p.emissionUs) : 0;
-  out.resetAfterSec = ceilSeconds(ttl);
+  out.resetAfter = ceilSeconds(ttl);
 }
 
 /** gcraDecide's steps in BigInt: intervals beyond 2^51 µs or TATs beyond 2^52 µs (~142 years). */
-function decideWide(p: GcraParams, tat: bigint, now: bigint, out: GcraDecision): void {
+function decideWide(p: GcraParams, tat: bigint, now: bigint, out: Decision): void {
   const w = p.wide;
   const limit = w !== null ? w.limit : BigInt(p.limit);
   const emission = w !== null ? w.emissionUs : BigInt(p.emissionUs);
@@ -153,21 +129,22 @@ function decideWide(p: GcraParams, tat: bigint, now: bigint, out: GcraDecision):
     return;
   }
   out.overflow = false;
-  out.retryAfterSec = -1;
+  out.retryAfter = -1;
   const newTat = base + increment;
   const diff = now - (newTat - variance);
   let ttl: bigint;
   if (diff < 0n) {
     out.limited = true;
-    if (increment <= variance) out.retryAfterSec = ceilSeconds(Number(-diff));
+    if (increment <= variance) out.retryAfter = ceilSeconds(Number(-diff));
     ttl = tat - now;
   } else {
     out.limited = false;
     ttl = newTat - now;
     out.write = true;
     const approx = Number(newTat);
-    out.tatUs = approx;
-    out.tatRestUs = Number(newTat - BigInt(approx));
+    out.a = approx;
+    out.b = 0;
+    out.c = Number(newTat - BigInt(approx));
     // The keyspace keeps expiries as exact doubles: past 2^53 ms (year ~287 000) the key expires then.
     const expireAtMs = Number(newTat / 1000n);
     out.expireAtMs = expireAtMs > Number.MAX_SAFE_INTEGER ? Number.MAX_SAFE_INTEGER : expireAtMs;
@@ -180,7 +157,7 @@ function decideWide(p: GcraParams, tat: bigint, now: bigint, out: GcraDecision):
   out.wideLimit = limit;
   out.wideRemaining = remaining;
   // C converts the long long to double (round to nearest) before dividing, as Number() does.
-  out.resetAfterSec = ceilSeconds(Number(ttl));
+  out.resetAfter = ceilSeconds(Number(ttl));
 }
 
 /** ceil(µs / 1e6) as C's ceil() then (long long): −0 becomes 0. */

@@ -25,7 +25,8 @@
  *
  * `slidingLogDecide` only reads the log; when it allows, `slidingLogRecord` prunes and appends.
  */
-import { MAX_SCALED, peekDecision, RefundEffect, type RateDecision } from './rate-decision.js';
+import { MAX_SCALED } from './rate-decision.js';
+import { peekDecision, RefundEffect, type Decision } from './decision.js';
 import { limitProduct, luaSections, type Algorithm } from './algorithm.js';
 import { lua } from './sliding-log.lua.js';
 
@@ -139,7 +140,7 @@ function firstReaching(from: number, entries: number, target: number): number {
 export function slidingLogDecide(
   limit: number, periodMs: number, cost: number,
   hasKey: boolean, a: number, b: number, c: number, log: Float64Array | undefined, nowMs: number,
-  out: RateDecision,
+  out: Decision,
 ): void {
   const entries = load(hasKey, a, b, c, log);
   let expiredEntries = 0;
@@ -162,9 +163,9 @@ export function slidingLogDecide(
   } else if (cost <= spendable) {
     out.limit = limit;
     out.limited = false;
-    out.retryAfterMs = -1;
+    out.retryAfter = -1;
     out.remaining = spendable - cost;
-    out.resetAfterMs = atMs + periodMs - nowMs;
+    out.resetAfter = atMs + periodMs - nowMs;
     out.write = true;
     out.expireAtMs = atMs + periodMs;
   } else {
@@ -172,13 +173,13 @@ export function slidingLogDecide(
     out.limited = true;
     out.write = false;
     out.remaining = spendable;
-    out.resetAfterMs = resetAfterMs;
-    out.retryAfterMs = -1; // COST above limit: never
+    out.resetAfter = resetAfterMs;
+    out.retryAfter = -1; // COST above limit: never
     if (cost <= limit) {
       // Wait until the oldest live entries holding live + cost − limit units have slid out: the
       // first entry whose running total reaches them (totals strictly increase).
       const k = firstReaching(expiredEntries, entries, expiredUnits + live + cost - limit);
-      out.retryAfterMs = msAt(k) + periodMs - nowMs;
+      out.retryAfter = msAt(k) + periodMs - nowMs;
     }
   }
   viewLog = undefined;
@@ -192,7 +193,7 @@ export function slidingLogDecide(
 export function slidingLogRecord(
   limit: number, periodMs: number, cost: number,
   hasKey: boolean, a: number, b: number, c: number, log: Float64Array | undefined, nowMs: number,
-  out: RateDecision,
+  out: Decision,
 ): Float64Array | undefined {
   const entries = load(hasKey, a, b, c, log);
   let whenMs = nowMs;
@@ -263,7 +264,7 @@ export const slidingLogRefunded: { log: Float64Array | undefined } = { log: unde
 export function slidingLogRefund(
   periodMs: number, units: number,
   hasKey: boolean, a: number, b: number, c: number, log: Float64Array | undefined, nowMs: number,
-  out: RateDecision,
+  out: Decision,
 ): RefundEffect {
   const entries = load(hasKey, a, b, c, log);
   let effect = RefundEffect.None;

@@ -12,13 +12,14 @@
  * the window before it. A key written in window k lives to the end of window k+1, when both counts
  * have slid out.
  */
-import { ceilDiv, floorDiv, MAX_SCALED, peekDecision, RefundEffect, type RateDecision } from './rate-decision.js';
+import { ceilDiv, floorDiv, MAX_SCALED } from './rate-decision.js';
+import { peekDecision, RefundEffect, type Decision } from './decision.js';
 import { limitProduct, meterStateProblem, noCommit, luaSections, type Algorithm } from './algorithm.js';
 import { lua } from './sliding-window.lua.js';
 
 export function slidingWindowDecide(
   limit: number, periodMs: number, cost: number,
-  hasKey: boolean, a: number, b: number, c: number, nowMs: number, out: RateDecision,
+  hasKey: boolean, a: number, b: number, c: number, nowMs: number, out: Decision,
 ): void {
   // A clock set backwards (DEBUG CLOCK SET) before the stored window's start is treated as no time
   // passing: the counts are read at that start. (A start that is not a multiple of period_ms was
@@ -48,9 +49,9 @@ export function slidingWindowDecide(
   out.delayMs = 0;
   if (cost <= spendable) {
     out.limited = false;
-    out.retryAfterMs = -1;
+    out.retryAfter = -1;
     out.remaining = spendable - cost;
-    out.resetAfterMs = windowStartMs + 2 * periodMs - nowMs;
+    out.resetAfter = windowStartMs + 2 * periodMs - nowMs;
     out.write = true;
     out.a = windowStartMs;
     out.b = current + cost;
@@ -61,9 +62,9 @@ export function slidingWindowDecide(
   out.limited = true;
   out.write = false;
   out.remaining = spendable;
-  out.resetAfterMs = resetAfterMs;
+  out.resetAfter = resetAfterMs;
   if (cost > limit) {
-    out.retryAfterMs = -1;
+    out.retryAfter = -1;
     return;
   }
   // Later in this window: prev·(period − e) ≤ (limit − current − cost)·period, e integer.
@@ -71,13 +72,13 @@ export function slidingWindowDecide(
   if (room >= 0 && previous > 0) {
     const elapsedNeededMs = periodMs - floorDiv(room * periodMs, previous);
     if (elapsedNeededMs < periodMs) {
-      out.retryAfterMs = windowStartMs + elapsedNeededMs - nowMs;
+      out.retryAfter = windowStartMs + elapsedNeededMs - nowMs;
       return;
     }
   }
   // In the next window the current count becomes the previous one and the new count starts at 0.
   const nextElapsedMs = current === 0 ? 0 : Math.max(0, periodMs - floorDiv((limit - cost) * periodMs, current));
-  out.retryAfterMs = windowStartMs + periodMs + nextElapsedMs - nowMs;
+  out.retryAfter = windowStartMs + periodMs + nextElapsedMs - nowMs;
 }
 
 /**
@@ -88,7 +89,7 @@ export function slidingWindowDecide(
  */
 export function slidingWindowRefund(
   periodMs: number, units: number,
-  hasKey: boolean, a: number, b: number, c: number, nowMs: number, out: RateDecision,
+  hasKey: boolean, a: number, b: number, c: number, nowMs: number, out: Decision,
 ): RefundEffect {
   if (!hasKey) return RefundEffect.None;
   const atMs = a > nowMs ? a : nowMs;

@@ -12,7 +12,8 @@
  * The leaky bucket (leaky-bucket.ts) is this same meter read the other way round (the deficit is the
  * queue), plus the delay each accepted request is told.
  */
-import { ceilDiv, floorDiv, MAX_SCALED, peekDecision, RefundEffect, type RateDecision } from './rate-decision.js';
+import { ceilDiv, floorDiv, MAX_SCALED } from './rate-decision.js';
+import { peekDecision, RefundEffect, type Decision } from './decision.js';
 import { burstProduct, meterStateProblem, noCommit, luaSections, type Algorithm } from './algorithm.js';
 import { lua } from './token-bucket.lua.js';
 
@@ -32,7 +33,7 @@ export function drainedDeficit(deficit: number, sinceMs: number, nowMs: number, 
  */
 export function tokenBucketDecide(
   limit: number, periodMs: number, burst: number, cost: number,
-  hasKey: boolean, a: number, b: number, nowMs: number, out: RateDecision,
+  hasKey: boolean, a: number, b: number, nowMs: number, out: Decision,
 ): void {
   const capacity = burst * periodMs;
   // A clock set backwards (DEBUG CLOCK SET) is treated as no time passing: the bucket is read at the
@@ -49,23 +50,23 @@ export function tokenBucketDecide(
   const needed = deficit + cost * periodMs;
   if (cost <= burst && needed <= capacity) {
     out.limited = false;
-    out.retryAfterMs = -1;
+    out.retryAfter = -1;
     out.remaining = floorDiv(capacity - needed, periodMs);
     out.write = true;
     out.a = atMs;
     out.b = needed;
     out.c = 0;
     out.expireAtMs = atMs + ceilDiv(needed, limit);
-    out.resetAfterMs = out.expireAtMs - nowMs;
+    out.resetAfter = out.expireAtMs - nowMs;
     return;
   }
   out.limited = true;
   out.write = false;
   out.remaining = spendableUnits(capacity, deficit, periodMs);
-  out.resetAfterMs = deficit > 0 ? aheadMs + ceilDiv(deficit, limit) : 0;
+  out.resetAfter = deficit > 0 ? aheadMs + ceilDiv(deficit, limit) : 0;
   // More than the bucket can ever hold: refused for good. Else the deficit must drain by
   // needed − capacity scaled units, `limit` per ms, from atMs on.
-  out.retryAfterMs = cost > burst ? -1 : aheadMs + ceilDiv(needed - capacity, limit);
+  out.retryAfter = cost > burst ? -1 : aheadMs + ceilDiv(needed - capacity, limit);
 }
 
 /**
@@ -85,7 +86,7 @@ function spendableUnits(capacity: number, deficit: number, periodMs: number): nu
  */
 export function tokenBucketRefund(
   limit: number, periodMs: number, units: number,
-  hasKey: boolean, a: number, b: number, nowMs: number, out: RateDecision,
+  hasKey: boolean, a: number, b: number, nowMs: number, out: Decision,
 ): RefundEffect {
   if (!hasKey) return RefundEffect.None;
   const atMs = a > nowMs ? a : nowMs;

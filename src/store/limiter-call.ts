@@ -8,7 +8,7 @@ import { CommandArgs } from '../protocol/command-args.js';
 import type { Algorithm } from '../limiters/algorithm.js';
 import type { CellParams } from '../limiters/cell-throttle.js';
 import { newGcraMsParams } from '../limiters/gcra-ms.js';
-import { newRateDecision, type RateDecision } from '../limiters/rate-decision.js';
+import { newDecision, type Decision } from '../limiters/decision.js';
 import type { GcraParams } from '../limiters/redis-gcra.js';
 import type { LimiterCounter } from '../server/stats.js';
 
@@ -24,11 +24,11 @@ export interface Limit {
   gcra: CellParams;
   /** The key's slot, or −1 when absent (set by the local store). */
   slot: number;
-  decision: RateDecision;
+  decision: Decision;
 }
 
 export function newLimit(algo: Algorithm): Limit {
-  return { algo, keyArg: 1, limit: 0, periodMs: 0, burst: 0, gcra: newGcraMsParams(), slot: -1, decision: newRateDecision() };
+  return { algo, keyArg: 1, limit: 0, periodMs: 0, burst: 0, gcra: newGcraMsParams(), slot: -1, decision: newDecision() };
 }
 
 /** The command family: how the key's state is read and the reply written. */
@@ -83,7 +83,7 @@ export function detachCall(call: LimiterCall, keys: readonly Buffer[], skip: num
   for (let n = 0; n < call.count; n++) {
     const l = call.limits[n];
     argv.push(keys[n], skip, keys[n].length);
-    copy.limits.push({ ...l, keyArg: n, gcra: { ...l.gcra }, slot: -1, decision: newRateDecision() });
+    copy.limits.push({ ...l, keyArg: n, gcra: { ...l.gcra }, slot: -1, decision: newDecision() });
   }
   return copy;
 }

@@ -9,9 +9,9 @@
  */
 import type { CommandArgs } from '../protocol/command-args.js';
 import type { Keyspace } from '../keyspace/keyspace.js';
-import { cellThrottle, newCellDecision } from '../limiters/cell-throttle.js';
-import { RefundEffect, type RateDecision } from '../limiters/rate-decision.js';
-import { gcraDecide, newGcraDecision } from '../limiters/redis-gcra.js';
+import { cellThrottle } from '../limiters/cell-throttle.js';
+import { newDecision, RefundEffect, type Decision } from '../limiters/decision.js';
+import { gcraDecide } from '../limiters/redis-gcra.js';
 import { GCRA_KEY } from '../limiters/registry.js';
 import type { Stats } from '../server/stats.js';
 import { createKeyArg, lookupKeyArg } from './key-args.js';
@@ -21,8 +21,8 @@ import type { LimiterStore, StoreSink, UnitKeyCheck } from './store.js';
 
 /** The key type of CL.THROTTLE, GCRA and RL.GCRA (they share the TAT). */
 const GCRA_TYPE = GCRA_KEY.type;
-const cellDecision = newCellDecision();
-const gcraDecision = newGcraDecision();
+/** The decision of the CL.THROTTLE or GCRA call being served (an RL.* call has one per limit). */
+const gcraFamilyDecision = newDecision();
 
 export class LocalLimiterStore implements LimiterStore {
   constructor(
@@ -55,22 +55,22 @@ function gcraSlot(ks: Keyspace, sink: StoreSink, argv: CommandArgs): number | nu
   return slot;
 }
 
-/** Stores a TAT and expiry, creating the key (argument 1) if needed. */
-function storeTat(ks: Keyspace, argv: CommandArgs, slot: number, tatUs: number, tatNs: number, expireAtMs: number, tatRestUs = 0): void {
+/** Stores the decision's TAT (state A/B/C) and expiry, creating the key (argument 1) if needed. */
+function storeTat(ks: Keyspace, argv: CommandArgs, slot: number, d: Decision): void {
   if (slot === -1) slot = createKeyArg(ks, argv, 1, GCRA_TYPE);
-  ks.setState(slot, tatUs, tatNs, tatRestUs);
-  ks.setExpireAtMs(slot, expireAtMs);
+  ks.setState(slot, d.a, d.b, d.c);
+  ks.setExpireAtMs(slot, d.expireAtMs);
 }
 
 function clThrottle(ks: Keyspace, stats: Stats, call: LimiterCall, sink: StoreSink): void {
   const argv = call.argv;
   const slot = gcraSlot(ks, sink, argv);
   if (slot === null) return;
-  const d = cellDecision;
+  const d = gcraFamilyDecision;
   cellThrottle(call.cell!, call.cost, slot !== -1, slot !== -1 ? ks.getA(slot) : 0, slot !== -1 ? ks.getB(slot) : 0, sink.nowUs, d);
-  if (d.write) storeTat(ks, argv, slot, d.tatUs, d.tatNs, d.expireAtMs);
+  if (d.write) storeTat(ks, argv, slot, d);
   call.counter!.count(stats, d.limited);
-  replyFive(sink.reply, d.limited, d.limit, d.remaining, d.retryAfterSec, d.resetAfterSec);
+  replyFive(sink.reply, d.limited, d.limit, d.remaining, d.retryAfter, d.resetAfter);
 }
 
 function gcra(ks: Keyspace, stats: Stats, call: LimiterCall, sink: StoreSink): void {
@@ -83,25 +83,25 @@ function gcra(ks: Keyspace, stats: Stats, call: LimiterCall, sink: StoreSink): v
     return;
   }
   const params = call.gcra!;
-  const d = gcraDecision;
+  const d = gcraFamilyDecision;
   if (slot !== -1) gcraDecide(params, true, ks.getA(slot), sink.nowUs, d, ks.getC(slot));
   else gcraDecide(params, false, 0, sink.nowUs, d);
   if (d.overflow) {
     r.error(`${GCRA_OVERFLOW} TOKENS would cause an overflow`);
     return;
   }
-  if (d.write) storeTat(ks, argv, slot, d.tatUs, 0, d.expireAtMs, d.tatRestUs);
+  if (d.write) storeTat(ks, argv, slot, d);
   call.counter!.count(stats, d.limited);
   if (!d.wide) {
-    replyFive(r, d.limited, d.limit, d.remaining, d.retryAfterSec, d.resetAfterSec);
+    replyFive(r, d.limited, d.limit, d.remaining, d.retryAfter, d.resetAfter);
     return;
   }
   // limit or remaining beyond 2^53: written from the exact bigints.
   r.arrayHeader(5);
   r.integer(d.limited ? 1 : 0);
   r.raw(`:${d.wideLimit}\r\n:${d.wideRemaining}\r\n`);
-  r.integer(d.retryAfterSec);
-  r.integer(d.resetAfterSec);
+  r.integer(d.retryAfter);
+  r.integer(d.resetAfter);
 }
 
 /** Finds the key's slot; false after a WRONGTYPE reply. */
@@ -170,8 +170,8 @@ function refund(ks: Keyspace, sink: StoreSink, argv: CommandArgs, l: Limit, unit
   decide(ks, l, 0, sink.nowMs, sink.nowUs);
 }
 
-function replySix(sink: StoreSink, d: RateDecision): void {
-  writeSix(sink.reply, d.limited ? 1 : 0, d.limit, d.remaining, d.retryAfterMs, d.resetAfterMs, d.delayMs);
+function replySix(sink: StoreSink, d: Decision): void {
+  writeSix(sink.reply, d.limited ? 1 : 0, d.limit, d.remaining, d.retryAfter, d.resetAfter, d.delayMs);
 }
 
 /** `RL.<algo>`: one limit, a COST or a REFUND. */

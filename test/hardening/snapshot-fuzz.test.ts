@@ -23,10 +23,10 @@ import zlib from 'node:zlib';
 import { Keyspace } from '../../src/keyspace/keyspace.js';
 import { KeyType } from '../helpers/key-types.js';
 import { SnapshotError, SnapshotLoad } from '../../src/persistence/reader.js';
-import { cellParams, cellThrottle, newCellDecision, type CellParams } from '../../src/limiters/cell-throttle.js';
-import { gcraDecide, gcraParams, newGcraDecision, type GcraParams } from '../../src/limiters/redis-gcra.js';
+import { cellParams, cellThrottle, type CellParams } from '../../src/limiters/cell-throttle.js';
+import { gcraDecide, gcraParams, type GcraParams } from '../../src/limiters/redis-gcra.js';
 import { gcraMsDecide, gcraMsParams, newGcraMsParams } from '../../src/limiters/gcra-ms.js';
-import { newRateDecision, type RateDecision } from '../../src/limiters/rate-decision.js';
+import { newDecision, type Decision } from '../../src/limiters/decision.js';
 import { tokenBucketDecide } from '../../src/limiters/token-bucket.js';
 import { leakyBucketDecide } from '../../src/limiters/leaky-bucket.js';
 import { fixedWindowDecide } from '../../src/limiters/fixed-window.js';
@@ -197,9 +197,9 @@ function verdict(buf: Buffer, nowMs: number, ks = new Keyspace()): string | null
 // Every decision a command can ask of a loaded key, in process
 // ---------------------------------------------------------------------------------------------
 
-const rate = newRateDecision();
-const cell = newCellDecision();
-const gcra = newGcraDecision();
+const rate = newDecision();
+const cell = newDecision();
+const gcra = newDecision();
 const cellSets = [cellParams(4, 10, 60), cellParams(0, 1, 1), cellParams(1_000_000, 1, 86400)].filter((p): p is CellParams => typeof p !== 'string');
 const gcraSets = [gcraParams(4, 10, 60, 1), gcraParams(0, 1, 1, 1)].filter((p): p is GcraParams => typeof p !== 'string');
 const msSets = [[10, 60000, 10], [1, 1, 1], [1000, 1000, 5]].map(([l, p, b]) => {
@@ -210,8 +210,8 @@ const msSets = [[10, 60000, 10], [1, 1, 1], [1000, 1000, 5]].map(([l, p, b]) => 
 /** limit, period_ms, burst: small, the writer's own, the largest. */
 const rateSets: [number, number, number][] = [[1, 1, 1], [10, 60000, 10], [5, 1000, 2 ** 40], [1_000_000, 1_000_000, 1_000_000]];
 
-function safeRate(d: RateDecision): void {
-  for (const v of [d.remaining, d.retryAfterMs, d.resetAfterMs, d.delayMs, d.limit]) expect(Number.isSafeInteger(v), `decision field ${v}`).toBe(true);
+function safeRate(d: Decision): void {
+  for (const v of [d.remaining, d.retryAfter, d.resetAfter, d.delayMs, d.limit]) expect(Number.isSafeInteger(v), `decision field ${v}`).toBe(true);
 }
 
 function checkEveryDecision(ks: Keyspace, nowMs: number): number {
@@ -228,12 +228,12 @@ function checkEveryDecision(ks: Keyspace, nowMs: number): number {
         for (const p of cellSets) {
           for (const q of [0, 1]) {
             cellThrottle(p, q, true, a, b, nowUs, cell);
-            for (const v of [cell.remaining, cell.retryAfterSec, cell.resetAfterSec]) expect(Number.isSafeInteger(v), `CL.THROTTLE field ${v}`).toBe(true);
+            for (const v of [cell.remaining, cell.retryAfter, cell.resetAfter]) expect(Number.isSafeInteger(v), `CL.THROTTLE field ${v}`).toBe(true);
           }
         }
         for (const p of gcraSets) {
           gcraDecide(p, true, a, nowUs, gcra);
-          for (const v of [gcra.remaining, gcra.retryAfterSec, gcra.resetAfterSec]) expect(Number.isSafeInteger(v), `GCRA field ${v}`).toBe(true);
+          for (const v of [gcra.remaining, gcra.retryAfter, gcra.resetAfter]) expect(Number.isSafeInteger(v), `GCRA field ${v}`).toBe(true);
         }
         for (const p of msSets) for (const cost of [0, 1]) { gcraMsDecide(p, cost, true, a, b, nowUs, rate); safeRate(rate); }
         break;

@@ -12,11 +12,10 @@
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import {
-  cellParams, cellThrottle, newCellDecision, MAX_BURST, MAX_PERIOD_SEC, MAX_TOLERANCE_US, type CellParams,
-} from '../../src/limiters/cell-throttle.ts';
-import { gcraDecide, gcraParams, newGcraDecision, type GcraParams } from '../../src/limiters/redis-gcra.ts';
+import { cellParams, cellThrottle, MAX_BURST, MAX_PERIOD_SEC, MAX_TOLERANCE_US, type CellParams } from '../../src/limiters/cell-throttle.ts';
+import { gcraDecide, gcraParams, type GcraParams } from '../../src/limiters/redis-gcra.ts';
 import { GcraReferenceKey } from './redis-gcra-reference.ts';
+import { newDecision } from '../../src/limiters/decision.ts';
 
 const VECTORS = process.env.CELLGATE_VECTORS ?? fileURLToPath(new URL('../fixtures/vectors/', import.meta.url));
 const EPOCH_US = 1_800_000_000_000_000; // 2027-01-15T08:00:00Z, where the recorded timelines start
@@ -43,7 +42,7 @@ class CellKey {
   tatUs = 0;
   tatNs = 0;
   expireAtMs = 0;
-  private readonly d = newCellDecision();
+  private readonly d = newDecision();
 
   call(p: CellParams, quantity: number, nowUs: number): Outcome {
     const nowMs = Math.floor(nowUs / 1000);
@@ -52,12 +51,12 @@ class CellKey {
     cellThrottle(p, quantity, this.has, this.tatUs, this.tatNs, nowUs, d);
     if (d.write) {
       this.has = true;
-      this.tatUs = d.tatUs;
-      this.tatNs = d.tatNs;
+      this.tatUs = d.a;
+      this.tatNs = d.b;
       this.expireAtMs = d.expireAtMs;
     }
     return {
-      reply: [d.limited ? 1 : 0, d.limit, asI64(d.remaining), d.retryAfterSec, d.resetAfterSec],
+      reply: [d.limited ? 1 : 0, d.limit, asI64(d.remaining), d.retryAfter, d.resetAfter],
       pttl: this.has ? Math.max(0, this.expireAtMs - nowMs) : -2,
       tatNs: this.has ? BigInt(this.tatUs) * 1000n + BigInt(this.tatNs) : null,
     };
@@ -503,7 +502,7 @@ class GcraKey {
   has = false;
   tatUs = 0;
   expireAtMs = 0;
-  private readonly d = newGcraDecision();
+  private readonly d = newDecision();
 
   call(p: GcraParams, nowUs: number): { reply: number[]; pttl: number } {
     const nowMs = Math.floor(nowUs / 1000);
@@ -512,11 +511,11 @@ class GcraKey {
     gcraDecide(p, this.has, this.tatUs, nowUs, d);
     if (d.write) {
       this.has = true;
-      this.tatUs = d.tatUs;
+      this.tatUs = d.a;
       this.expireAtMs = d.expireAtMs;
     }
     return {
-      reply: [d.limited ? 1 : 0, d.limit, d.remaining, d.retryAfterSec, d.resetAfterSec],
+      reply: [d.limited ? 1 : 0, d.limit, d.remaining, d.retryAfter, d.resetAfter],
       pttl: this.has ? this.expireAtMs - nowMs : -2,
     };
   }

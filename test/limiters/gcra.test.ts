@@ -5,9 +5,10 @@
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { cellParams, cellThrottle, newCellDecision } from '../../src/limiters/cell-throttle.ts';
+import { cellParams, cellThrottle } from '../../src/limiters/cell-throttle.ts';
 import { gcraMsParams, newGcraMsParams } from '../../src/limiters/gcra-ms.ts';
 import { caseArb, FakeKey, refundCaseArb, replay, T0, type Model, type Params } from './rl-harness.ts';
+import { newDecision } from '../../src/limiters/decision.ts';
 
 class TextbookGcra implements Model {
   private tat: bigint | null = null;
@@ -67,7 +68,7 @@ describe('RL.GCRA (pure)', () => {
       expect(gcraMsParams(limit, periodMs, burst, mine)).toBeNull();
       expect(mine).toEqual(cellParams(burst - 1, limit, periodMs / 1000));
       // Same decisions and TATs over a timeline, at microsecond times.
-      const cell = newCellDecision();
+      const cell = newDecision();
       const k = new FakeKey('gcra', { limit, periodMs, burst });
       let has = false;
       let tatUs = 0;
@@ -80,8 +81,8 @@ describe('RL.GCRA (pure)', () => {
         if (r.limited === 0) expect(r.remaining).toBe(cell.remaining);
         if (cell.write) {
           has = true;
-          tatUs = cell.tatUs;
-          tatNs = cell.tatNs;
+          tatUs = cell.a;
+          tatNs = cell.b;
         }
       }
     }

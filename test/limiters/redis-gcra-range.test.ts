@@ -4,8 +4,9 @@
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { gcraDecide, gcraParams, newGcraDecision } from '../../src/limiters/redis-gcra.ts';
+import { gcraDecide, gcraParams } from '../../src/limiters/redis-gcra.ts';
 import { GcraReferenceKey, LLONG_MAX } from './redis-gcra-reference.ts';
+import { newDecision } from '../../src/limiters/decision.ts';
 
 const EPOCH_US = 1_800_000_000_000_000;
 type Reply = string[] | string;
@@ -25,7 +26,7 @@ class MyKey {
   a = 0;
   c = 0;
   expireAtMs = 0;
-  private readonly d = newGcraDecision();
+  private readonly d = newDecision();
 
   call(burst: bigint, perPeriod: bigint, period: number, tokens: bigint, nowUs: bigint): Reply {
     const nowMs = Number(nowUs / 1000n);
@@ -38,15 +39,15 @@ class MyKey {
     if (d.overflow) return 'tokens-overflow';
     if (d.write) {
       this.has = true;
-      this.a = d.tatUs;
-      this.c = d.tatRestUs;
+      this.a = d.a;
+      this.c = d.c;
       this.expireAtMs = d.expireAtMs;
-      expect(Number.isInteger(d.tatUs) && Number.isInteger(d.tatRestUs) && Math.abs(d.tatRestUs) <= 1024).toBe(true);
+      expect(Number.isInteger(d.a) && Number.isInteger(d.c) && Math.abs(d.c) <= 1024).toBe(true);
     }
     const limit = d.wide ? String(d.wideLimit) : String(d.limit);
     const remaining = d.wide ? String(d.wideRemaining) : String(d.remaining);
-    for (const v of [d.limit, d.remaining, d.retryAfterSec, d.resetAfterSec]) expect(Number.isInteger(v)).toBe(true);
-    return [d.limited ? '1' : '0', limit, remaining, String(d.retryAfterSec), String(d.resetAfterSec)];
+    for (const v of [d.limit, d.remaining, d.retryAfter, d.resetAfter]) expect(Number.isInteger(v)).toBe(true);
+    return [d.limited ? '1' : '0', limit, remaining, String(d.retryAfter), String(d.resetAfter)];
   }
 
   tat(): bigint {

@@ -8,8 +8,9 @@ import { describe, expect, it } from 'vitest';
 import { FREE_TYPE } from '../../src/keyspace/keyspace.ts';
 import { ParamsProblem } from '../../src/limiters/algorithm.ts';
 import { newGcraMsParams } from '../../src/limiters/gcra-ms.ts';
-import { MAX_SCALED, newRateDecision, RefundEffect } from '../../src/limiters/rate-decision.ts';
+import { MAX_SCALED } from '../../src/limiters/rate-decision.ts';
 import { ALGORITHMS, algorithmOfType, GCRA_KEY, KEY_TYPES, SCRIPT_OPS, typeName } from '../../src/limiters/registry.ts';
+import { RefundEffect, newDecision } from '../../src/limiters/decision.ts';
 
 describe('the algorithm registry', () => {
   it('gives every algorithm its own type tag, names and op code; 0 (a free slot) is nobody\'s', () => {
@@ -53,7 +54,7 @@ describe('the algorithm registry', () => {
   });
 
   it('every entry decides, stores and refunds through the one signature (a fresh key: full, then one spent, then given back)', () => {
-    const d = newRateDecision();
+    const d = newDecision();
     for (const a of ALGORITHMS) {
       const p = { limit: 5, periodMs: 1000, burst: 5, gcra: newGcraMsParams() };
       expect(a.checkParams(p.limit, p.periodMs, p.burst, p.gcra)).toBe(ParamsProblem.None);
@@ -68,7 +69,7 @@ describe('the algorithm registry', () => {
   });
 
   it('an entry that does not read C decides the same whatever C holds (the command then skips reading it)', () => {
-    const d = newRateDecision();
+    const d = newDecision();
     for (const a of ALGORITHMS.filter((x) => !x.readsC)) {
       const p = { limit: 5, periodMs: 1000, burst: 5, gcra: newGcraMsParams() };
       a.checkParams(p.limit, p.periodMs, p.burst, p.gcra);

@@ -8,9 +8,10 @@
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { cellParams, cellThrottle, newCellDecision, type CellParams } from '../../src/limiters/cell-throttle.ts';
-import { gcraDecide, gcraParams, newGcraDecision, type GcraParams } from '../../src/limiters/redis-gcra.ts';
+import { cellParams, cellThrottle, type CellParams } from '../../src/limiters/cell-throttle.ts';
+import { gcraDecide, gcraParams, type GcraParams } from '../../src/limiters/redis-gcra.ts';
 import { checkTimes, FakeKey, paramsArb, T0, type Algo, type Params } from './rl-harness.ts';
+import { newDecision } from '../../src/limiters/decision.ts';
 
 /**
  * A sliding log ring (src/limiters/sliding-log.ts): timestamps strictly increase, each entry's
@@ -207,8 +208,8 @@ interface TatKey {
   expireAtMs: number;
 }
 
-const cellOut = newCellDecision();
-const gcraOut = newGcraDecision();
+const cellOut = newDecision();
+const gcraOut = newDecision();
 
 /** CL.THROTTLE as src/commands/throttle.ts runs it (quantity 0 writes too); returns the reply. */
 function throttle(k: TatKey, p: CellParams, quantity: number, nowUs: number, store: boolean): number[] {
@@ -216,9 +217,9 @@ function throttle(k: TatKey, p: CellParams, quantity: number, nowUs: number, sto
   cellThrottle(p, quantity, has, k.tatUs, k.tatNs, nowUs, cellOut);
   if (store) {
     k.has = has;
-    if (cellOut.write) Object.assign(k, { has: true, tatUs: cellOut.tatUs, tatNs: cellOut.tatNs, expireAtMs: cellOut.expireAtMs });
+    if (cellOut.write) Object.assign(k, { has: true, tatUs: cellOut.a, tatNs: cellOut.b, expireAtMs: cellOut.expireAtMs });
   }
-  return [cellOut.limited ? 1 : 0, cellOut.limit, cellOut.remaining, cellOut.retryAfterSec, cellOut.resetAfterSec];
+  return [cellOut.limited ? 1 : 0, cellOut.limit, cellOut.remaining, cellOut.retryAfter, cellOut.resetAfter];
 }
 
 /** GCRA as src/commands/throttle.ts runs it (it stores the TAT in whole µs). */
@@ -227,9 +228,9 @@ function gcra(k: TatKey, p: GcraParams, nowUs: number, store: boolean): number[]
   gcraDecide(p, has, k.tatUs, nowUs, gcraOut);
   if (store) {
     k.has = has;
-    if (gcraOut.write) Object.assign(k, { has: true, tatUs: gcraOut.tatUs, tatNs: 0, expireAtMs: gcraOut.expireAtMs });
+    if (gcraOut.write) Object.assign(k, { has: true, tatUs: gcraOut.a, tatNs: 0, expireAtMs: gcraOut.expireAtMs });
   }
-  return [gcraOut.limited ? 1 : 0, gcraOut.limit, gcraOut.remaining, gcraOut.retryAfterSec, gcraOut.resetAfterSec];
+  return [gcraOut.limited ? 1 : 0, gcraOut.limit, gcraOut.remaining, gcraOut.retryAfter, gcraOut.resetAfter];
 }
 
 /** [max_burst, count, period s] triples for one key, and a timeline of µs steps back and forward. */

@@ -7,10 +7,11 @@ import fc from 'fast-check';
 import { fixedWindowDecide, fixedWindowRefund } from '../../src/limiters/fixed-window.ts';
 import { gcraMsDecide, gcraMsParams, gcraMsRefund, newGcraMsParams } from '../../src/limiters/gcra-ms.ts';
 import { leakyBucketDecide, leakyBucketRefund } from '../../src/limiters/leaky-bucket.ts';
-import { newRateDecision, RefundEffect, type RateDecision } from '../../src/limiters/rate-decision.ts';
+
 import { slidingLogDecide, slidingLogRecord, slidingLogRefund, slidingLogRefunded } from '../../src/limiters/sliding-log.ts';
 import { slidingWindowDecide, slidingWindowRefund } from '../../src/limiters/sliding-window.ts';
 import { tokenBucketDecide, tokenBucketRefund } from '../../src/limiters/token-bucket.ts';
+import { RefundEffect, newDecision, type Decision } from '../../src/limiters/decision.ts';
 
 export type Algo = 'tokenbucket' | 'leakybucket' | 'fixedwindow' | 'slidinglog' | 'slidingwindow' | 'gcra';
 
@@ -31,10 +32,10 @@ export interface Reply {
   delayMs: number;
 }
 
-export function replyOf(d: RateDecision): Reply {
+export function replyOf(d: Decision): Reply {
   return {
     limited: d.limited ? 1 : 0, limit: d.limit, remaining: d.remaining,
-    retryAfterMs: d.retryAfterMs, resetAfterMs: d.resetAfterMs, delayMs: d.delayMs,
+    retryAfterMs: d.retryAfter, resetAfterMs: d.resetAfter, delayMs: d.delayMs,
   };
 }
 
@@ -45,7 +46,7 @@ export class FakeKey {
   c = 0;
   blob: Float64Array | undefined = undefined;
   expireAtMs = 0;
-  private readonly d = newRateDecision();
+  private readonly d = newDecision();
   private readonly gcra = newGcraMsParams();
 
   constructor(readonly algo: Algo, readonly p: Params) {
@@ -62,7 +63,7 @@ export class FakeKey {
   }
 
   /** The decision at `nowMs` (µs precision for GCRA through `nowUs`), without storing anything. */
-  decide(cost: number, nowMs: number, nowUs = nowMs * 1000): RateDecision {
+  decide(cost: number, nowMs: number, nowUs = nowMs * 1000): Decision {
     const has = this.lookup(nowMs);
     const { limit, periodMs, burst } = this.p;
     const d = this.d;
@@ -249,7 +250,6 @@ export function replay(
   }
   return null;
 }
-
 
 export const T0 = 1_800_000_000_000;
 

@@ -6,9 +6,10 @@
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { newRateDecision } from '../../src/limiters/rate-decision.ts';
+
 import { slidingLogDecide, slidingLogStateError } from '../../src/limiters/sliding-log.ts';
 import { caseArb, FakeKey, refundCaseArb, replay, T0, type Model, type Params } from './rl-harness.ts';
+import { newDecision } from '../../src/limiters/decision.ts';
 
 class Log implements Model {
   readonly stamps: number[] = [];
@@ -186,7 +187,7 @@ describe('RL.SLIDINGLOG: the binary searches over running totals', () => {
     for (let i = 0; i < n; i++) expect(key.call(1, T0 + i).limited).toBe(0);
     expect(key.b).toBe(n);
     const { ring, reads } = counted(key.blob!);
-    const d = newRateDecision();
+    const d = newDecision();
     const bound = 4 * Math.log2(n) + 8; // two binary searches, two reads per step, plus the ends
     const cases: [string, number, number][] = [
       ['full log, refused COST 1', 1, T0 + n - 1],
@@ -203,7 +204,7 @@ describe('RL.SLIDINGLOG: the binary searches over running totals', () => {
     }
     // And the answers are the textbook ones.
     slidingLogDecide(p.limit, p.periodMs, (3 * n) / 4, true, key.a, key.b, key.c, ring, T0 + n - 1 + n / 2, d);
-    expect([d.limited, d.remaining, d.retryAfterMs]).toEqual([true, n / 2, n / 4]);
+    expect([d.limited, d.remaining, d.retryAfter]).toEqual([true, n / 2, n / 4]);
   });
 
   it('reads a ring written by an older build (units per entry) and rewrites it as running totals', () => {
