@@ -64,6 +64,8 @@ export interface Algorithm extends ScriptOp {
   name: string;
   /** What TYPE answers for its keys, lowercase. */
   typeName: string;
+  /** Its name in configuration files, lowercase words joined by `_` (the Envoy rate limit service's `algorithm`). */
+  configName: string;
   /** The key's type tag: the keyspace's type, the snapshot's and the journal's type byte. Never reused. */
   type: number;
   acceptsBurst: boolean;

@@ -70,7 +70,7 @@ export function fixedWindowRefund(
 
 /** `RL.FIXEDWINDOW`. */
 export const fixedWindow: Algorithm = {
-  name: 'FIXEDWINDOW', typeName: 'fixedwindow', type: 4, op: 'f', ...luaSections(lua), reply: 'rl-ms',
+  name: 'FIXEDWINDOW', typeName: 'fixedwindow', configName: 'fixed_window', type: 4, op: 'f', ...luaSections(lua), reply: 'rl-ms',
   acceptsBurst: false, maxLimit: MAX_SCALED, readsC: false, hasBlob: false,
   checkParams: limitProduct,
   decide: (p, cost, has, a, b, _c, _blob, nowMs, _nowUs, out) => fixedWindowDecide(p.limit, p.periodMs, cost, has, a, b, nowMs, out),

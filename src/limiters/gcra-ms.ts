@@ -176,7 +176,7 @@ export function gcraMsRefund(
  * CL.THROTTLE's branch (cell-throttle.lua), with millisecond fields; its REFUND is its own (gcra-ms.lua).
  */
 export const gcraMs: Algorithm = {
-  name: 'GCRA', typeName: 'gcra', type: 1, op: 'r', ...luaSections(lua), reply: 'rl-ms',
+  name: 'GCRA', typeName: 'gcra', configName: 'gcra', type: 1, op: 'r', ...luaSections(lua), reply: 'rl-ms',
   acceptsBurst: true, maxLimit: MAX_SCALED, readsC: false, hasBlob: false,
   checkParams: (limit, periodMs, burst, gcraOut) => {
     const error = gcraMsParams(limit, periodMs, burst, gcraOut);

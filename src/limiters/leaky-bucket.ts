@@ -38,7 +38,7 @@ export function leakyBucketDecide(
 
 /** `RL.LEAKYBUCKET`: the script runs it in the token bucket's branch (op 'l' there adds the delay). */
 export const leakyBucket: Algorithm = {
-  name: 'LEAKYBUCKET', typeName: 'leakybucket', type: 3, op: 'l', luaDecide: '', luaRefund: '', reply: 'rl-ms',
+  name: 'LEAKYBUCKET', typeName: 'leakybucket', configName: 'leaky_bucket', type: 3, op: 'l', luaDecide: '', luaRefund: '', reply: 'rl-ms',
   acceptsBurst: true, maxLimit: MAX_SCALED, readsC: false, hasBlob: false,
   checkParams: burstProduct,
   decide: (p, cost, has, a, b, _c, _blob, nowMs, _nowUs, out) => leakyBucketDecide(p.limit, p.periodMs, p.burst, cost, has, a, b, nowMs, out),

@@ -344,7 +344,7 @@ export function slidingLogStateError(a: number, b: number, c: number, log: Float
 
 /** `RL.SLIDINGLOG`: the only algorithm with a blob (the ring, beyond one entry). */
 export const slidingLog: Algorithm = {
-  name: 'SLIDINGLOG', typeName: 'slidinglog', type: 5, op: 's', ...luaSections(lua), reply: 'rl-ms',
+  name: 'SLIDINGLOG', typeName: 'slidinglog', configName: 'sliding_log', type: 5, op: 's', ...luaSections(lua), reply: 'rl-ms',
   acceptsBurst: false, maxLimit: MAX_SLIDING_LOG_LIMIT, readsC: true, hasBlob: true,
   checkParams: limitProduct,
   decide: (p, cost, has, a, b, c, blob, nowMs, _nowUs, out) => slidingLogDecide(p.limit, p.periodMs, cost, has, a, b, c, blob, nowMs, out),

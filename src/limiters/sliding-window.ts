@@ -113,7 +113,7 @@ export function slidingWindowRefund(
 
 /** `RL.SLIDINGWINDOW`. */
 export const slidingWindow: Algorithm = {
-  name: 'SLIDINGWINDOW', typeName: 'slidingwindow', type: 6, op: 'w', ...luaSections(lua), reply: 'rl-ms',
+  name: 'SLIDINGWINDOW', typeName: 'slidingwindow', configName: 'sliding_window', type: 6, op: 'w', ...luaSections(lua), reply: 'rl-ms',
   acceptsBurst: false, maxLimit: MAX_SCALED, readsC: true, hasBlob: false,
   checkParams: limitProduct,
   decide: (p, cost, has, a, b, c, _blob, nowMs, _nowUs, out) => slidingWindowDecide(p.limit, p.periodMs, cost, has, a, b, c, nowMs, out),

@@ -103,7 +103,7 @@ export function tokenBucketRefund(
 
 /** `RL.TOKENBUCKET` (the script's branch is also the leaky bucket's). */
 export const tokenBucket: Algorithm = {
-  name: 'TOKENBUCKET', typeName: 'tokenbucket', type: 2, op: 't', ...luaSections(lua), reply: 'rl-ms',
+  name: 'TOKENBUCKET', typeName: 'tokenbucket', configName: 'token_bucket', type: 2, op: 't', ...luaSections(lua), reply: 'rl-ms',
   acceptsBurst: true, maxLimit: MAX_SCALED, readsC: false, hasBlob: false,
   checkParams: burstProduct,
   decide: (p, cost, has, a, b, _c, _blob, nowMs, _nowUs, out) => tokenBucketDecide(p.limit, p.periodMs, p.burst, cost, has, a, b, nowMs, out),

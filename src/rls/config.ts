@@ -30,15 +30,16 @@ export const UNIT_SECONDS: Readonly<Record<string, number>> = {
 
 /**
  * cellgate's extension: how a limit counts, in the configuration's words (docs/envoy.md).
- * fixed_window counts as envoyproxy/ratelimit does; each name is an RL.* algorithm's with words
- * apart (sliding_window is RL.SLIDINGWINDOW), whose bounds and BURST rule apply (rlsAlgorithm).
+ * `fixed_window` (the default) counts as envoyproxy/ratelimit does; the other names are the RL.*
+ * algorithms' (their registry entries' configName), whose bounds and BURST rule apply (rlsAlgorithm).
  */
-export const ALGORITHMS = ['fixed_window', 'sliding_window', 'sliding_log', 'token_bucket', 'leaky_bucket', 'gcra'] as const;
-export type RlsAlgorithm = (typeof ALGORITHMS)[number];
+const ENVOY_FIXED_WINDOW = 'fixed_window';
+export const ALGORITHMS: readonly string[] = [ENVOY_FIXED_WINDOW, ...REGISTRY.filter((a) => a.configName !== ENVOY_FIXED_WINDOW).map((a) => a.configName)];
+export type RlsAlgorithm = string;
 
 /** The RL.* algorithm a configuration name stands for (the registry's entry). */
 export function rlsAlgorithm(name: RlsAlgorithm): Algorithm {
-  const algo = REGISTRY.find((a) => a.typeName === name.replace(/_/g, ''));
+  const algo = REGISTRY.find((a) => a.configName === name);
   if (algo === undefined) throw new Error(`no RL.* algorithm for '${name}'`);
   return algo;
 }
