@@ -1,12 +1,13 @@
 /**
  * The key store of the shared backend (docs/backend.md): DEL, UNLINK, EXISTS, TYPE, TTL,
- * PTTL, SCAN, KEYS, DBSIZE, FLUSHDB and FLUSHALL act on the limiter keys under `backend-prefix`,
+ * PTTL, SCAN, KEYS, DBSIZE, FLUSHDB, FLUSHALL and RL.BLOCK act on the limiter keys under `backend-prefix`,
  * and only on them: nothing else in the backend's database is seen or touched.
  *
  * Keys go one per backend command (auto-pipelined into one write), so a Cluster never sees a
  * multi-key command across slots. SCAN, KEYS, DBSIZE and FLUSHDB visit every master; a Cluster's
  * SCAN cursor is the master's cursor times the number of masters plus the master's index.
- * DEL, UNLINK and FLUSHDB tell every sidecar to forget its cached refusals of those keys.
+ * DEL, UNLINK, FLUSHDB and RL.BLOCK tell every sidecar to forget its cached refusals of those keys
+ * (a block shorter than a cached refusal ends before it).
  *
  * The backend does not answer within `backend-timeout`, or is down: the command gets
  * `-ERR backend unavailable (...)` (the limiter policies are about decisions, not about these).
@@ -47,10 +48,10 @@ export class BackendKeyStore implements KeyStore {
     work().then(resolve, (e: Error) => resolve((w) => w.error(`ERR backend unavailable (${oneLine(e.message)})`)));
   }
 
-  /** The keys of arguments 1.. (copied: the work outlives this turn), or null after an error reply for one too long. */
-  private keyArgs(sink: StoreSink, argv: CommandArgs): Buffer[] | null {
+  /** The keys of arguments 1..last (copied: the work outlives this turn), or null after an error reply for one too long. */
+  private keyArgs(sink: StoreSink, argv: CommandArgs, last = argv.length - 1): Buffer[] | null {
     const keys: Buffer[] = [];
-    for (let i = 1; i < argv.length; i++) {
+    for (let i = 1; i <= last; i++) {
       if (argv.byteLength(i) > MAX_BACKEND_KEY_BYTES) {
         sink.reply.error(KEY_TOO_LONG);
         return null;
@@ -85,6 +86,26 @@ export class BackendKeyStore implements KeyStore {
       }
       const removed = replies.reduce((sum: number, n) => sum + Number(n), 0);
       return (w) => w.integer(removed);
+    });
+  }
+
+  block(sink: StoreSink, argv: CommandArgs, ms: number): void {
+    const backend = this.backend;
+    const key = this.keyArgs(sink, argv, 1)?.[0];
+    if (key === undefined) return;
+    // This process's key too (the `local` policy's): a block holds while the backend is down.
+    this.local.blockKey(argv, ms, sink.nowMs);
+    const clientKey = key.subarray(backend.prefixBytes.length);
+    backend.cache.invalidateKey(clientKey.toString('latin1'));
+    const argvTail = [String(ms), this.clock.frozen ? String(sink.nowUs) : ''];
+    this.later(sink, async () => {
+      try {
+        await backend.askBlock(key, argvTail);
+      } finally {
+        // A cached refusal may end after the block does: every sidecar forgets it (as DEL's).
+        await backend.invalidate([clientKey]);
+      }
+      return (w) => w.ok();
     });
   }
 

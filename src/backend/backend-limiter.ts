@@ -17,6 +17,7 @@
  * first (flushUnit), so the backend sees the commands in the transaction's order.
  */
 import type { Clock } from '../clock.js';
+import { BLOCK_TYPE_NAME } from '../limiters/block.js';
 import { GCRA_KEY, typeName } from '../limiters/registry.js';
 import type { CommandArgs } from '../protocol/command-args.js';
 import type { ReplyWriter } from '../protocol/reply-writer.js';
@@ -262,7 +263,8 @@ export class BackendLimiterStore implements LimiterStore {
 
   /**
    * An argument error found after the key lookup locally (GCRA's overflow errors, the backend's 2^53
-   * limit): a key of another type answers WRONGTYPE first, as it does locally, so the type is asked.
+   * limit): a key of another type answers WRONGTYPE first, as it does locally, so the type is asked
+   * (a blocked key, as an absent one, gets the error).
    */
   private errorAfterTypeCheck(sink: StoreSink, keys: Buffer[], expected: string[], message: string): void {
     const backend = this.backend;
@@ -275,7 +277,7 @@ export class BackendLimiterStore implements LimiterStore {
     const resolve = sink.client.defer();
     const argv = [this.clock.frozen ? String(sink.nowUs) : ''];
     Promise.all(keys.map((k) => backend.askType(k, argv))).then(
-      (types) => resolve((w) => w.error(types.some((t, i) => String(t) !== 'none' && String(t) !== expected[i]) ? WRONGTYPE : message)),
+      (types) => resolve((w) => w.error(types.some((t, i) => !['none', BLOCK_TYPE_NAME, expected[i]].includes(String(t))) ? WRONGTYPE : message)),
       () => resolve((w) => w.error(message)),
     );
   }

@@ -14,8 +14,8 @@ end
 local nowMs = floor(nowUs / 1000)
 
 -- The key's state: 0 when absent or expired at nowMs, -1 when it is not a cellgate value (or not of
--- type want), else 1 and exp, A, B, C, the value (nil for a long sliding log: only its start is
--- read) and the value's length. A sliding log of more than 8 entries is read by its header, then
+-- type want), -2 and exp for a block (RL.BLOCK) that refuses until exp, else 1 and exp, A, B, C,
+-- the value (nil for a long sliding log: only its start is read) and the value's length. A sliding log of more than 8 entries is read by its header, then
 -- entry by entry as the binary searches need them: a call reads O(log n) of it, never the whole log.
 local function load(key, log, want)
   local v, len, hdr
@@ -66,7 +66,14 @@ local function load(key, log, want)
     return -1
   end
   if nowMs > exp then return 0 end
-  if t ~= want then return -1 end
+  if t ~= want then
+    -- A block ends at exp: the key is fresh then, as every type's is at its expiry instant.
+    if t == ${BLOCK_TYPE} then
+      if nowMs == exp then return 0 end
+      return -2, exp
+    end
+    return -1
+  end
   return 1, exp, a, b, c, v, len
 end
 
@@ -121,7 +128,20 @@ if n == 1 then
   if refund then op = string.lower(op) end
   local t = type_of(op)
   local st, sexp, sa, sb, sc, sv, slen = load(key, op == 's', t)
-  if st < 0 then return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value') end
+  if st < 0 then
+    if st == -1 then return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value') end
+    -- A block: refused until sexp, nothing changed (a refund neither). The limit is the call's own:
+    -- x1 for CL.THROTTLE and GCRA, else what a peek at a fresh key reports.
+    local waitMs, refused = sexp - nowMs, -1
+    if sexp * 1000 < SAFE then refused = sexp * 1000 - nowUs - 1 end
+    if op == 'c' or op == 'g' then
+      local s = ceil(waitMs / 1000)
+      return { 1, 1, x1, 0, s, s, refused }
+    end
+    if op == 'r' then x6 = 0 else x4 = 0 end
+    local _, limit = decide(op, x1, x2, x3, x4, x5, x6, key, false)
+    return { 1, 1, limit, 0, waitMs, waitMs, 0, refused }
+  end
   local has = st == 1
   if refund then
     -- The refunds of rate-decision.ts's modules (tokenBucketRefund, ...): effect 0 nothing, 1 store
@@ -182,14 +202,22 @@ local st, ds = {}, {}
 for i = 1, n do
   local op = string.sub(args, 10 + 49 * (i - 1), 10 + 49 * (i - 1))
   local s = { load(KEYS[i], op == 's', type_of(op)) }
-  if s[1] < 0 then return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value') end
+  if s[1] == -1 then return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value') end
   st[i] = s
 end
 local limited = false
 for i = 1, n do
   local s = st[i]
   local op, x1, x2, x3, x4, x5, x6 = struct.unpack('<c1dddddd', args, 10 + 49 * (i - 1))
-  local d = { decide(op, x1, x2, x3, x4, x5, x6, KEYS[i], s[1] == 1, s[3], s[4], s[5], s[6], s[7]) }
+  local d
+  if s[1] == -2 then
+    -- A block limits the whole call: refused until s[2], the limit a peek at a fresh key reports.
+    if op == 'r' then x6 = 0 else x4 = 0 end
+    d = { decide(op, x1, x2, x3, x4, x5, x6, KEYS[i], false) }
+    d[1], d[3], d[4], d[5], d[6], d[7], d[12] = true, 0, s[2] - nowMs, s[2] - nowMs, 0, false, s[2] * 1000
+  else
+    d = { decide(op, x1, x2, x3, x4, x5, x6, KEYS[i], s[1] == 1, s[3], s[4], s[5], s[6], s[7]) }
+  end
   if d[1] == nil then return redis.error_reply('${BACKEND_WIDE_ERROR}') end
   if d[1] then limited = true end
   ds[i] = d

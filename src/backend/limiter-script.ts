@@ -22,7 +22,9 @@
 import type { Algorithm } from '../limiters/algorithm.js';
 import type { CellParams } from '../limiters/cell-throttle.js';
 import type { GcraParams } from '../limiters/redis-gcra.js';
+import { BLOCK_TYPE } from '../limiters/block.js';
 import { ALGORITHMS, GCRA_KEY, KEY_TYPES, SCRIPT_OPS, algorithmOfType } from '../limiters/registry.js';
+import { lua as blockScript } from './block-script.lua.js';
 import { lua as dispatcher } from './limiter-script.lua.js';
 import { lua as typeScript } from './type-script.lua.js';
 
@@ -104,7 +106,8 @@ function assembleLimiterScript(): string {
   return '\n' + text
     .replaceAll('${MAX_BACKEND_SLIDING_LOG_LIMIT}', String(MAX_BACKEND_SLIDING_LOG_LIMIT))
     .replaceAll('${BACKEND_WIDE_ERROR}', BACKEND_WIDE_ERROR)
-    .replaceAll('${MAX_TYPE}', String(Math.max(...ALGORITHMS.map((a) => a.type))));
+    .replaceAll('${MAX_TYPE}', String(Math.max(...KEY_TYPES.map(([type]) => type))))
+    .replaceAll('${BLOCK_TYPE}', String(BLOCK_TYPE));
 }
 
 /** The Lua source (one script for every algorithm and for RL.ALL). */
@@ -210,5 +213,11 @@ export function parseLimiterReply(reply: unknown, limits: readonly ScriptLimit[]
  * cellgate value. A status reply, as TYPE's.
  */
 export const TYPE_SCRIPT: string = '\n' + typeScript
-  .replace('--@type_names', KEY_TYPES.map(([, name]) => `'${name}'`).join(', '))
+  .replace('--@type_names', KEY_TYPES.map(([type, name]) => `[${type}] = '${name}'`).join(', '))
   .replaceAll('${MAX_BACKEND_SLIDING_LOG_LIMIT}', String(MAX_BACKEND_SLIDING_LOG_LIMIT));
+
+/**
+ * RL.BLOCK on the backend (KEYS[1]; ARGV[1] the block's length in ms, ARGV[2] the debug clock in µs
+ * or ''): the key becomes a block value, ending that long after the script's time, whatever it held.
+ */
+export const BLOCK_SCRIPT: string = blockScript.replaceAll('${BLOCK_TYPE}', String(BLOCK_TYPE));

@@ -82,6 +82,7 @@ interface InFlight {
 interface LimiterClient {
   cellgateLimit(numKeys: number, ...args: (Buffer | string)[]): Promise<unknown>;
   cellgateType(numKeys: number, ...args: (Buffer | string)[]): Promise<unknown>;
+  cellgateBlock(numKeys: number, ...args: (Buffer | string)[]): Promise<unknown>;
 }
 
 export class RedisBackend {
@@ -128,6 +129,7 @@ export class RedisBackend {
     policy: UnavailablePolicy,
     limiterScript: string,
     typeScript: string,
+    blockScript: string,
     private readonly host: BackendHost,
   ) {
     this.timeoutMs = timeoutMs;
@@ -136,6 +138,7 @@ export class RedisBackend {
     this.client = connectBackend(target, timeoutMs);
     this.client.defineCommand('cellgateLimit', { lua: limiterScript });
     this.client.defineCommand('cellgateType', { lua: typeScript });
+    this.client.defineCommand('cellgateBlock', { lua: blockScript });
     this.client.on('ready', () => this.setState('up', 'connected'));
     this.client.on('close', () => this.connectionLost('connection closed'));
     this.client.on('error', (e: Error) => this.noteError(e.message));
@@ -196,6 +199,15 @@ export class RedisBackend {
       return;
     }
     this.track((this.client as unknown as LimiterClient).cellgateType(1, key, ...argv), done, node);
+  }
+
+  /** RL.BLOCK of one backend key, through the block script, as a promise. */
+  askBlock(key: Buffer, argv: string[]): Promise<unknown> {
+    return this.promised((done) => {
+      const node = this.admit(key);
+      if (node === null) done(new Error('the key\'s backend node is down or has too many calls pending'), undefined);
+      else this.track((this.client as unknown as LimiterClient).cellgateBlock(1, key, ...argv), done, node);
+    });
   }
 
   /** Any other command (DEL, PTTL, ...) on one key, with the same bounded wait. */

@@ -29,14 +29,14 @@ function writeInfo(r: ReplyWriter, spec: CommandSpec): void {
   r.setHeader(0); // tips
   // Redis 7.0 replies key specs and subcommands as sets (RESP3 `~`).
   if (spec.firstKey > 0) {
-    const write = spec.flags.includes('write');
+    // The key spec's flags as the table declares them (RW access update for a limiter, OW update
+    // for RL.BLOCK, RM delete for DEL), as Redis's COMMAND INFO shows its own.
+    const keyFlags = spec.keyFlags ?? [];
     r.setHeader(1);
     r.mapHeader(3);
     r.bulk('flags');
-    r.setHeader(write ? 3 : 2);
-    r.status(write ? 'RW' : 'RO');
-    r.status('access');
-    if (write) r.status('update');
+    r.setHeader(keyFlags.length);
+    for (const f of keyFlags) r.status(f);
     r.bulk('begin_search');
     r.mapHeader(2);
     r.bulk('type');

@@ -13,6 +13,9 @@
  * the order given, each as if that limit alone had been asked. A trailing `COST n` applies to every
  * limit. Nothing is spent anywhere unless every limit allows.
  *
+ * `RL.BLOCK key ms` makes the key refused by every limiter command for ms milliseconds (a key type
+ * of its own: src/limiters/block.ts); it goes to the key store, as DEL does.
+ *
  * State per key type (fields A/B/C of the keyspace, plus a blob for an algorithm that keeps one) is
  * documented in each limiter module; each module's entry (src/limiters/registry.ts) decides over it,
  * and the local steps around it are in src/store/local-limiter.ts.
@@ -284,6 +287,20 @@ function rlAll(ctx: CommandContext, argv: CommandArgs): void {
   ctx.limiter.decide(call, ctx);
 }
 
+/**
+ * `RL.BLOCK key ms`: the key is refused by every limiter for `ms` milliseconds (an integer in
+ * [1, 10^12], as a period), then fresh: it becomes a block (src/limiters/block.ts), whatever it held.
+ * Replies OK, as SET does: like SET, it always replaces the key.
+ */
+function block(ctx: CommandContext, argv: CommandArgs): void {
+  const ms = integerArg(argv, 2, 'ms', 0, 1, MAX_PERIOD_MS);
+  if (ms === null) {
+    ctx.reply.error(parseError);
+    return;
+  }
+  ctx.keys.block(ctx, argv, ms);
+}
+
 function argDocs(algo: Algorithm): ArgDoc[] {
   return [
     { name: 'key', type: 'key' },
@@ -335,5 +352,13 @@ export const rateLimitCommands: CommandSpec[] = [
       const count = parseAll(argv, base);
       for (let n = 0; n < count; n++) if (!visit(limits[n].keyArg)) return;
     },
+  },
+  {
+    // It writes the key without reading it (OW): an ACL user needs only write access to the key.
+    name: 'rl.block', arity: 3, flags: ['write', 'denyoom', 'fast'], keyFlags: ['OW', 'update'], ...firstKeyOnly(),
+    group: 'limiter', since: '0.2.0', complexity: 'O(1)',
+    summary: 'Refuses every limiter call on a key for ms milliseconds, whatever it held; then the key is fresh. Reply: OK.',
+    args: [{ name: 'key', type: 'key' }, { name: 'ms', type: 'integer' }],
+    run: block,
   },
 ];

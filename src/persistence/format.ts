@@ -16,6 +16,7 @@
  */
 import zlib from 'node:zlib';
 import type { Keyspace } from '../keyspace/keyspace.js';
+import { BLOCK_TYPE, blockStateProblem } from '../limiters/block.js';
 import { algorithmOfType } from '../limiters/registry.js';
 
 export const MAGIC = Buffer.from('CGSNAP\r\n', 'latin1');
@@ -170,12 +171,13 @@ function isIntIn(x: number, min: number, max: number): boolean {
  * accepts always loads, and a loaded key never makes a command loop for ages or reply a number RESP
  * cannot carry (NaN, a fraction, 1e+300). Every key: expireAtMs an integer ms in [0, 2^53 − 1] (a key
  * may legitimately expire 2^52 ms ahead: a deficit of 2^52 scaled units refilled at 1 per ms), a blob
- * only on an algorithm that stores one. The rest is each algorithm's: its entry's `stateProblem`
- * (src/limiters/registry.ts lists them), from what it writes; docs/snapshot-format.md, "Value
- * ranges", lists them all.
+ * only on an algorithm that stores one; a block (RL.BLOCK, src/limiters/block.ts) holds A = B = C = 0.
+ * The rest is each algorithm's: its entry's `stateProblem` (src/limiters/registry.ts lists them), from
+ * what it writes; docs/snapshot-format.md, "Value ranges", lists them all.
  */
 export function entryProblem(type: number, expireAtMs: number, a: number, b: number, c: number, blob: Float64Array | undefined): string | null {
   if (!isIntIn(expireAtMs, 0, Number.MAX_SAFE_INTEGER)) return `expiry ${expireAtMs} is not an integer number of ms in [0, 2^53)`;
+  if (type === BLOCK_TYPE) return blob !== undefined ? 'a block key carries a blob' : blockStateProblem(a, b, c);
   const algo = algorithmOfType(type);
   if (blob !== undefined && algo?.hasBlob !== true) return `a ${algo?.typeName} key carries a blob`;
   if (algo === undefined) return `unknown key type ${type}`;

@@ -2,7 +2,7 @@
  * The journal's reader: records of the format in journal-format.ts (docs/journal-format.md),
  * validated one by one, a torn tail told from corruption.
  */
-import { algorithmOfType } from '../limiters/registry.js';
+import { isKeyType } from '../limiters/registry.js';
 import { entryProblem } from './format.js';
 import {
   crc32Range, crc8Range, encodeJournalHeader, FLAG_A_RAW, FLAG_B_RAW, FLAG_BLOB, FLAG_C_RAW, FLAG_EXPIRY_DELTA, FLAG_EXPIRY_RAW,
@@ -199,7 +199,7 @@ export class JournalParser {
     if (op === OP_SET) {
       if (p >= end) this.bad('a SET record without its type');
       rec.type = buf[p++];
-      if (algorithmOfType(rec.type) === undefined) this.bad(`unknown key type ${rec.type}`);
+      if (!isKeyType(rec.type)) this.bad(`unknown key type ${rec.type}`);
     } else if (flags !== 0) {
       this.bad('a DEL record with flags');
     }

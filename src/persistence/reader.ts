@@ -12,7 +12,7 @@
 import { readFileSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
 import type { Keyspace } from '../keyspace/keyspace.js';
-import { algorithmOfType } from '../limiters/registry.js';
+import { isKeyType } from '../limiters/registry.js';
 import {
   crc32, END_MARKER, entryProblem, ENTRY_NUMBERS_BYTES, ENTRY_PREFIX_BYTES, FLAG_BLOB, FOOTER_BYTES, FORMAT_VERSION, HEADER_BYTES, MAGIC,
   MAX_CREATED_AT_MS,
@@ -98,7 +98,7 @@ export class SnapshotParser {
         const type = buf[p];
         if (type === END_MARKER) return (this.summary = this.footer(p, count));
         const entryStart = p;
-        if (algorithmOfType(type) === undefined) this.fail(p, `corrupt entry ${count}: unknown key type ${type}`);
+        if (!isKeyType(type)) this.fail(p, `corrupt entry ${count}: unknown key type ${type}`);
         if (p + ENTRY_PREFIX_BYTES > size) this.fail(size, `truncated: the file ends inside entry ${count} (which starts at offset ${entryStart})`);
         const flags = buf[p + 1];
         if ((flags & ~FLAG_BLOB) !== 0) this.fail(p + 1, `corrupt entry ${count}: unknown flags 0x${flags.toString(16)}`);

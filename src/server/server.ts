@@ -31,7 +31,7 @@ import { Cron } from './cron.js';
 import { WatchRelease } from './watch-release.js';
 import { parseBackendUrl } from '../backend/backend-url.js';
 import { RedisBackend, type UnavailablePolicy } from '../backend/redis-backend.js';
-import { LIMITER_SCRIPT, TYPE_SCRIPT } from '../backend/limiter-script.js';
+import { BLOCK_SCRIPT, LIMITER_SCRIPT, TYPE_SCRIPT } from '../backend/limiter-script.js';
 import { BackendLimiterStore } from '../backend/backend-limiter.js';
 import { BackendKeyStore } from '../backend/backend-keys.js';
 import { LocalLimiterStore } from '../store/local-limiter.js';
@@ -186,7 +186,7 @@ export class Server implements CommandServer {
     if (url === '') return;
     const target = parseBackendUrl(url);
     this.backend = new RedisBackend(target, this.config.get('backend-prefix'), this.config.int('backend-timeout'),
-      this.config.get('backend-unavailable') as UnavailablePolicy, LIMITER_SCRIPT, TYPE_SCRIPT, { log: this.log, after: (name, ms, task) => this.tasks.after(name, ms, task) });
+      this.config.get('backend-unavailable') as UnavailablePolicy, LIMITER_SCRIPT, TYPE_SCRIPT, BLOCK_SCRIPT, { log: this.log, after: (name, ms, task) => this.tasks.after(name, ms, task) });
     const limiter = new BackendLimiterStore(this.backend, new PolicyLimiterStore(this.localLimiter, this.stats, this.backend), this.stats, this.clock);
     this.dispatcher.ctx.limiter = limiter;
     this.dispatcher.ctx.keys = new BackendKeyStore(this.backend, this.localKeys, limiter, this.stats, this.clock);

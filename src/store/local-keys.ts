@@ -5,7 +5,9 @@
  */
 import type { CommandArgs } from '../protocol/command-args.js';
 import type { Keyspace } from '../keyspace/keyspace.js';
+import { BLOCK_TYPE } from '../limiters/block.js';
 import { typeName } from '../limiters/registry.js';
+import { createKeyArg } from './key-args.js';
 import { globMatch } from '../glob.js';
 import type { Stats } from '../server/stats.js';
 import type { KeyStore, ScanRequest, StoreSink } from './store.js';
@@ -31,6 +33,24 @@ export class LocalKeyStore implements KeyStore {
 
   del(sink: StoreSink, argv: CommandArgs): void {
     sink.reply.integer(this.deleteKeys(argv, sink.nowMs));
+  }
+
+  /**
+   * Makes the key in argument 1 a block ending `ms` from `nowMs` (RL.BLOCK): whatever it held is
+   * deleted first (a key's type is fixed for its life), then the block is written as any state is
+   * (setState: the journal, WATCH, a running save and the dirty count see it).
+   */
+  blockKey(argv: CommandArgs, ms: number, nowMs: number): void {
+    const ks = this.keyspace;
+    ks.deleteKey(argv.source(1), argv.start(1), argv.end(1), nowMs);
+    const slot = createKeyArg(ks, argv, 1, BLOCK_TYPE);
+    ks.setState(slot, 0, 0, 0);
+    ks.setExpireAtMs(slot, nowMs + ms);
+  }
+
+  block(sink: StoreSink, argv: CommandArgs, ms: number): void {
+    this.blockKey(argv, ms, sink.nowMs);
+    sink.reply.ok();
   }
 
   exists(sink: StoreSink, argv: CommandArgs): void {

@@ -6,9 +6,14 @@
  * the keyspace, plus a blob for an algorithm that keeps one) is documented in each limiter module; CL.THROTTLE
  * and GCRA share one TAT per key (A = TAT whole µs, B = extra ns, C = GCRA's exact remainder
  * beyond A when its TAT passes 2^53 µs).
+ *
+ * A blocked key (RL.BLOCK, src/limiters/block.ts) is met where a key of another type is, on the
+ * WRONGTYPE test's mismatch side: every call on it is refused with the block's remaining time and
+ * changes nothing, and a key of the call's own type pays nothing for it.
  */
 import type { CommandArgs } from '../protocol/command-args.js';
 import type { Keyspace } from '../keyspace/keyspace.js';
+import { BLOCK_TYPE, blockedDecision, blockedSeconds, blockRefuses } from '../limiters/block.js';
 import { cellThrottle } from '../limiters/cell-throttle.js';
 import { newDecision, RefundEffect, type Decision } from '../limiters/decision.js';
 import { gcraDecide } from '../limiters/redis-gcra.js';
@@ -45,13 +50,35 @@ export class LocalLimiterStore implements LimiterStore {
   }
 }
 
-/** Looks up the key (argument 1) for a GCRA-family command: slot, -1 when absent, or null after a WRONGTYPE reply. */
-function gcraSlot(ks: Keyspace, sink: StoreSink, argv: CommandArgs): number | null {
-  const slot = lookupKeyArg(ks, argv, 1, sink.nowMs);
-  if (slot !== -1 && ks.typeOf(slot) !== GCRA_TYPE) {
-    sink.reply.error(WRONGTYPE);
-    return null;
+/** A key lookup's answers besides a slot and −1 (absent): the key is blocked (nothing replied yet). */
+const BLOCKED = -2;
+/** ... or it holds another type, and WRONGTYPE was replied. */
+const REPLIED = -3;
+/** The ms left of the block otherType last answered BLOCKED for. */
+let blockedWaitMs = 0;
+
+/**
+ * The key in `slot` holds another type than the call's: BLOCKED while a block refuses, −1 for a block
+ * that ends now (removed, as expired: the call finds the key fresh), else REPLIED after WRONGTYPE.
+ */
+function otherType(ks: Keyspace, sink: StoreSink, slot: number): number {
+  if (ks.typeOf(slot) === BLOCK_TYPE) {
+    const endMs = ks.expireAtMs(slot);
+    if (blockRefuses(endMs, sink.nowMs)) {
+      blockedWaitMs = endMs - sink.nowMs;
+      return BLOCKED;
+    }
+    ks.removeExpired(slot);
+    return -1;
   }
+  sink.reply.error(WRONGTYPE);
+  return REPLIED;
+}
+
+/** Looks up the key (argument 1) for a GCRA-family command: its slot, −1 when absent, BLOCKED or REPLIED. */
+function gcraSlot(ks: Keyspace, sink: StoreSink, argv: CommandArgs): number {
+  const slot = lookupKeyArg(ks, argv, 1, sink.nowMs);
+  if (slot !== -1 && ks.typeOf(slot) !== GCRA_TYPE) return otherType(ks, sink, slot);
   return slot;
 }
 
@@ -65,7 +92,14 @@ function storeTat(ks: Keyspace, argv: CommandArgs, slot: number, d: Decision): v
 function clThrottle(ks: Keyspace, stats: Stats, call: LimiterCall, sink: StoreSink): void {
   const argv = call.argv;
   const slot = gcraSlot(ks, sink, argv);
-  if (slot === null) return;
+  if (slot < -1) {
+    if (slot === BLOCKED) {
+      const wait = blockedSeconds(blockedWaitMs);
+      call.counter!.count(stats, true);
+      replyFive(sink.reply, true, call.cell!.limit, 0, wait, wait);
+    }
+    return;
+  }
   const d = gcraFamilyDecision;
   cellThrottle(call.cell!, call.cost, slot !== -1, slot !== -1 ? ks.getA(slot) : 0, slot !== -1 ? ks.getB(slot) : 0, sink.nowUs, d);
   if (d.write) storeTat(ks, argv, slot, d);
@@ -77,7 +111,14 @@ function gcra(ks: Keyspace, stats: Stats, call: LimiterCall, sink: StoreSink): v
   const argv = call.argv;
   const r = sink.reply;
   const slot = gcraSlot(ks, sink, argv);
-  if (slot === null) return;
+  if (slot < -1) {
+    // An argument error stays one on a blocked key, as on an absent one.
+    if (slot === BLOCKED) {
+      if (call.lateError !== '') r.error(call.lateError);
+      else gcraBlocked(stats, call, sink);
+    }
+    return;
+  }
   if (call.lateError !== '') {
     r.error(call.lateError);
     return;
@@ -104,15 +145,55 @@ function gcra(ks: Keyspace, stats: Stats, call: LimiterCall, sink: StoreSink): v
   r.integer(d.resetAfter);
 }
 
-/** Finds the key's slot; false after a WRONGTYPE reply. */
-function lookupLimit(ks: Keyspace, sink: StoreSink, argv: CommandArgs, l: Limit): boolean {
-  const slot = lookupKeyArg(ks, argv, l.keyArg, sink.nowMs);
+/** GCRA on a blocked key: refused, the limit its parameters give (exact beyond 2^53 too). */
+function gcraBlocked(stats: Stats, call: LimiterCall, sink: StoreSink): void {
+  const r = sink.reply;
+  const wait = blockedSeconds(blockedWaitMs);
+  const params = call.gcra!;
+  call.counter!.count(stats, true);
+  if (params.wide === null) {
+    replyFive(r, true, params.limit, 0, wait, wait);
+    return;
+  }
+  r.arrayHeader(5);
+  r.integer(1);
+  r.raw(`:${params.wide.limit}\r\n`);
+  r.integer(0);
+  r.integer(wait);
+  r.integer(wait);
+}
+
+/** lookupLimit's answer when the key is absent or of the limit's type (l.slot is set). */
+const FOUND = 0;
+
+/**
+ * Finds the key's slot into `l.slot`: FOUND, REPLIED after a WRONGTYPE reply, or BLOCKED with
+ * `l.decision` holding the blocked answer (l.slot then is no slot: the limit must not be decided).
+ */
+function lookupLimit(ks: Keyspace, sink: StoreSink, argv: CommandArgs, l: Limit): number {
+  let slot = lookupKeyArg(ks, argv, l.keyArg, sink.nowMs);
   if (slot !== -1 && ks.typeOf(slot) !== l.algo.type) {
-    sink.reply.error(WRONGTYPE);
-    return false;
+    slot = otherType(ks, sink, slot);
+    if (slot === REPLIED) return REPLIED;
+    if (slot === BLOCKED) {
+      blockedLimit(ks, l, blockedWaitMs, sink);
+      l.slot = BLOCKED;
+      return BLOCKED;
+    }
   }
   l.slot = slot;
-  return true;
+  return FOUND;
+}
+
+/**
+ * Fills `l.decision` with the answer of a limit whose key is blocked for `waitMs` more: refused, with
+ * the limit the algorithm reports for these parameters (from a peek at a fresh key, which is what
+ * each algorithm's reply says its limit is).
+ */
+function blockedLimit(ks: Keyspace, l: Limit, waitMs: number, sink: StoreSink): void {
+  l.slot = -1;
+  decide(ks, l, 0, sink.nowMs, sink.nowUs);
+  blockedDecision(l.decision, waitMs);
 }
 
 /** Asks the limiter; writes nothing. */
@@ -178,7 +259,15 @@ function replySix(sink: StoreSink, d: Decision): void {
 function rlSingle(ks: Keyspace, stats: Stats, call: LimiterCall, sink: StoreSink): void {
   const argv = call.argv;
   const l = call.limits[0];
-  if (!lookupLimit(ks, sink, argv, l)) return;
+  const found = lookupLimit(ks, sink, argv, l);
+  if (found !== FOUND) {
+    // Blocked: refused, nothing spent nor given back (a refund is no decision: not counted).
+    if (found === BLOCKED) {
+      call.counter?.count(stats, true);
+      replySix(sink, l.decision);
+    }
+    return;
+  }
   if (call.refund !== 0) {
     // Not a decision: the limiter counters (INFO limiter, metrics) count decisions only.
     refund(ks, sink, argv, l, call.refund);
@@ -192,12 +281,24 @@ function rlSingle(ks: Keyspace, stats: Stats, call: LimiterCall, sink: StoreSink
   replySix(sink, l.decision);
 }
 
-/** RL.ALL: every limit looked up, then decided; spent on all only when none is limited. */
+/**
+ * RL.ALL: every limit looked up, then decided; spent on all only when none is limited. A blocked
+ * key limits the whole call, as a limited one does: its limit answers the block, the others their
+ * own decision, and nothing is spent.
+ */
 function rlAll(ks: Keyspace, stats: Stats, call: LimiterCall, sink: StoreSink): void {
   const { argv, limits, count, cost } = call;
-  for (let n = 0; n < count; n++) if (!lookupLimit(ks, sink, argv, limits[n])) return;
-  let limited = false;
+  let blocked = false;
   for (let n = 0; n < count; n++) {
+    const found = lookupLimit(ks, sink, argv, limits[n]);
+    if (found !== FOUND) {
+      if (found === REPLIED) return;
+      blocked = true;
+    }
+  }
+  let limited = blocked;
+  for (let n = 0; n < count; n++) {
+    if (blocked && limits[n].slot === BLOCKED) continue;
     decide(ks, limits[n], cost, sink.nowMs, sink.nowUs);
     if (limits[n].decision.limited) limited = true;
   }

@@ -72,10 +72,15 @@ export interface ScanRequest {
 
 /**
  * The keyspace commands' store: DEL/UNLINK (keys in `argv` from 1), EXISTS, TYPE, TTL/PTTL,
- * SCAN, KEYS, DBSIZE, FLUSHDB/FLUSHALL. Each writes its reply into the sink, at once or later.
+ * SCAN, KEYS, DBSIZE, FLUSHDB/FLUSHALL, and RL.BLOCK. Each writes its reply into the sink, at once or later.
  */
 export interface KeyStore {
   del(sink: StoreSink, argv: CommandArgs): void;
+  /**
+   * RL.BLOCK: the key in argument 1 becomes a block (src/limiters/block.ts) ending `ms` (≥ 1) from
+   * now, whatever it held; replies OK.
+   */
+  block(sink: StoreSink, argv: CommandArgs, ms: number): void;
   exists(sink: StoreSink, argv: CommandArgs): void;
   /** TYPE of the key in argument 1. */
   type(sink: StoreSink, argv: CommandArgs): void;
