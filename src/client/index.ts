@@ -277,6 +277,19 @@ export class CellgateClient {
     return toInt(await this.call(['DEL', key], options.timeoutMs), 'DEL') === 1;
   }
 
+  /**
+   * Blocks a key for `ms` milliseconds (`RL.BLOCK`): every limiter call on it is refused meanwhile,
+   * whatever its algorithm or parameters (`retryAfterMs` and `resetAfterMs` the block's time left),
+   * and it starts fresh afterwards: what it held before the block is gone. rate-limiter-flexible's
+   * `block(key, secDuration)`, in milliseconds. A second block replaces the first; `reset()` lifts it.
+   */
+  async block(key: string, ms: number, options: CallOptions = {}): Promise<void> {
+    checkKey(key);
+    checkInt('ms', ms, 1);
+    const reply = await this.call(['RL.BLOCK', key, String(ms)], options.timeoutMs);
+    if (String(reply) !== 'OK') throw unexpected('RL.BLOCK', reply);
+  }
+
   /** Closes the connection if this client created it (`connect(url)`); a wrapped one stays the application's. */
   async close(): Promise<void> {
     if (this.owned) await this.owned.quit();

@@ -178,6 +178,51 @@ describe('reward() and penalty()', () => {
   });
 });
 
+describe('block()', () => {
+  it('refuses every algorithm on the key for ms, with the time left, then the key is fresh; reset() lifts it', async () => {
+    const admin = new Redis({ port: server.port, host: '127.0.0.1', protocol: 2 });
+    closers.push(() => admin.disconnect());
+    try {
+      for (const [name, c] of await variants()) {
+        const key = `blk:${name}`;
+        await c.rl('fixedwindow', key, 5, 60_000, { cost: 3 });
+        expect(await c.block(key, 1500)).toBeUndefined();
+        await admin.call('DEBUG', 'CLOCK', 'SET', '1800000000500');
+        for (const algorithm of ['tokenbucket', 'leakybucket', 'fixedwindow', 'slidinglog', 'slidingwindow', 'gcra'] as const) {
+          expect(await c.rl(algorithm, key, 5, 60_000), `${name} ${algorithm}`).toEqual({ limited: true, limit: 5, remaining: 0, retryAfterMs: 1000, resetAfterMs: 1000, delayMs: 0 });
+        }
+        expect(await c.get('gcra', key, 5, 60_000)).toMatchObject({ limited: true, retryAfterMs: 1000 });
+        expect(await c.throttle(key, 4, 5, 60)).toMatchObject({ limited: true, limit: 5, remaining: 0, retryAfterMs: 1000, resetAfterMs: 1000 });
+        expect(await c.all([{ key, algorithm: 'slidinglog', limit: 5, periodMs: 1000 }, { key: `${key}:2`, algorithm: 'gcra', limit: 5, periodMs: 1000 }]))
+          .toMatchObject({ limited: true, results: [{ limited: true, retryAfterMs: 1000 }, { limited: false, remaining: 4 }] });
+        // Fresh at its end: the 3 spent before the block are gone.
+        await admin.call('DEBUG', 'CLOCK', 'SET', '1800000001500');
+        expect(await c.rl('fixedwindow', key, 5, 60_000)).toMatchObject({ limited: false, remaining: 4 });
+        await c.block(key, 60_000);
+        expect(await c.reset(key)).toBe(true);
+        expect(await c.rl('fixedwindow', key, 5, 60_000)).toMatchObject({ limited: false, remaining: 4 });
+        await admin.call('DEBUG', 'CLOCK', 'SET', '1800000000000');
+      }
+    } finally {
+      await admin.call('DEBUG', 'CLOCK', 'SET', '1800000000000');
+    }
+  });
+
+  it('refuses a bad key or ms before sending; the server\'s refusal names the argument', async () => {
+    const [[, c]] = await variants();
+    for (const ms of [0, -1, 1.5, Number.NaN, '10' as unknown as number]) {
+      const err = await c.block('blk:e', ms).catch((e: unknown) => e);
+      expect(err, String(ms)).toBeInstanceOf(CellgateArgumentError);
+      expect((err as CellgateArgumentError).argument).toBe('ms');
+    }
+    expect(((await c.block('', 10).catch((e: unknown) => e)) as CellgateArgumentError).argument).toBe('key');
+    const tooLong = await c.block('blk:e', 1e12 + 1).catch((e: unknown) => e);
+    expect(tooLong).toBeInstanceOf(CellgateArgumentError);
+    expect((tooLong as CellgateArgumentError).argument).toBe('ms');
+    expect((tooLong as Error).message).toMatch(/invalid ms '1000000000001': must be <= 1000000000000/);
+  });
+});
+
 describe('which replies are an outage', () => {
   it('LOADING, BUSY, TRYAGAIN, CLUSTERDOWN, MASTERDOWN, NOREPLICAS and maxclients are unavailability; WRONGTYPE, NOPERM, CROSSSLOT are not', () => {
     for (const text of ['LOADING Redis is loading the dataset in memory', 'BUSY Redis is busy running a script', 'TRYAGAIN Multiple keys request during rehashing of slot',
