@@ -15,8 +15,9 @@ local nowMs = floor(nowUs / 1000)
 
 -- The key's state: 0 when absent or expired at nowMs, -1 when it is not a cellgate value (or not of
 -- type want), -2 and exp for a block (RL.BLOCK) that refuses until exp, else 1 and exp, A, B, C,
--- the value (nil for a long sliding log: only its start is read) and the value's length. A sliding log of more than 8 entries is read by its header, then
--- entry by entry as the binary searches need them: a call reads O(log n) of it, never the whole log.
+-- the value (nil for a long sliding log: only its start is read) and the value's length. A sliding
+-- log of more than 8 entries is read by its header, then entry by entry as the binary searches
+-- need them: a call reads O(log n) of it, never the whole log.
 local function load(key, log, want)
   local v, len, hdr
   if not log then

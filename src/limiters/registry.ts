@@ -1,10 +1,10 @@
 /**
  * Every `RL.*` algorithm, each described once in its limiter's file (an `Algorithm`, algorithm.ts),
- * in the order of the RL.* commands; and the backend script's ops, which are the algorithms' plus
- * CL.THROTTLE's and GCRA's; and the block's key type (RL.BLOCK, block.ts), which is no algorithm. The
- * commands, the backend's script, the snapshot and journal checks, TYPE, INFO, the metrics and the
- * warm-up read these lists: adding an algorithm is its limiter file, its
- * .lua file and one line here (docs/algorithms.md, "Adding an algorithm").
+ * in the order of the RL.* commands; the backend script's ops, which are the algorithms' plus
+ * CL.THROTTLE's and GCRA's; and the key types, which are the algorithms' plus the block's (RL.BLOCK,
+ * block.ts: a key type that is no algorithm). The commands, the backend's script, the snapshot and
+ * journal checks, TYPE, INFO, the metrics and the warm-up read these lists: adding an algorithm is
+ * its limiter file, its .lua file and one line here (docs/algorithms.md, "Adding an algorithm").
  */
 import type { Algorithm, ScriptOp } from './algorithm.js';
 import { BLOCK_TYPE, BLOCK_TYPE_NAME } from './block.js';
