@@ -1,7 +1,7 @@
 /**
- * The key store of the shared backend (docs/backend.md): DEL, UNLINK, EXISTS, TYPE, TTL,
- * PTTL, SCAN, KEYS, DBSIZE, FLUSHDB, FLUSHALL and RL.BLOCK act on the limiter keys under `backend-prefix`,
- * and only on them: nothing else in the backend's database is seen or touched.
+ * The key store of the shared backend (docs/backend.md): DEL, UNLINK, EXISTS, TYPE, TTL, PTTL,
+ * SCAN, KEYS, DBSIZE, FLUSHDB, FLUSHALL and RL.BLOCK act on the limiter keys under
+ * `backend-prefix`, and only on them: nothing else in the backend's database is seen or touched.
  *
  * Keys go one per backend command (auto-pipelined into one write), so a Cluster never sees a
  * multi-key command across slots. SCAN, KEYS, DBSIZE and FLUSHDB visit every master; a Cluster's
