@@ -171,6 +171,41 @@ export class KeyTable {
     }
   }
 
+  /**
+   * Reads what finding the keys of `hashes[0, n)` will read first (each one's table position at its
+   * home, in both tables while growing, and the record of the first entry there with its tag) and
+   * nothing else, so that the finds that follow hit the cache. A find waits for its table miss, then
+   * for its record miss, and a load replaying records does nothing else meanwhile; here the reads of a
+   * whole batch are independent of each other, so the CPU has many misses in flight at once.
+   * Returns a value made of what was read (the caller keeps it, so the reads are not dropped).
+   */
+  warm(hashes: Int32Array, n: number): number {
+    let sum = this.warmTable(this.table, this.mask, hashes, n);
+    if (this.old !== null) sum ^= this.warmTable(this.old, this.oldMask, hashes, n);
+    return sum;
+  }
+
+  private warmTable(table: Int32Array, mask: number, hashes: Int32Array, n: number): number {
+    let sum = 0;
+    for (let i = 0; i < n; i++) sum ^= table[hashes[i] & mask];
+    // The table's lines are in the cache now: walk each run to its first tag match, read that record.
+    for (let i = 0; i < n; i++) {
+      const hash = hashes[i];
+      const tag = (hash >>> TAG_SHIFT) << SLOT_BITS;
+      for (let at = hash & mask; ; at = (at + 1) & mask) {
+        const entry = table[at];
+        if (entry === 0) break;
+        const slotPlus1 = entry ^ tag;
+        if (slotPlus1 <= SLOT_MASK) {
+          const slot = slotPlus1 - 1;
+          sum ^= this.wordPages[slot >>> PAGE_BITS][((slot & PAGE_MASK) << 4) + HASH];
+          break;
+        }
+      }
+    }
+    return sum;
+  }
+
   /** Whether `slot` holds key `bytes[start, end)` with hash `hash`. */
   holds(slot: number, bytes: Uint8Array, start: number, end: number, hash: number): boolean {
     return this.holdsKey(slot, bytes, start, end - start, hash);
