@@ -197,8 +197,13 @@ export class KeyTable {
         if (entry === 0) break;
         const slotPlus1 = entry ^ tag;
         if (slotPlus1 <= SLOT_MASK) {
+          // The record's first and last words: a page's ArrayBuffer is only 16-byte aligned (malloc), so
+          // a record may span two cache lines, and its state and its key are at its two ends. Reading
+          // one word only left the other line to miss (10-14% more CPU in a replay).
           const slot = slotPlus1 - 1;
-          sum ^= this.wordPages[slot >>> PAGE_BITS][((slot & PAGE_MASK) << 4) + HASH];
+          const words = this.wordPages[slot >>> PAGE_BITS];
+          const w = (slot & PAGE_MASK) << 4;
+          sum ^= words[w] ^ words[w + RECORD_BYTES / 4 - 1];
           break;
         }
       }
