@@ -18,6 +18,7 @@ export default defineConfig({
       'test/persistence/bgsave-point-in-time.property.test.ts',
       'test/persistence/journal-replay.property.test.ts',
       'test/persistence/journal-format.test.ts',
+      'test/persistence/journal-warm.test.ts',
       'test/transactions/keyspace-watch.test.ts',
       'test/server/tasks.test.ts',
       'test/server/ordered-replies.test.ts',

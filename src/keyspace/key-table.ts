@@ -15,6 +15,16 @@
  * read and written in the same line). With the key, the hash and the state in separate arrays it was
  * four, and a pipelined CL.THROTTLE over 100k live keys ran a fifth slower than over 1k.
  *
+ * A table entry is `slot + 1` in its low 24 bits and a tag above: the top 7 bits of the key's hash
+ * (bit 31 stays 0, 0 is an empty position). A probe reads a record only where the tag matches the
+ * key's, so walking past other keys' entries costs no record miss but 1 time in 128, where it had
+ * cost one per entry passed: at 1M keys and 10M journal records to replay, those misses were most of
+ * the load's time. The tag is free (the slot never needs more than 24 bits: MAX_SLOTS bounds the
+ * keyspace) and never stale (a key's hash never changes). It holds no bit of a position's home (the
+ * low bits, at most 25 of them: MAX_SLOTS / MAX_LOAD < 2^25), so it filters keys of every home alike;
+ * what it cannot do is give an entry's home, which growing and deletion's back-shift still read from
+ * the record.
+ *
  * Why not `Map<string, slot>`: a command would have to make a string of its key just to look it up,
  * and each key would cost a string (~32 B), a Map entry with its share of buckets (~28–56 B) and a
  * slot → key array entry, all objects the GC traces and the Map rehashes (and shrinks, when a million
@@ -38,6 +48,28 @@ const MAX_LOAD = 0.7;
 export const PAGE_SLOTS = 4096;
 const PAGE_BITS = 12;
 const PAGE_MASK = PAGE_SLOTS - 1;
+/** A table entry's low bits hold slot + 1; the hash's tag is above them. */
+const SLOT_BITS = 24;
+const SLOT_MASK = (1 << SLOT_BITS) - 1;
+/** Where the tag (the hash's top bits) starts in the hash. */
+const TAG_SHIFT = 25;
+/**
+ * The most slots a table has: whole pages whose slot + 1 fits in SLOT_BITS (4095 pages, 16,773,120
+ * keys, ~1 GiB of records). A key beyond them is refused (KeyspaceFullError), never mis-filed.
+ */
+export const MAX_SLOTS = Math.floor(SLOT_MASK / PAGE_SLOTS) * PAGE_SLOTS;
+
+/** Thrown by addPage when the keyspace holds MAX_SLOTS keys: the key being created is refused. */
+export class KeyspaceFullError extends Error {
+  constructor(readonly maxKeys: number) {
+    super(`keyspace full: it holds ${maxKeys} keys, the most one cellgate process can`);
+  }
+}
+
+/** The table entry of `slot` for a key whose hash is `hash`: its tag, then slot + 1. */
+function entryOf(hash: number, slot: number): number {
+  return ((hash >>> TAG_SHIFT) << SLOT_BITS) | (slot + 1);
+}
 /** Old-table positions moved per write while the table grows (whole clusters: a few more). */
 const MIGRATE_STEP = 128;
 /** Bytes per slot record, and their layout (offsets in bytes; Int32 words are offset / 4). */
@@ -51,7 +83,7 @@ const INLINE_AT = 44;
 const INLINE_BYTES = RECORD_BYTES - INLINE_AT;
 
 export class KeyTable {
-  /** Entries: slot + 1, or 0 for empty. Its length is a power of two. */
+  /** Entries: the tag and slot + 1 (entryOf), or 0 for empty. Its length is a power of two. */
   private table = new Int32Array(1024);
   private mask = 1023;
   /** While the table grows: the previous table, whose entries are moving to `table` (see above). */
@@ -67,7 +99,11 @@ export class KeyTable {
   private wordPages: Int32Array[] = [];
   private statePages: Float64Array[] = [];
 
-  constructor(private readonly migrateStep = MIGRATE_STEP) {}
+  /** `maxSlots` (a multiple of PAGE_SLOTS, at most MAX_SLOTS) is lower only in tests. */
+  constructor(
+    private readonly migrateStep = MIGRATE_STEP,
+    readonly maxSlots = MAX_SLOTS,
+  ) {}
 
   get size(): number {
     return this.count;
@@ -89,8 +125,9 @@ export class KeyTable {
     return this.bytePages.length * PAGE_SLOTS;
   }
 
-  /** Adds a page of records: PAGE_SLOTS more slots. */
+  /** Adds a page of records: PAGE_SLOTS more slots; throws KeyspaceFullError at maxSlots. */
   addPage(): void {
+    if (this.capacity + PAGE_SLOTS > this.maxSlots) throw new KeyspaceFullError(this.maxSlots);
     const records = new ArrayBuffer(PAGE_SLOTS * RECORD_BYTES);
     this.bytePages.push(Buffer.from(records));
     this.wordPages.push(new Int32Array(records));
@@ -124,11 +161,54 @@ export class KeyTable {
 
   private findIn(table: Int32Array, mask: number, bytes: Uint8Array, start: number, end: number, hash: number): number {
     const len = end - start;
+    const tag = (hash >>> TAG_SHIFT) << SLOT_BITS;
     for (let at = hash & mask; ; at = (at + 1) & mask) {
       const entry = table[at];
       if (entry === 0) return -1;
-      if (this.holdsKey(entry - 1, bytes, start, len, hash)) return entry - 1;
+      // Equal tags leave slot + 1 (both are non-negative, so a different tag leaves more than SLOT_MASK).
+      const slotPlus1 = entry ^ tag;
+      if (slotPlus1 <= SLOT_MASK && this.holdsKey(slotPlus1 - 1, bytes, start, len, hash)) return slotPlus1 - 1;
     }
+  }
+
+  /**
+   * Reads what finding the keys of `hashes[0, n)` will read first (each one's table position at its
+   * home, in both tables while growing, and the record of the first entry there with its tag) and
+   * nothing else, so that the finds that follow hit the cache. A find waits for its table miss, then
+   * for its record miss, and a load replaying records does nothing else meanwhile; here the reads of a
+   * whole batch are independent of each other, so the CPU has many misses in flight at once.
+   * Returns a value made of what was read (the caller keeps it, so the reads are not dropped).
+   */
+  warm(hashes: Int32Array, n: number): number {
+    let sum = this.warmTable(this.table, this.mask, hashes, n);
+    if (this.old !== null) sum ^= this.warmTable(this.old, this.oldMask, hashes, n);
+    return sum;
+  }
+
+  private warmTable(table: Int32Array, mask: number, hashes: Int32Array, n: number): number {
+    let sum = 0;
+    for (let i = 0; i < n; i++) sum ^= table[hashes[i] & mask];
+    // The table's lines are in the cache now: walk each run to its first tag match, read that record.
+    for (let i = 0; i < n; i++) {
+      const hash = hashes[i];
+      const tag = (hash >>> TAG_SHIFT) << SLOT_BITS;
+      for (let at = hash & mask; ; at = (at + 1) & mask) {
+        const entry = table[at];
+        if (entry === 0) break;
+        const slotPlus1 = entry ^ tag;
+        if (slotPlus1 <= SLOT_MASK) {
+          // The record's first and last words: a page's ArrayBuffer is only 16-byte aligned (malloc), so
+          // a record may span two cache lines, and its state and its key are at its two ends. Reading
+          // one word only left the other line to miss (10-14% more CPU in a replay).
+          const slot = slotPlus1 - 1;
+          const words = this.wordPages[slot >>> PAGE_BITS];
+          const w = (slot & PAGE_MASK) << 4;
+          sum ^= words[w] ^ words[w + RECORD_BYTES / 4 - 1];
+          break;
+        }
+      }
+    }
+    return sum;
   }
 
   /** Whether `slot` holds key `bytes[start, end)` with hash `hash`. */
@@ -163,7 +243,7 @@ export class KeyTable {
       const at = (slot & PAGE_MASK) * RECORD_BYTES + INLINE_AT;
       for (let i = 0; i < len; i++) mine[at + i] = bytes[start + i];
     }
-    this.place(this.table, this.mask, slot);
+    this.place(this.table, this.mask, hash, entryOf(hash, slot));
     this.count++;
   }
 
@@ -179,15 +259,17 @@ export class KeyTable {
 
   /** Removes `slot`'s entry from `table` if it is there (backward-shift deletion). */
   private removeFrom(table: Int32Array, mask: number, slot: number, hash: number): boolean {
+    const entry = entryOf(hash, slot);
     let hole = hash & mask;
-    while (table[hole] !== slot + 1) {
+    while (table[hole] !== entry) {
       if (table[hole] === 0) return false;
       hole = (hole + 1) & mask;
     }
     // Move later entries of the run into the hole when their home position is not between the hole
-    // and themselves, so every key stays reachable from its home (no tombstones).
+    // and themselves, so every key stays reachable from its home (no tombstones). The home is in the
+    // hash's low bits, which the tag does not hold: read from the record.
     for (let at = (hole + 1) & mask; table[at] !== 0; at = (at + 1) & mask) {
-      const home = this.word(table[at] - 1, HASH) & mask;
+      const home = this.word((table[at] & SLOT_MASK) - 1, HASH) & mask;
       const stays = hole <= at ? hole < home && home <= at : hole < home || home <= at;
       if (!stays) {
         table[hole] = table[at];
@@ -209,7 +291,7 @@ export class KeyTable {
       const at = (this.moveFrom + this.moved) & mask;
       const entry = old[at];
       if (entry !== 0) {
-        this.place(this.table, this.mask, entry - 1);
+        this.place(this.table, this.mask, this.word((entry & SLOT_MASK) - 1, HASH), entry);
         old[at] = 0;
       }
       this.moved++;
@@ -289,9 +371,10 @@ export class KeyTable {
     this.statePages = [];
   }
 
-  private place(table: Int32Array, mask: number, slot: number): void {
-    let at = this.word(slot, HASH) & mask;
+  /** Puts `entry` (entryOf(hash, its slot)) at the first empty position from its home on. */
+  private place(table: Int32Array, mask: number, hash: number, entry: number): void {
+    let at = hash & mask;
     while (table[at] !== 0) at = (at + 1) & mask;
-    table[at] = slot + 1;
+    table[at] = entry;
   }
 }

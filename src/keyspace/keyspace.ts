@@ -28,7 +28,7 @@ export type KeyType = number;
 export const FREE_TYPE = 0;
 
 import { hashKey } from './key-hash.js';
-import { KeyTable } from './key-table.js';
+import { KeyTable, MAX_SLOTS } from './key-table.js';
 import { EvictionSampler, type EvictionPolicy } from './eviction.js';
 import { ExpiryCycle } from './expiry.js';
 import { NO_SAVE, SaveView, type SaveSink } from './save-copy.js';
@@ -37,6 +37,7 @@ import { WatchMarks, type KeyWatch, type WatchOwner } from './watch-marks.js';
 import type { JournalSink } from '../persistence/journal-format.js';
 
 export type { EvictionPolicy } from './eviction.js';
+export { KeyspaceFullError, MAX_SLOTS as MAX_KEYS } from './key-table.js';
 export type { SaveSink } from './save-copy.js';
 export type { KeyWatch, WatchOwner } from './watch-marks.js';
 
@@ -52,9 +53,10 @@ export class Keyspace {
    * numbers (index.getState(slot, 0..3)): the absolute expiry in ms, then three state fields A, B, C,
    * whose meaning each algorithm documents; and the slot's type and last access in its spare word
    * (see meta()). Variable-size state (an algorithm's blob, e.g. a log of timestamps) goes in `blobs`, which only such
-   * keys pay for.
+   * keys pay for. It refuses a key beyond `maxKeys` (KeyspaceFullError from createKey, before any
+   * change): slot numbers are bounded (key-table.ts).
    */
-  private index = new KeyTable();
+  private index: KeyTable;
   /** Holds a string key's bytes for the string-named methods. */
   private scratch = Buffer.alloc(256);
   /** The server clock's second at the latest lookup, which is what create() stamps on a new key. */
@@ -154,6 +156,11 @@ export class Keyspace {
    */
   journal: JournalSink | null = null;
 
+  /** `maxKeys` (a multiple of 4096, at most MAX_KEYS) is lower only in tests. */
+  constructor(readonly maxKeys = MAX_SLOTS) {
+    this.index = new KeyTable(undefined, maxKeys);
+  }
+
   private settle(): void {
     const slot = this.expiredSlot;
     if (slot === -1) return;
@@ -217,6 +224,23 @@ export class Keyspace {
     return slot;
   }
 
+  /** Hashes of the keys warmKeys was given last. */
+  private warmHashes = new Int32Array(64);
+  /** What warmKeys read, folded together: kept so that the reads are not dropped as unused. */
+  warmedBits = 0;
+
+  /**
+   * Brings into the cache what looking up the keys `bytes[starts[i], ends[i])`, i < n, will read
+   * (KeyTable.warm), before they are looked up one by one: for a caller that knows a batch of keys
+   * ahead, as the journal's replay does. Changes no key.
+   */
+  warmKeys(bytes: Uint8Array, starts: Int32Array, ends: Int32Array, n: number): void {
+    if (n > this.warmHashes.length) this.warmHashes = new Int32Array(n);
+    const hashes = this.warmHashes;
+    for (let i = 0; i < n; i++) hashes[i] = hashKey(bytes, starts[i], ends[i]);
+    this.warmedBits ^= this.index.warm(hashes, n);
+  }
+
   /** lookupKey of a binary string key. */
   lookup(key: string, nowMs: number): number {
     const n = this.toScratch(key);
@@ -225,7 +249,7 @@ export class Keyspace {
 
   /**
    * Creates the key `bytes[start, end)` (it must not exist) and returns its slot; the caller sets
-   * state and expiry.
+   * state and expiry. Throws KeyspaceFullError, having changed nothing, when `maxKeys` keys exist.
    */
   createKey(bytes: Uint8Array, start: number, end: number, type: KeyType): number {
     let slot: number | undefined;
@@ -314,13 +338,13 @@ export class Keyspace {
       // A background save has slots left to visit: it keeps reading them from the storage as it is,
       // through a keyspace of its own over it (nothing changes it any more, so no write needs to
       // preserve anything), and this keyspace starts over in new storage. O(1), not a copy.
-      const aside = new Keyspace();
+      const aside = new Keyspace(this.maxKeys);
       aside.index = this.index;
       aside.blobs = this.blobs;
       aside.highWater = this.highWater;
       this.save!.source = aside;
       this.saveCursor = NO_SAVE;
-      this.index = new KeyTable();
+      this.index = new KeyTable(undefined, this.maxKeys);
       this.blobs = new Map();
     } else {
       this.index.clear();

@@ -112,6 +112,50 @@ export class JournalParser {
   }
 
   /**
+   * Where the keys of the next records are, read ahead without checking them: a hint, so that the
+   * keyspace can warm its cache for them (Keyspace.warmKeys) before next() reads them for real. Up to
+   * `max` keys of the SET and DEL records from the cursor on, [starts[i], ends[i]); stops at a FLUSH
+   * and at anything that is not plainly a whole record. Returns how many.
+   */
+  peekKeys(max: number, starts: Int32Array, ends: Int32Array): number {
+    const { buf, size } = this;
+    let p = this.p;
+    let n = 0;
+    while (n < max) {
+      let bodyLength = 0;
+      let mul = 1;
+      for (let i = 0; ; i++) {
+        if (p >= size || i === 5) return n;
+        const byte = buf[p++];
+        bodyLength += (byte & 127) * mul;
+        mul *= 128;
+        if (byte < 128) break;
+      }
+      let k = p + 1;
+      const bodyEnd = k + bodyLength;
+      if (bodyLength === 0 || bodyEnd + 4 > size) return n;
+      const op = buf[k++] & ((1 << OP_BITS) - 1);
+      if (op === OP_SET) k++;
+      else if (op !== OP_DEL) return n;
+      let keyLength = 0;
+      mul = 1;
+      for (let i = 0; ; i++) {
+        if (k >= bodyEnd || i === 5) return n;
+        const byte = buf[k++];
+        keyLength += (byte & 127) * mul;
+        mul *= 128;
+        if (byte < 128) break;
+      }
+      if (keyLength > bodyEnd - k) return n;
+      starts[n] = k;
+      ends[n] = k + keyLength;
+      n++;
+      p = bodyEnd + 4;
+    }
+    return n;
+  }
+
+  /**
    * Why the record at `start` is a torn tail, or null when it is whole (its checksum still to be
    * checked). Torn: its length runs past the end of the file, or its checksum fails and it is the
    * last thing in the file, or everything from `start` on is zero bytes.

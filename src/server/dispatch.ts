@@ -5,6 +5,7 @@
  * every client goes through execute(), and the queued ones of EXEC through callQueued().
  */
 import { ArgumentTooLongError, type CommandArgs } from '../protocol/command-args.js';
+import { KeyspaceFullError } from '../keyspace/keyspace.js';
 import { performance } from 'node:perf_hooks';
 import type { Config } from '../config.js';
 import type { ReplyWriter } from '../protocol/reply-writer.js';
@@ -237,13 +238,18 @@ export class Dispatcher {
   /**
    * A command handler threw: its partial reply is replaced by an error and the server goes on (an
    * exception from a socket's data handler would otherwise end the process). An argument too long
-   * for a string is the client's doing; anything else is a bug, logged.
+   * for a string is the client's doing, and so is a key beyond the keyspace's bound (an OOM, as
+   * maxmemory's refusal); anything else is a bug, logged.
    */
   private commandFailed(fullName: string, e: unknown, mark: number): void {
     const reply = this.writer;
     reply.truncate(mark);
     if (e instanceof ArgumentTooLongError) {
       reply.error(`ERR argument of ${e.bytes} bytes is too long for '${fullName}'`);
+      return;
+    }
+    if (e instanceof KeyspaceFullError) {
+      reply.error(`OOM command not allowed: ${e.message}`);
       return;
     }
     this.server.tasks.warnLimited(`command ${fullName}`, `internal error in '${fullName}': ${errorText(e)}`, { command: fullName, error: errorText(e) });
