@@ -11,6 +11,7 @@ export default defineConfig({
     include: [
       'test/limiters/**/*.test.ts',
       'test/keyspace/**/*.test.ts',
+      'test/store/**/*.test.ts',
       'test/protocol/**/*.test.ts',
       'test/commands/**/*.test.ts',
       'test/persistence/format.test.ts',

@@ -12,7 +12,7 @@
  * changes nothing, and a key of the call's own type pays nothing for it.
  */
 import type { CommandArgs } from '../protocol/command-args.js';
-import type { Keyspace } from '../keyspace/keyspace.js';
+import { KeyspaceFullError, type Keyspace } from '../keyspace/keyspace.js';
 import { BLOCK_TYPE, blockedDecision, blockedSeconds, blockRefuses } from '../limiters/block.js';
 import { cellThrottle } from '../limiters/cell-throttle.js';
 import { newDecision, RefundEffect, type Decision } from '../limiters/decision.js';
@@ -286,6 +286,16 @@ function rlSingle(ks: Keyspace, stats: Stats, call: LimiterCall, sink: StoreSink
  * key limits the whole call, as a limited one does: its limit answers the block, the others their
  * own decision, and nothing is spent.
  */
+/**
+ * RL.ALL is all or nothing: when the keys it would create do not fit under the keyspace's bound,
+ * it is refused (KeyspaceFullError, the dispatcher's OOM) before any of its keys is written.
+ */
+function refuseUnlessRoom(ks: Keyspace, limits: readonly Limit[], count: number): void {
+  let creates = 0;
+  for (let n = 0; n < count; n++) if (limits[n].slot === -1 && limits[n].decision.write) creates++;
+  if (creates > 0 && ks.size + creates > ks.maxKeys) throw new KeyspaceFullError(ks.maxKeys);
+}
+
 function rlAll(ks: Keyspace, stats: Stats, call: LimiterCall, sink: StoreSink): void {
   const { argv, limits, count, cost } = call;
   let blocked = false;
@@ -303,6 +313,7 @@ function rlAll(ks: Keyspace, stats: Stats, call: LimiterCall, sink: StoreSink): 
     if (limits[n].decision.limited) limited = true;
   }
   if (!limited) {
+    refuseUnlessRoom(ks, limits, count);
     for (let n = 0; n < count; n++) if (limits[n].decision.write) commit(ks, argv, limits[n], cost, sink.nowMs);
   }
   call.counter!.count(stats, limited);
