@@ -15,6 +15,11 @@
  *   flood          3 sidecars on one redis-server; 90% of the calls on a few hot keys that are refused
  *                  (the same limit, emptied: a token comes back every 60 ms)
  *   flood-quota    the same, the hot keys over an hourly quota (100 per hour, emptied: refused for ~36 s)
+ *   hot            3 sidecars on one redis-server; 90% of the calls on a few hot keys that are allowed (a limit
+ *                  they never reach), 10% on random keys: every call goes to the backend, and a batch holds
+ *                  several calls of one key
+ *   <id>-before    with BENCH_COMPARE: redis, cluster and hot again with another build's sidecars (the build
+ *                  before a change), run right after their own row
  *   script         diagnostic: the applications call redis-server directly with cellgate's limiter script,
  *                  the EVALSHA a sidecar sends for CL.THROTTLE (captured with MONITOR), on random keys:
  *                  the script's own Redis cost at the load generator's batching
@@ -43,6 +48,9 @@
  *   BENCH_WRITE [1]          write the "## Shared backend" section of bench/RESULTS.md (0: print only)
  *   BENCH_TIMEOUT [400]      seconds before everything is killed
  *   BENCH_MAIN [dist/main.js]
+ *   BENCH_COMPARE [none]     another build's main.js (a directory with its dist/, a node_modules symlink and its
+ *                            package.json), e.g. main before a change: redis, cluster and hot run with it too
+ *   BENCH_COMPARE_LABEL [the path]  how that build is named in the table (e.g. its commit)
  */
 import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
@@ -65,10 +73,18 @@ const KEYS = Number(env.BENCH_KEYS ?? 100_000);
 const HOT_KEYS = Number(env.BENCH_HOT_KEYS ?? 4);
 const BACKEND_TIMEOUT = String(env.BENCH_BACKEND_TIMEOUT ?? 1000);
 const WRITE = env.BENCH_WRITE !== '0';
-const TIMEOUT_S = Number(env.BENCH_TIMEOUT ?? 400);
+const TIMEOUT_S = Number(env.BENCH_TIMEOUT ?? 900);
+const COMPARE = env.BENCH_COMPARE ?? null;
+const COMPARE_LABEL = env.BENCH_COMPARE_LABEL ?? COMPARE;
 const SIDECARS = 3;
-/** The shares the targets ask for: sidecars' requests per Redis CPU-second ≥ the direct Lua's; flood ≥ 5× fewer backend calls. */
-const TARGET_PER_REDIS_CORE_VS_LUA = 1;
+/**
+ * The targets: requests per Redis CPU-second through the sidecars ≥ 1.5× the direct Lua's on one Redis, ≥ 1×
+ * on the Cluster; the sidecars' CPU per request ≤ 3× local mode's; p99 ≤ the direct Lua's + 1 ms; the
+ * flood ≥ 5× fewer backend calls than requests.
+ */
+const TARGET_PER_REDIS_CORE_VS_LUA = { redis: 1.5, cluster: 1 };
+const TARGET_SIDECAR_VS_LOCAL = 3;
+const TARGET_P99_OVER_LUA_MS = 1;
 const TARGET_FLOOD_SAVING = 5;
 
 // The limit every configuration enforces (the one bench/throttle.mjs uses): burst 100 (capacity 101), 1000 per 60 s.
@@ -215,9 +231,9 @@ function sidecarArgs(dir, backendArgs) {
   return ['--port', '0', '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--log-format', 'json', ...backendArgs];
 }
 
-async function startSidecar(backendArgs) {
+async function startSidecar(backendArgs, main = MAIN) {
   const dir = tempDir('cellgate-bench-');
-  const [cmd, args] = pinned(APP_CPU, process.execPath, [...NODE_FLAGS, MAIN, ...sidecarArgs(dir, backendArgs)]);
+  const [cmd, args] = pinned(APP_CPU, process.execPath, [...NODE_FLAGS, main, ...sidecarArgs(dir, backendArgs)]);
   const child = track(spawn(cmd, args, { cwd: ROOT, env: { ...process.env, ...NODE_ENV }, stdio: ['ignore', 'pipe', 'pipe'] }));
   const logs = [];
   const port = await new Promise((resolve, reject) => {
@@ -269,6 +285,11 @@ async function backendInfo(sidecars) {
   for (const s of sidecars) {
     const info = parseInfo(await command(s.port, 'INFO', 'backend'));
     for (const [k, v] of Object.entries(info)) if (typeof v === 'number') sum[k] = (sum[k] ?? 0) + v;
+    // backend_batch_sizes: `1=5,2-3=0,...` (a build without batches has none).
+    for (const part of String(info.backend_batch_sizes ?? '').split(',')) {
+      const [label, n] = part.split('=');
+      if (n !== undefined) sum[`batch ${label}`] = (sum[`batch ${label}`] ?? 0) + Number(n);
+    }
   }
   return sum;
 }
@@ -305,8 +326,15 @@ async function captureScriptCall(redisPort) {
     const words = [...line.matchAll(/"((?:[^"\\]|\\.)*)"/g)].map((m) =>
       m[1].replace(/\\x([0-9a-f]{2})/gi, (_, h) => String.fromCharCode(parseInt(h, 16))).replace(/\\(.)/g, (_, ch) => ({ n: '\n', r: '\r', t: '\t' })[ch] ?? ch));
     const at = words.findIndex((w) => w.toLowerCase() === 'evalsha');
+    // A batch of one call (no KEYS: header, the call's element, its key), or (a build before
+    // batches) one call with its key as KEYS[1]. Binary: sent back as the same bytes.
+    const bytes = (w) => Buffer.from(w, 'latin1');
+    if (words[at + 2] === '0' && words.length === at + 6) {
+      return { sha: words[at + 1], argsFor: (key) => ['0', bytes(words[at + 3]), bytes(words[at + 4]), key] };
+    }
     if (words[at + 2] !== '1') throw new Error(`unexpected script call: ${line}`);
-    return { sha: words[at + 1], argv: words.slice(at + 4) };
+    const argv = words.slice(at + 4).map(bytes);
+    return { sha: words[at + 1], argsFor: (key) => ['1', key, ...argv] };
   } finally {
     await stop(sidecar.child);
   }
@@ -399,6 +427,12 @@ async function exactness(conns, args) {
   return replies.filter((r) => (args[0] === 'EVALSHA' ? r.value[0] === 1 : r.value[0] === 0)).length;
 }
 
+/** The sizes INFO backend_batch_sizes counts batches by (src/backend/batch-stats.ts). */
+const BATCH_LABELS = ['1', '2-3', '4-7', '8-15', '16-31', '32-63', '64-127', '128-255', '256'];
+
+/** The hot configuration's limit, which its keys never reach in a run (a billion per minute). */
+const ALLOWED_ARGS_TEXT = '1000000000 1000000000 60 1';
+
 // ---------------------------------------------------------------------------------------------------
 // Machine facts and formatting.
 
@@ -430,7 +464,7 @@ async function main() {
 
   const hasBackend = buildHasBackend();
   if (!hasBackend) say('# this build has no backend option: only the local and lua configurations run');
-  const wanted = new Set((env.BENCH_CONFIGS ?? 'local,lua,script,redis,redis-rl,cluster,flood,flood-quota').split(','));
+  const wanted = new Set((env.BENCH_CONFIGS ?? 'local,lua,script,redis,redis-rl,cluster,flood,flood-quota,hot').split(','));
 
   const redis = await startRedis();
   const sha = await command(redis.port, 'SCRIPT', 'LOAD', LUA_TOKEN_BUCKET);
@@ -440,14 +474,16 @@ async function main() {
   const script = wanted.has('script') && hasBackend ? await captureScriptCall(redis.port) : null;
   const QUOTA_ARGS = ['99', '100', '3600', '1']; // 100 per hour, burst 100
   const hot = (name, args) => () => (Math.random() < 0.9 ? ['CL.THROTTLE', `${name}:${Math.floor(Math.random() * HOT_KEYS)}`, ...args] : throttle());
-  const configs = [
+  // A limit the hot keys never reach in a run: a billion per minute, burst a billion.
+  const ALLOWED_ARGS = ALLOWED_ARGS_TEXT.split(' ');
+  const mainConfigs = [
     { id: 'local', label: '3 sidecars, local (no backend; not shared)', backend: null, next: throttle,
       exact: ['CL.THROTTLE', 'exact:check', String(EXACT_LIMIT - 1), '1', '3600', '1'] },
     { id: 'lua', label: 'apps → Redis, Lua token bucket (EVALSHA)', direct: true,
       next: () => ['EVALSHA', sha, '1', randomKey(), String(CAPACITY), String(RATE_PER_S), '1'],
       exact: ['EVALSHA', sha, '1', 'exact:check', String(EXACT_LIMIT), String(1 / 3600), '1'] },
-    { id: 'script', label: "apps → Redis, cellgate's script (EVALSHA; diagnostic)", direct: true, exact: null,
-      next: () => ['EVALSHA', script.sha, '1', `cellgate:${randomKey()}`, ...script.argv] },
+    { id: 'script', label: "apps → Redis, cellgate's script, one call per run (EVALSHA; diagnostic)", direct: true, exact: null,
+      next: () => ['EVALSHA', script.sha, ...script.argsFor(`cellgate:${randomKey()}`)] },
     { id: 'redis', label: '3 sidecars → 1 Redis, CL.THROTTLE', backend: 'redis', next: throttle,
       exact: ['CL.THROTTLE', 'exact:check', String(EXACT_LIMIT - 1), '1', '3600', '1'] },
     { id: 'redis-rl', label: '3 sidecars → 1 Redis, RL.TOKENBUCKET', backend: 'redis', next: () => ['RL.TOKENBUCKET', randomKey(), ...TOKENBUCKET_ARGS],
@@ -460,7 +496,13 @@ async function main() {
     { id: 'flood-quota', label: 'flood: 3 sidecars → 1 Redis, 90% on 4 hot keys (over an hourly quota)', backend: 'redis',
       hot: { name: 'hotq', args: QUOTA_ARGS, drain: 100 }, next: hot('hotq', QUOTA_ARGS),
       exact: ['CL.THROTTLE', 'exact:check', String(EXACT_LIMIT - 1), '1', '3600', '1'] },
-  ].filter((c) => wanted.has(c.id) && (c.id === 'script' ? script !== null : c.direct || c.backend === null || hasBackend));
+    { id: 'hot', label: `hot: 3 sidecars → 1 Redis, 90% on ${HOT_KEYS} hot keys, allowed`, backend: 'redis', next: hot('hota', ALLOWED_ARGS),
+      exact: ['CL.THROTTLE', 'exact:check', String(EXACT_LIMIT - 1), '1', '3600', '1'] },
+  ];
+  // The build before a change, right after each of its rows (the machine's load drifts less in between).
+  const configs = mainConfigs.flatMap((c) => (COMPARE !== null && ['redis', 'cluster', 'hot'].includes(c.id)
+    ? [c, { ...c, id: `${c.id}-before`, label: `${c.label} (${COMPARE_LABEL})`, main: COMPARE, before: c.id }]
+    : [c])).filter((c) => wanted.has(c.before ?? c.id) && (c.id === 'script' ? script !== null : c.direct || c.backend === null || hasBackend));
 
   const commands = new Map(); // what ran, for RESULTS.md
   commands.set('redis', shellQuote([...(PIN ? ['taskset', '-c', String(REDIS_CPU)] : []), 'redis-server', ...redisArgs('<port>', '<tmp>')]));
@@ -481,7 +523,7 @@ async function main() {
     }
     const sidecars = [];
     if (!c.direct) {
-      for (let i = 0; i < SIDECARS; i++) sidecars.push(await startSidecar(backendArgs));
+      for (let i = 0; i < SIDECARS; i++) sidecars.push(await startSidecar(backendArgs, c.main));
       if (c.backend !== null) for (const s of sidecars) await waitBackendUp(s);
       const shown = backendArgs.map((w) => w.replace(/127\.0\.0\.1:\d+/g, '127.0.0.1:<port>'));
       commands.set(`sidecar ${c.backend ?? 'local'}`, `3 × ${shellQuote([...(PIN ? ['taskset', '-c', String(APP_CPU)] : []), ...Object.entries(NODE_ENV).map(([k, v]) => `${k}=${v}`), 'node', ...NODE_FLAGS, 'dist/main.js', ...sidecarArgs('<tmp>', shown)])}`);
@@ -531,6 +573,9 @@ async function main() {
       timeouts: d('backend_timeouts'),
       backendErrors: d('backend_errors'),
       refusedShare: run.refused / Math.max(1, run.requests),
+      batches: d('backend_batches'),
+      batchedCalls: d('backend_batched_calls'),
+      batchSizes: BATCH_LABELS.map((l) => d(`batch ${l}`)),
       errors: run.errors,
       firstError: run.firstError,
     };
@@ -558,14 +603,21 @@ async function main() {
     r.errors + (Number.isFinite(r.policy) ? r.policy : 0),
   ]);
   const resultTable = table(
-    ['configuration', 'requests/s', 'p50 ms', 'p99 ms', 'Redis CPU µs/req', 'in the script µs/call', 'req per Redis CPU-s', 'sidecars CPU µs/req', 'scripts/req', `allowed (limit ${EXACT_LIMIT})`, 'errors + policy answers'],
+    ['configuration', 'requests/s', 'p50 ms', 'p99 ms', 'Redis CPU µs/req', 'in the script µs/script', 'req per Redis CPU-s', 'sidecars CPU µs/req', 'scripts/req', `allowed (limit ${EXACT_LIMIT})`, 'errors + policy answers'],
     rows,
   );
   const checks = [];
-  for (const r of results.filter((x) => x.backend && !x.hot)) {
+  const local = results.find((r) => r.id === 'local');
+  for (const r of results.filter((x) => x.backend && !x.hot && !x.before)) {
     if (lua) {
       const ratio = r.perRedisCore / lua.perRedisCore;
-      checks.push([`${r.label}: requests per Redis CPU-second / the direct Lua's`, `${ratio.toFixed(2)}×`, `≥ ${TARGET_PER_REDIS_CORE_VS_LUA}×`, ratio >= TARGET_PER_REDIS_CORE_VS_LUA]);
+      const target = TARGET_PER_REDIS_CORE_VS_LUA[r.backend];
+      checks.push([`${r.label}: requests per Redis CPU-second / the direct Lua's`, `${ratio.toFixed(2)}×`, `≥ ${target}×`, ratio >= target]);
+      checks.push([`${r.label}: p99 − the direct Lua's p99`, `${(r.p99 - lua.p99).toFixed(3)} ms`, `≤ ${TARGET_P99_OVER_LUA_MS} ms`, r.p99 - lua.p99 <= TARGET_P99_OVER_LUA_MS]);
+    }
+    if (local) {
+      const ratio = r.sidecarUsPerOp / local.sidecarUsPerOp;
+      checks.push([`${r.label}: sidecars' CPU per request / local mode's`, `${ratio.toFixed(2)}×`, `≤ ${TARGET_SIDECAR_VS_LOCAL}×`, ratio <= TARGET_SIDECAR_VS_LOCAL]);
     }
     const exact = r.allowedOfExact === EXACT_LIMIT && r.errors === 0 && r.policy === 0 && r.backendErrors === 0;
     checks.push([`${r.label}: exact (${EXACT_CALLS} calls at once → ${EXACT_LIMIT} allowed; no errors, no policy answers)`, `${r.allowedOfExact} allowed, ${r.errors} errors, ${r.policy} policy answers`, `${EXACT_LIMIT}, 0, 0`, exact]);
@@ -582,6 +634,13 @@ async function main() {
       floods.map((f) => [f.id, fmtInt(f.requests), `${(f.refusedShare * 100).toFixed(1)}%`, fmtInt(f.scripts), fmtInt(f.backendCalls), fmtInt(f.cacheHits), `${(f.requests / f.scripts).toFixed(1)}×`]),
     );
   }
+  const batched = results.filter((r) => r.backend);
+  const batchTable = table(
+    ['configuration', 'scripts/req', 'batches', 'calls per batch', ...BATCH_LABELS.map((l) => `size ${l}`)],
+    batched.map((r) => [r.label, Number.isFinite(r.scripts) ? (r.scripts / r.requests).toFixed(3) : '—',
+      r.batches > 0 ? fmtInt(r.batches) : '—', r.batches > 0 ? (r.batchedCalls / r.batches).toFixed(1) : '—',
+      ...r.batchSizes.map((n) => (r.batches > 0 ? `${((n / r.batches) * 100).toFixed(1)}%` : '—'))]),
+  );
   const verdict = checks.map(([what, value, target, met]) => `- ${what}: ${value} (target ${target}): ${met ? 'met' : '**missed**'}`).join('\n');
   const endLoad = os.loadavg().map((x) => x.toFixed(2)).join(' ');
   say();
@@ -590,6 +649,8 @@ async function main() {
     say();
     say(floodTable);
   }
+  say();
+  say(batchTable);
   say();
   say(verdict);
 
@@ -625,24 +686,32 @@ bench/lua-token-bucket.mjs (the script bench/throttle.mjs measures). The floods 
 ${HOT_KEYS} hot keys, emptied before the run so that they refuse, and 10% to random keys: \`flood\` with the same limit
 (${COUNT} per ${PERIOD_S} s: a token comes back every ${(PERIOD_S * 1000 / COUNT).toFixed(0)} ms, so each cached refusal lasts at most that long),
 \`flood-quota\` with the hot keys over an hourly quota (\`CL.THROTTLE hotq:<k> 99 100 3600 1\`: refused for ~36 s).
+\`hot\` sends 90% of its calls to ${HOT_KEYS} hot keys that are allowed (\`CL.THROTTLE hota:<k> ${ALLOWED_ARGS_TEXT}\`: a limit
+they never reach), so every call goes to the backend, and a batch carries several calls of each hot key.${COMPARE ? `
+Rows marked (${COMPARE_LABEL}) ran the same configuration right after, with the sidecars of that build
+(\`BENCH_COMPARE=${COMPARE}\`): the build before batching.` : ''}
 \`script\` is a diagnostic: the load generator sends redis-server the very EVALSHA a sidecar sends for
-\`CL.THROTTLE key:<n> ${THROTTLE_ARGS.join(' ')}\` (captured with MONITOR), on random keys: the cost of cellgate's script
-itself, without the sidecars.
+\`CL.THROTTLE key:<n> ${THROTTLE_ARGS.join(' ')}\` alone in its turn (a batch of one call; captured with MONITOR), on random
+keys: the cost of cellgate's script itself for one call per run, without the sidecars and without batching.
 Before each run, ${EXACT_CALLS} calls at once on one key allowed ${EXACT_LIMIT} per hour, round-robin over the connections
 (so over the three sidecars): a shared, exact limit allows exactly ${EXACT_LIMIT}.
 
 CPU per request: utime + stime (\`/proc/<pid>/stat\`) over the measured window ÷ the requests answered in it;
 "Redis" sums every redis-server process (three for the cluster), "sidecars" the three cellgate processes.
 "Requests per Redis CPU-second" is 10⁶ ÷ Redis CPU µs per request: the throughput one Redis core would
-carry. "In the script": Redis's own timing of the script calls (INFO commandstats usec ÷ calls: wall clock
-around each call, so a loaded machine's preemption inflates it), the share of Redis's work spent running the
-Lua rather than reading, parsing and writing. "Scripts/req": INFO commandstats
+carry. "In the script": Redis's own timing of the script runs (INFO commandstats usec ÷ calls: wall clock
+around each run, so a loaded machine's preemption inflates it; a batch is one run for all its calls). "Scripts/req": INFO commandstats
 eval + evalsha calls on the backend over the window ÷ requests.
 
 ### Results
 
 ${resultTable}
 ${floodTable ? `\nThe flood (requests answered vs backend calls over the measured window):\n\n${floodTable}\n` : ''}
+The batches (INFO backend over the measured window: \`backend_batches\`, \`backend_batched_calls\`, and the share of
+batches by size from \`backend_batch_sizes\`; none for a build without them):
+
+${batchTable}
+
 Targets:
 
 ${verdict}
@@ -658,7 +727,9 @@ How to read these numbers:
   is the script's own cost (the \`in the script\` column).
 - Latency is what the application sees, with ${INFLIGHT} requests queued on each connection (closed loop),
   so it measures queueing under saturation as much as the path itself.
-- The machine may be shared with other work: load average ${facts.loadavg} at the start, ${endLoad} at the end.
+- The machine was shared with other work (other builds and test runs): load average ${facts.loadavg} at the start,
+  ${endLoad} at the end. Figures of one configuration move by tens of percent from run to run; compare rows
+  that ran next to each other (a build and the build before it) rather than across runs.
 `;
     const previous = existsSync(RESULTS) ? readFileSync(RESULTS, 'utf8') : '';
     // This script owns the "## Shared backend" section, up to the next heading of level 1 or 2.

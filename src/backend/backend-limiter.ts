@@ -12,9 +12,12 @@
  *    -READONLY, -OOM, a lost connection, ...), the policy (src/store/policy-limiter.ts), handed the
  *    call as parsed.
  *
- * A transaction's calls (EXEC: beginUnit .. endUnit) go as one script, decided in order on the
- * backend with nothing in between; a keyspace command of the transaction sends those before it
- * first (flushUnit), so the backend sees the commands in the transaction's order.
+ * The calls of one event-loop turn go to each backend node as one script (src/backend/
+ * limiter-batches.ts), decided in order; each is answered from its part of the reply.
+ *
+ * A transaction's calls (EXEC: beginUnit .. endUnit) go as one script of their own, decided in
+ * order on the backend with nothing in between; a keyspace command of the transaction sends those
+ * before it first (flushUnit), so the backend sees the commands in the transaction's order.
  */
 import type { Clock } from '../clock.js';
 import { BLOCK_TYPE_NAME } from '../limiters/block.js';
@@ -26,8 +29,9 @@ import { detachCall, type LimiterCall } from '../store/limiter-call.js';
 import { replyFive, WRONGTYPE, writeSix } from '../store/limiter-replies.js';
 import type { LimiterStore, ReplyPlace, StoreSink, UnitKeyCheck } from '../store/store.js';
 import { keySlot } from './key-slot.js';
-import { limiterScriptArgv, parseLimiterReply, unitScriptArgv, type ScriptLimit, type ScriptOutcome } from './limiter-script.js';
-import { isDecision, TIMED_OUT, type CallDone, type NodeState, type RedisBackend } from './redis-backend.js';
+import { LimiterBatches, type BatchedCall } from './limiter-batches.js';
+import { LIMITER_SCRIPT, limiterScriptArgv, parseLimiterReply, unitScriptArgv, type ScriptLimit, type ScriptOutcome } from './limiter-script.js';
+import { isDecision, TIMED_OUT, type CallDone, type RedisBackend } from './redis-backend.js';
 
 /**
  * The longest key sent to the backend. Limiter keys are short; a huge one would be copied, sent and
@@ -45,22 +49,23 @@ export const KEY_TOO_LONG = `ERR key too long for the backend (at most ${MAX_BAC
  */
 export const MAX_UNIT_CALLS = 512;
 
+/** Why a call re-sent on its own got the policy: its node is down or full (as RedisBackend.admit). */
+const NODE_UNAVAILABLE = new Error("the key's backend node is down or has too many calls pending");
+
 export const CROSSSLOT = "CROSSSLOT Keys in request don't hash to the same slot (use a hash tag such as {user:42}:s and {user:42}:h)";
 
-/** A call sent (or to be sent, in a unit) to the backend, and what its answer needs. */
-interface SentCall {
-  /** The call as parsed, detached from the request (a policy answer decides it). */
+/** A call sent (or to be sent, in a batch or a unit) to the backend, and what its answer needs. */
+interface SentCall extends BatchedCall {
+  /**
+   * The call as parsed: RL.*'s detached from the request; CL.THROTTLE's and GCRA's a copy whose
+   * argument vector is the request's (reused by the next command), detached only if the policy
+   * answers it (policyCall): most calls never need it.
+   */
   call: LimiterCall;
+  detached: boolean;
   limits: ScriptLimit[];
-  /** Its keys, prefixed. */
-  keys: Buffer[];
-  scriptArgv: Buffer[];
-  node: NodeState;
   client: ReplyPlace;
   resolve: (write: (reply: ReplyWriter) => void) => void;
-  /** The refusal cache's key and parameters ('' = not cached). */
-  cacheKey: string;
-  signature: string;
   cost: number;
   sentAtUs: number;
   epoch: number;
@@ -71,6 +76,8 @@ interface SentCall {
 export class BackendLimiterStore implements LimiterStore {
   /** The calls of the transaction running (EXEC), not sent yet; null outside one. */
   private unit: SentCall[] | null = null;
+  /** The calls of this turn, per node, not sent yet. */
+  private readonly batches: LimiterBatches<SentCall>;
 
   constructor(
     private readonly backend: RedisBackend,
@@ -78,7 +85,10 @@ export class BackendLimiterStore implements LimiterStore {
     private readonly fallback: LimiterStore,
     private readonly stats: Stats,
     private readonly clock: Clock,
-  ) {}
+  ) {
+    this.batches = new LimiterBatches<SentCall>(backend, LIMITER_SCRIPT, { answer: this.answer, sendAlone: this.sendAlone });
+    backend.beforeSend = () => this.batches.flush();
+  }
 
   decide(call: LimiterCall, sink: StoreSink): void {
     const backend = this.backend;
@@ -100,12 +110,11 @@ export class BackendLimiterStore implements LimiterStore {
     const cache = backend.cache;
     const prefixLength = backend.prefixBytes.length;
     // A refund is never answered from (nor stored in) the refusal cache: it makes refusals false.
-    const signature = signatureOf(call);
     const cost = call.kind === 'gcra' ? call.gcra!.incrementUs : call.cost;
-    const cacheKey = signature !== '' ? keys[0].toString('latin1', prefixLength) : '';
     const limits = scriptLimits(call);
-    if (cacheKey !== '') {
-      const hit = cache.lookup(cacheKey, signature, cost, sink.nowUs);
+    // The key as text only when a refusal may be cached for it (none while every call is allowed).
+    if (cache.size > 0 && signatureOf(call) !== '') {
+      const hit = cache.lookup(keys[0].toString('latin1', prefixLength), signatureOf(call), cost, sink.nowUs);
       if (hit !== null) {
         writeCached(sink.reply, limits[0], hit.values, hit.elapsedUs, hit.leftUs);
         call.counter?.count(this.stats, true);
@@ -127,11 +136,12 @@ export class BackendLimiterStore implements LimiterStore {
       return;
     }
     const sent: SentCall = {
-      call: detachCall(call, keys, prefixLength), limits, keys, scriptArgv, node, client: sink.client, resolve: sink.client.defer(),
-      cacheKey, signature, cost, sentAtUs: sink.nowUs, epoch: cache.epoch, clockUs,
+      call: call.kind === 'rl' ? detachCall(call, keys, prefixLength) : { ...call }, detached: call.kind === 'rl',
+      limits, keys, argv: scriptArgv[0], node, frozen: clockUs !== null,
+      client: sink.client, resolve: sink.client.defer(), cost, sentAtUs: sink.nowUs, epoch: cache.epoch, clockUs,
     };
     if (this.unit === null) {
-      backend.limit(node, keys, scriptArgv, (error, reply) => this.answer(sent, error, reply));
+      this.batches.add(sent);
       return;
     }
     this.unit.push(sent);
@@ -156,12 +166,11 @@ export class BackendLimiterStore implements LimiterStore {
     if (unit === null || unit.length === 0) return;
     this.unit = [];
     if (unit.length === 1) {
-      const sent = unit[0];
-      this.backend.limit(sent.node, sent.keys, sent.scriptArgv, (error, reply) => this.answer(sent, error, reply));
+      this.sendAlone(unit[0]);
       return;
     }
     const keys = unit.flatMap((s) => s.keys);
-    const argv = unitScriptArgv(unit.map((s) => s.scriptArgv[0]), unit[0].clockUs);
+    const argv = unitScriptArgv(unit.map((s) => s.argv), unit[0].clockUs);
     this.backend.limit(unit[0].node, keys, argv, (error, reply) => {
       if (error !== null) {
         for (const sent of unit) this.answer(sent, error, undefined);
@@ -186,22 +195,37 @@ export class BackendLimiterStore implements LimiterStore {
     return this.backend.target.mode === 'cluster' ? new SlotCheck(this.backend.prefixBytes) : null;
   }
 
+  /**
+   * Sends one call as its own script, by its keys (through the Cluster client, which follows MOVED
+   * and ASK): a transaction's single call, or a batch's call whose node no longer serves its key.
+   */
+  private readonly sendAlone = (sent: SentCall): void => {
+    const node = this.backend.admit(sent.keys[0]);
+    if (node === null) {
+      this.answer(sent, NODE_UNAVAILABLE, undefined);
+      return;
+    }
+    this.backend.limit(node, sent.keys, [sent.argv], (error, reply) => this.answer(sent, error, reply));
+  };
+
   /** The backend's answer to one call (or its failure). */
   private readonly answer: (sent: SentCall, error: Parameters<CallDone>[0], reply: unknown) => void = (sent, error, reply) => {
     const { backend, stats } = this;
     const { call, resolve } = sent;
+    if (error === null && this.answerAllowed(sent, reply)) return;
     if (error === null) {
       let outcome: ScriptOutcome;
       try {
         outcome = parseLimiterReply(reply, sent.limits);
       } catch (e) {
         this.unexpectedReply(e as Error);
-        resolve((w) => this.answerByPolicy(call, this.sinkLater(sent.client, w)));
+        resolve((w) => this.answerByPolicy(this.policyCall(sent), this.sinkLater(sent.client, w)));
         return;
       }
-      if (sent.cacheKey !== '' && outcome.limited) {
+      // The refusal cache's key is keys[0]'s client part; its parameters signatureOf's ('' = never cached).
+      if (outcome.limited && outcome.limits[0].refusedForUs > 0 && signatureOf(call) !== '') {
         const refusedForUs = outcome.limits[0].refusedForUs;
-        if (refusedForUs > 0) backend.cache.store(sent.cacheKey, sent.signature, sent.cost, sent.sentAtUs, refusedForUs, outcome.limits[0].values, sent.epoch);
+        backend.cache.store(sent.keys[0].toString('latin1', backend.prefixBytes.length), signatureOf(call), sent.cost, sent.sentAtUs, refusedForUs, outcome.limits[0].values, sent.epoch);
       }
       call.counter?.count(stats, outcome.limited);
       if (call.refund !== 0) {
@@ -218,8 +242,34 @@ export class BackendLimiterStore implements LimiterStore {
       resolve((w) => w.error(error.message));
       return;
     }
-    resolve((w) => this.answerByPolicy(call, this.sinkLater(sent.client, w)));
+    resolve((w) => this.answerByPolicy(this.policyCall(sent), this.sinkLater(sent.client, w)));
   };
+
+  /**
+   * The common answer without the general decoding: one limit allowed (a batch's reply as
+   * splitBatchReply gives it, [0, values..., -1]), written straight from the reply. False for
+   * anything else (a refusal, RL.ALL, a refund, another shape), which `answer` decodes in full.
+   */
+  private answerAllowed(sent: SentCall, reply: unknown): boolean {
+    const { call, limits } = sent;
+    if (!Array.isArray(reply) || reply[0] !== 0 || limits.length !== 1 || call.refund !== 0 || call.allOrNothing) return false;
+    const r = reply as number[];
+    const seconds = isSeconds(limits[0]);
+    if (r.length !== (seconds ? 7 : 8)) return false;
+    call.counter?.count(this.stats, false);
+    if (seconds) sent.resolve((w) => replyFive(w, r[1] === 1, r[2], r[3], r[4], r[5]));
+    else sent.resolve((w) => writeSix(w, r[1], r[2], r[3], r[4], r[5], r[6]));
+    return true;
+  }
+
+  /** The call detached from its request, for the policy (which reads its keys from the arguments). */
+  private policyCall(sent: SentCall): LimiterCall {
+    if (!sent.detached) {
+      sent.call = detachCall(sent.call, sent.keys, this.backend.prefixBytes.length);
+      sent.detached = true;
+    }
+    return sent.call;
+  }
 
   private unexpectedReply(e: Error): void {
     this.backend.errors++;

@@ -12,20 +12,43 @@ if flags % 4 < 2 then
   nowUs = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 local nowMs = floor(nowUs / 1000)
+-- The backend's time (a batch's calls without a debug clock decide at it).
+local timeUs = nowUs
+-- How a call's reply is returned: a table of integers, or in a batch packed (below). CL.THROTTLE's
+-- remaining saturated to i64::MAX is this text in a table, which no double holds exactly.
+local function as_table(...) return { ... } end
+local reply, MAXREM = as_table, '9223372036854775807'
+-- Set by load when it read an empty string and did not ask whether the key exists (lazy): the
+-- call's write then asks (SET NX), and a call that does not write asks EXISTS.
+local unsure = false
+
+-- A failed first access to a key: -1 (WRONGTYPE) for a key of another Redis type, -3 for a key this
+-- node does not serve (a batch names its keys in ARGV, so a Cluster node checks each as it is read:
+-- after a resharding or a failover the call is sent again on its own, by its slot).
+local function elsewhere(e)
+  if string.sub(e.err, 1, 9) == 'WRONGTYPE' then return -1 end
+  return -3
+end
 
 -- The key's state: 0 when absent or expired at nowMs, -1 when it is not a cellgate value (or not of
--- type want), -2 and exp for a block (RL.BLOCK) that refuses until exp, else 1 and exp, A, B, C,
--- the value (nil for a long sliding log: only its start is read) and the value's length. A sliding
--- log of more than 8 entries is read by its header, then entry by entry as the binary searches
--- need them: a call reads O(log n) of it, never the whole log.
-local function load(key, log, want)
+-- type want), -2 and exp for a block (RL.BLOCK) that refuses until exp, -3 when this node does not
+-- serve it, else 1 and exp, A, B, C, the value (nil for a long sliding log: only its start is read)
+-- and the value's length. A sliding log of more than 8 entries is read by its header, then entry by
+-- entry as the binary searches need them: a call reads O(log n) of it, never the whole log.
+local function load(key, log, want, lazy)
   local v, len, hdr
   if not log then
     -- One byte past the 34 a value of this kind has: a longer value (a sliding log, a foreign
     -- string of any size) is told apart without copying it into Lua; another Redis type errors.
     v = redis.pcall('GETRANGE', key, 0, HEADER)
-    if type(v) == 'table' then return -1 end
+    if type(v) == 'table' then return elsewhere(v) end
     if v == '' then
+      -- Absent, or an empty string (not cellgate's): most calls on an absent key write it, and
+      -- SET NX tells the two apart then at no extra call.
+      if lazy then
+        unsure = true
+        return 0
+      end
       if redis.call('EXISTS', key) == 1 then return -1 end
       return 0
     end
@@ -41,7 +64,7 @@ local function load(key, log, want)
     -- At most the header and 8 entries: the whole of a short log in one call; STRLEN only when
     -- there may be more.
     v = redis.pcall('GETRANGE', key, 0, HEADER + 127)
-    if type(v) == 'table' then return -1 end
+    if type(v) == 'table' then return elsewhere(v) end
     if v == '' then
       if redis.call('EXISTS', key) == 1 then return -1 end
       return 0
@@ -112,10 +135,36 @@ local function type_of(op)
   return 1
 end
 
+-- The error of a call whose key could not be read (load's -1 or -3); nothing was written.
+local function unread(st)
+  if st == -3 then return redis.error_reply('${NOT_SERVED}') end
+  return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value')
+end
+
 -- The first µs the same call is allowed is decision's first, else now + retry, or when the key
 -- expires if sooner (then it is fresh, and a call that can ever be allowed is allowed on a fresh
 -- key); refusedForUs is the µs before it. µs instants past 2^53 (year 2255) are not exact doubles:
 -- no exact answer then.
+-- A single-limit call's reply from its decision; has and sexp: the key's state before it.
+local function answer(limited, limit, remaining, retry, reset, delay, first, has, sexp)
+  if remaining == 'max' then remaining = MAXREM end
+  if not limited then
+    if delay then return reply(0, 0, limit, remaining, retry, reset, delay, -1) end
+    return reply(0, 0, limit, remaining, retry, reset, -1)
+  end
+  local refused = -1
+  if retry ~= -1 then
+    if first == nil then first = (nowMs + retry) * 1000 end
+    if has and (sexp + 1) * 1000 < first then first = (sexp + 1) * 1000 end
+    if first < SAFE then refused = first - nowUs - 1 end
+  end
+  if delay then return reply(1, 1, limit, remaining, retry, reset, delay, refused) end
+  return reply(1, 1, limit, remaining, retry, reset, refused)
+end
+
+-- A batch's keys so far (nil outside a batch): a key's first call in a batch may be on an absent key.
+local seen = nil
+
 -- One call: its ARGV element, its keys, whether all-or-nothing. A function, so a unit of several
 -- calls (flag 4) runs it per call (the body is not indented for it, to keep its text as it was).
 local function run(args, KEYS, all)
@@ -128,21 +177,37 @@ if n == 1 then
   local refund = string.byte(op) < 97
   if refund then op = string.lower(op) end
   local t = type_of(op)
-  local st, sexp, sa, sb, sc, sv, slen = load(key, op == 's', t)
-  if st < 0 then
-    if st == -1 then return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value') end
+  if seen ~= nil and not refund and op ~= 's' and not seen[key] then
+    seen[key] = true
+    -- Most keys a batch names once are absent (a key in use is usually named again in the same
+    -- batch, which reads it): decide as on an absent key, and write only if it is (SET NX), one
+    -- call where reading first takes two. Present (or an empty string): decided below as usual.
+    local limited, limit, remaining, retry, reset, delay, write, a, b, c, exp, first = decide(op, x1, x2, x3, x4, x5, x6, key, false)
+    if write and limited ~= nil then
+      -- pcall: the first access to the key, which a Cluster node may not serve (as load's GETRANGE).
+      local set = redis.pcall('SET', key, struct.pack('<BBdddd', MAGIC, t, exp, a, b, c), 'PXAT', string.format('%.0f', exp), 'NX')
+      if type(set) == 'table' then
+        if set.ok == nil then return unread(elsewhere(set)) end
+        return answer(limited, limit, remaining, retry, reset, delay, first, false, 0)
+      end
+    end
+  end
+  unsure = false
+  local st, sexp, sa, sb, sc, sv, slen = load(key, op == 's', t, not refund)
+  if st == -2 then
     -- A block: refused until sexp, nothing changed (a refund neither). The limit is the call's own:
     -- x1 for CL.THROTTLE and GCRA, else what a peek at a fresh key reports.
     local waitMs, refused = sexp - nowMs, -1
     if sexp * 1000 < SAFE then refused = sexp * 1000 - nowUs - 1 end
     if op == 'c' or op == 'g' then
       local s = ceil(waitMs / 1000)
-      return { 1, 1, x1, 0, s, s, refused }
+      return reply(1, 1, x1, 0, s, s, refused)
     end
     if op == 'r' then x6 = 0 else x4 = 0 end
     local _, limit = decide(op, x1, x2, x3, x4, x5, x6, key, false)
-    return { 1, 1, limit, 0, waitMs, waitMs, 0, refused }
+    return reply(1, 1, limit, 0, waitMs, waitMs, 0, refused)
   end
+  if st < 0 then return unread(st) end
   local has = st == 1
   if refund then
     -- The refunds of rate-decision.ts's modules (tokenBucketRefund, ...): effect 0 nothing, 1 store
@@ -179,21 +244,11 @@ if n == 1 then
   if limited == nil then return redis.error_reply('${BACKEND_WIDE_ERROR}') end
   if write then
     if commit then commit()
+    elseif unsure then
+      if not redis.call('SET', key, struct.pack('<BBdddd', MAGIC, t, exp, a, b, c), 'PXAT', string.format('%.0f', exp), 'NX') then return unread(-1) end
     else redis.call('SET', key, struct.pack('<BBdddd', MAGIC, t, exp, a, b, c), 'PXAT', string.format('%.0f', exp)) end
-  end
-  if remaining == 'max' then remaining = '9223372036854775807' end
-  if not limited then
-    if delay then return { 0, 0, limit, remaining, retry, reset, delay, -1 } end
-    return { 0, 0, limit, remaining, retry, reset, -1 }
-  end
-  local refused = -1
-  if retry ~= -1 then
-    if first == nil then first = (nowMs + retry) * 1000 end
-    if has and (sexp + 1) * 1000 < first then first = (sexp + 1) * 1000 end
-    if first < SAFE then refused = first - nowUs - 1 end
-  end
-  if delay then return { 1, 1, limit, remaining, retry, reset, delay, refused } end
-  return { 1, 1, limit, remaining, retry, reset, refused }
+  elseif unsure and redis.call('EXISTS', key) == 1 then return unread(-1) end
+  return answer(limited, limit, remaining, retry, reset, delay, first, has, sexp)
 end
 
 -- Several limits (RL.ALL): every key is looked up, then every limit decided, then written. A
@@ -203,7 +258,7 @@ local st, ds = {}, {}
 for i = 1, n do
   local op = string.sub(args, 10 + 49 * (i - 1), 10 + 49 * (i - 1))
   local s = { load(KEYS[i], op == 's', type_of(op)) }
-  if s[1] == -1 then return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value') end
+  if s[1] == -1 or s[1] == -3 then return unread(s[1]) end
   st[i] = s
 end
 local limited = false
@@ -236,7 +291,7 @@ for i = 1, n do
     end
   end
   local remaining, retry = d[3], d[4]
-  if remaining == 'max' then remaining = '9223372036854775807' end
+  if remaining == 'max' then remaining = MAXREM end
   local refused = -1
   if d[1] and retry ~= -1 then
     local first = d[12]
@@ -253,10 +308,53 @@ for i = 1, n do
   out[k + 6] = refused
   k = k + 6
 end
+if reply ~= as_table then return reply(unpack(out)) end
 return out
 end
 
 if flags < 4 then return run(args, KEYS, all) end
+if flags >= 8 then
+  -- A batch (the calls of one sidecar's event-loop turn for this node, in order): no KEYS; after
+  -- the header, each call's own ARGV element followed by its keys. Each call decides at its own
+  -- debug clock when it carries one (DEBUG CLOCK may change between two commands of a turn), else
+  -- at the backend's TIME, read once. The reply is one string: per call, the count n of its reply
+  -- integers then the n integers, all little-endian doubles (i64::MAX as +inf); an error is a
+  -- negative count (-1 WRONGTYPE, -2 NOT_SERVED, -3 BACKEND_WIDE_ERROR, -4 another). One string,
+  -- where a table of replies is one RESP reply per integer for Redis to write and the sidecar to read.
+  local formats = {}
+  reply = function(...)
+    local n = select('#', ...)
+    local f = formats[n]
+    if f == nil then
+      f = '<' .. string.rep('d', n + 1)
+      formats[n] = f
+    end
+    return struct.pack(f, n, ...)
+  end
+  MAXREM = math.huge
+  seen = {}
+  local codes = { ['WRONGTYPE Operation against a key holding the wrong kind of value'] = -1, ['${NOT_SERVED}'] = -2, ['${BACKEND_WIDE_ERROR}'] = -3 }
+  local replies, c, nargs, r, single = {}, 2, #ARGV, 0, {}
+  while c <= nargs do
+    local one = ARGV[c]
+    local f = string.byte(one, 1)
+    if f % 4 >= 2 then nowUs = struct.unpack('<d', one, 2) else nowUs = timeUs end
+    nowMs = floor(nowUs / 1000)
+    local n = (#one - 9) / 49
+    local keys = single
+    if n == 1 then single[1] = ARGV[c + 1]
+    else
+      keys = {}
+      for j = 1, n do keys[j] = ARGV[c + j] end
+    end
+    local out = run(one, keys, f % 2 == 1)
+    if type(out) == 'table' then out = struct.pack('<d', codes[out.err] or -4) end
+    r = r + 1
+    replies[r] = out
+    c = c + n + 1
+  end
+  return table.concat(replies)
+end
 -- A unit (a transaction's calls, in order): ARGV[1] is the header (flags, clock), then one element
 -- per call laid out as a call's own ARGV, whose keys follow each other in KEYS. The reply holds each
 -- call's reply, or its error (WRONGTYPE): a call's error does not stop the calls after it.

@@ -25,6 +25,7 @@ import type { GcraParams } from '../limiters/redis-gcra.js';
 import { BLOCK_TYPE } from '../limiters/block.js';
 import { ALGORITHMS, GCRA_KEY, KEY_TYPES, SCRIPT_OPS, algorithmOfType } from '../limiters/registry.js';
 import { lua as blockScript } from './block-script.lua.js';
+import { WRONGTYPE } from '../store/limiter-replies.js';
 import { lua as dispatcher } from './limiter-script.lua.js';
 import { lua as typeScript } from './type-script.lua.js';
 
@@ -54,6 +55,12 @@ export interface ScriptOutcome {
 export const BACKEND_WIDE_ERROR = 'ERR GCRA values beyond 2^53 are not supported with a backend';
 
 /**
+ * A batch's call whose key the node it was sent to does not serve (a Cluster resharded or failed
+ * over since the sidecar's slot map was read): nothing was decided; the call goes again on its own.
+ */
+export const NOT_SERVED = 'ERR cellgate: key not served by this node';
+
+/**
  * The most entries one sliding log may hold on the backend (its value at most 1 MiB of entries): an
  * RL.SLIDINGLOG limit above it is refused before anything is sent (a log never holds more entries
  * than its limit), and a stored log claiming more is not cellgate's (WRONGTYPE), so no call ever
@@ -70,7 +77,7 @@ export const BACKEND_LOG_LIMIT_ERROR = `ERR RL.SLIDINGLOG limit above ${MAX_BACK
  * entries as (ms, running total).
  *
  * ARGV (limiterScriptArgv) is one binary string: a flags byte (1: all-or-nothing, 2: the debug clock
- * is given; 4: a unit of several calls, see unitScriptArgv), the debug clock in µs as a
+ * is given; 4: a unit of several calls, see unitScriptArgv; 8: a batch, see batchScriptHeader), the debug clock in µs as a
  * little-endian double, then per limit 49 bytes: the op code and six little-endian doubles. An RL.* op code in uppercase (single-limit calls only) is a
  * `REFUND n`, n in the cost's place. One element, as each costs the sidecar's client CPU to send, and
  * binary, as one struct.unpack is cheaper in Redis than parsing and tonumber of decimal strings.
@@ -106,6 +113,7 @@ function assembleLimiterScript(): string {
   return '\n' + text
     .replaceAll('${MAX_BACKEND_SLIDING_LOG_LIMIT}', String(MAX_BACKEND_SLIDING_LOG_LIMIT))
     .replaceAll('${BACKEND_WIDE_ERROR}', BACKEND_WIDE_ERROR)
+    .replaceAll('${NOT_SERVED}', NOT_SERVED)
     .replaceAll('${MAX_TYPE}', String(Math.max(...KEY_TYPES.map(([type]) => type))))
     .replaceAll('${BLOCK_TYPE}', String(BLOCK_TYPE));
 }
@@ -188,7 +196,54 @@ export function unitScriptArgv(calls: readonly Buffer[], nowUs: number | null): 
 }
 
 /**
- * Decodes the script's reply as ioredis returns it: flat, the call's limited flag, then per limit
+ * The first ARGV element of a batch: the calls of one event-loop turn for one node, decided in order
+ * by one run of LIMITER_SCRIPT with no KEYS (so that a Cluster node takes keys of any of its slots);
+ * after it, each call's own ARGV element (from limiterScriptArgv) followed by its keys. Each call
+ * decides at its own debug clock if its element carries one, else at the backend's TIME (read once,
+ * unless `frozen`: every call carries its clock). The reply is an array of each call's reply or its
+ * error, packed in one string (splitBatchReply); NOT_SERVED for a key the node does not serve.
+ */
+export function batchScriptHeader(frozen: boolean): Buffer {
+  const header = Buffer.alloc(9);
+  header[0] = 8 | (frozen ? 2 : 0);
+  return header;
+}
+
+/** The errors a batch's reply codes by number (limiter-script.lua), by code − 1 negated. */
+const BATCH_ERRORS = [WRONGTYPE, NOT_SERVED, BACKEND_WIDE_ERROR];
+
+/**
+ * A batch's reply (limiter-script.lua, batchScriptHeader) split into each call's: its reply integers
+ * (as parseLimiterReply takes them: i64::MAX as Number.MAX_VALUE, each truncated as Redis truncates
+ * a Lua number it replies as an integer), or its error's text; null when the reply is not a batch
+ * reply of `calls` calls.
+ */
+export function splitBatchReply(reply: unknown, calls: number): (number[] | string)[] | null {
+  if (!Buffer.isBuffer(reply)) return null;
+  const out: (number[] | string)[] = new Array(calls);
+  let at = 0;
+  for (let i = 0; i < calls; i++) {
+    if (at + 8 > reply.length) return null;
+    const n = reply.readDoubleLE(at);
+    at += 8;
+    if (n < 0) {
+      out[i] = BATCH_ERRORS[-n - 1] ?? 'ERR unexpected error from the limiter script';
+      continue;
+    }
+    if (!Number.isInteger(n) || at + 8 * n > reply.length) return null;
+    const values: number[] = new Array(n);
+    for (let k = 0; k < n; k++, at += 8) {
+      const x = reply.readDoubleLE(at);
+      // + 0: a -0 (a Lua -0 or a fraction above -1) is 0 as an integer reply.
+      values[k] = x === Infinity ? Number.MAX_VALUE : Math.trunc(x) + 0;
+    }
+    out[i] = values;
+  }
+  return at === reply.length ? out : null;
+}
+
+/**
+ * Decodes the script's reply as ioredis returns it (or a call's part of a batch's, splitBatchReply): flat, the call's limited flag, then per limit
  * its reply integers (5, or 6 for rl) and refusedForUs.
  */
 export function parseLimiterReply(reply: unknown, limits: readonly ScriptLimit[]): ScriptOutcome {

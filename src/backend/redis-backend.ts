@@ -20,6 +20,7 @@ import { Cluster, type Redis } from 'ioredis';
 import type { Logger } from '../log.js';
 import type { BackendTarget } from './backend-url.js';
 import { RefusalCache } from './refusal-cache.js';
+import { BatchStats } from './batch-stats.js';
 import { keySlot } from './key-slot.js';
 import { InvalidationChannel } from './invalidations.js';
 import { connectBackend, send, type Client } from './connections.js';
@@ -64,6 +65,8 @@ export interface NodeState {
   readonly key: string;
   /** Calls sent and not answered by the node yet. */
   pending: number;
+  /** Limiter calls waiting in this turn's batch for the node (src/backend/limiter-batches.ts). */
+  queued: number;
   consecutiveTimeouts: number;
   /** Cluster only (one Redis uses the backend's state): its calls get the policy at once. */
   down: boolean;
@@ -77,6 +80,8 @@ interface InFlight {
   done: CallDone;
   settled: boolean;
   node: NodeState;
+  /** Limiter calls it carries (a batch's), as counted towards TIMEOUTS_FOR_DOWN. */
+  weight: number;
 }
 
 interface LimiterClient {
@@ -103,6 +108,8 @@ export class RedisBackend {
   /** The most calls one node had pending at once so far (never above MAX_PENDING_PER_NODE). */
   pendingPeak = 0;
   lastError = '';
+  /** The limiter calls' batches (src/backend/limiter-batches.ts). */
+  readonly batchStats = new BatchStats();
 
   private readonly client: Client;
   private readonly subscriber: Client;
@@ -121,6 +128,10 @@ export class RedisBackend {
   /** The connections' writes are held until the end of this turn (cork). */
   private corked = false;
   private closed = false;
+  /** A Cluster's master connections by node key (batches are written to them directly). */
+  private masterConnections = new Map<string, Redis>();
+  /** Sends this turn's batches (limiter-batches.ts) before any other command: the backend sees the order given. */
+  beforeSend: () => void = () => {};
 
   constructor(
     readonly target: BackendTarget,
@@ -164,7 +175,7 @@ export class RedisBackend {
   admit(key: Buffer): NodeState | null {
     const node = this.nodeFor(key);
     if (node.down) return null;
-    if (node.pending >= MAX_PENDING_PER_NODE) {
+    if (node.pending + node.queued >= MAX_PENDING_PER_NODE) {
       this.overflows++;
       return null;
     }
@@ -186,13 +197,27 @@ export class RedisBackend {
 
   /** Runs the limiter script with these keys (already prefixed) and ARGV on `node` (from admit); `done` is called exactly once. */
   limit(node: NodeState, keys: Buffer[], argv: readonly (Buffer | string)[], done: CallDone): void {
+    this.beforeSend();
     this.calls++;
     if (!this.corked) this.cork();
     this.track((this.client as unknown as LimiterClient).cellgateLimit(keys.length, ...keys, ...argv), done, node);
   }
 
+  /** The connection a node's batches are written to (one Redis: the client), or null when not ready. */
+  connectionOf(node: NodeState): Redis | null {
+    const client = this.client;
+    if (!(client instanceof Cluster)) return client.status === 'ready' ? client : null;
+    let redis = this.masterConnections.get(node.key);
+    if (redis === undefined || redis.status !== 'ready') {
+      this.masterConnections = new Map(client.nodes('master').map((r) => [`${r.options.host}:${r.options.port}`, r]));
+      redis = this.masterConnections.get(node.key);
+    }
+    return redis !== undefined && redis.status === 'ready' ? redis : null;
+  }
+
   /** TYPE of one backend key, through the type script (cellgate's algorithm names). */
   type(key: Buffer, argv: string[], done: CallDone): void {
+    this.beforeSend();
     const node = this.admit(key);
     if (node === null) {
       done(new Error('the key\'s backend node is down or has too many calls pending'), undefined);
@@ -212,6 +237,7 @@ export class RedisBackend {
 
   /** Any other command (DEL, PTTL, ...) on one key, with the same bounded wait. */
   command(name: string, args: (Buffer | string | number)[], done: CallDone): void {
+    this.beforeSend();
     const key = args[0];
     const node = Buffer.isBuffer(key) ? this.admit(key) : this.single;
     if (node === null) {
@@ -242,6 +268,7 @@ export class RedisBackend {
 
   /** Runs a command on one node (a master from masters()), with the bounded wait. */
   onNode(node: Redis, name: string, args: (Buffer | string | number)[], done: CallDone): void {
+    this.beforeSend();
     this.track(send(node, name, args), done, this.stateOf(node));
   }
 
@@ -299,29 +326,30 @@ export class RedisBackend {
     return this.invalidations.ackTimeouts;
   }
 
-  /** Attaches `done` to a call with the bounded wait. */
-  private track(call: Promise<unknown>, done: CallDone, node: NodeState): void {
-    const entry: InFlight = { deadlineMs: Date.now() + this.timeoutMs, done, settled: false, node };
+  /** Attaches `done` to a call (of `weight` limiter calls: a batch's) with the bounded wait. */
+  track(call: Promise<unknown>, done: CallDone, node: NodeState, weight = 1): void {
+    const entry: InFlight = { deadlineMs: Date.now() + this.timeoutMs, done, settled: false, node, weight };
     this.inFlight.push(entry);
-    if (++node.pending > this.pendingPeak) this.pendingPeak = node.pending;
+    node.pending += weight;
+    if (node.pending > this.pendingPeak) this.pendingPeak = node.pending;
     if (this.timer === null) this.armTimer();
     call.then(
       (reply) => {
-        node.pending--;
+        node.pending -= weight;
         // The node answers (a late reply included): it is not stuck.
         node.consecutiveTimeouts = 0;
         if (node.down) this.nodeUp(node, 'a call was answered');
         if (entry.settled) return;
-        entry.settled = true;
+        settle(entry);
         this.consecutiveTimeouts = 0;
         if (this.state !== 'up' && this.client.status === 'ready') this.setState('up', 'a call succeeded');
         done(null, reply);
       },
       (e: Error) => {
-        node.pending--;
+        node.pending -= weight;
         if (e.message.startsWith('CLUSTERDOWN') || e.message.startsWith('MOVED')) this.refreshSlots();
         if (entry.settled) return;
-        entry.settled = true;
+        settle(entry);
         if (!isDecision(e)) {
           this.errors++;
           this.noteError(e.message);
@@ -335,7 +363,7 @@ export class RedisBackend {
    * Asks the Cluster client to reload the slot map (at most once per PROBE_INTERVAL_MS): after a
    * failover the failed master's slots belong to its replica, and a paused master sends no MOVED.
    */
-  private refreshSlots(): void {
+  refreshSlots(): void {
     if (!(this.client instanceof Cluster) || this.closed) return;
     const now = Date.now();
     if (now - this.lastRefreshMs < PROBE_INTERVAL_MS) return;
@@ -440,11 +468,13 @@ export class RedisBackend {
       const entry = this.inFlight[this.inFlightHead];
       if (!entry.settled) {
         if (entry.deadlineMs > now) break;
-        entry.settled = true;
+        const done = entry.done;
+        settle(entry);
         this.timeouts++;
-        this.consecutiveTimeouts++;
+        // Calls, not scripts: three calls of one batch time out as three calls sent one by one did.
+        this.consecutiveTimeouts += entry.weight;
         const node = entry.node;
-        node.consecutiveTimeouts++;
+        node.consecutiveTimeouts += entry.weight;
         // One Redis that stops answering is down for every key. In a Cluster one master failing takes
         // only its slots: the other masters' keys stay decided on the backend, the failing master's
         // calls get the policy at once, and the slot map is reloaded until its replica took over.
@@ -455,7 +485,7 @@ export class RedisBackend {
           this.refreshSlots();
           if (node.consecutiveTimeouts >= TIMEOUTS_FOR_DOWN && node !== this.single) this.nodeDown(node, why);
         }
-        entry.done(TIMED_OUT, undefined);
+        done(TIMED_OUT, undefined);
       }
       this.inFlightHead++;
     }
@@ -558,8 +588,19 @@ export class RedisBackend {
   }
 }
 
+/**
+ * Marks an entry answered and drops its `done`: the entry stays queued until the oldest deadline (up
+ * to backend-timeout), and what `done` holds (a batch's calls) must not live on into the old generation.
+ */
+function settle(entry: InFlight): void {
+  entry.settled = true;
+  entry.done = SETTLED;
+}
+
+const SETTLED: CallDone = () => {};
+
 function newNode(key: string): NodeState {
-  return { key, pending: 0, consecutiveTimeouts: 0, down: false, probing: false, pinging: false };
+  return { key, pending: 0, queued: 0, consecutiveTimeouts: 0, down: false, probing: false, pinging: false };
 }
 
 /** A reply error that is a decision the client must see (the script's WRONGTYPE and GCRA overflow), not a failure. */

@@ -345,10 +345,11 @@ describe('standalone backend faults', () => {
       const m = moved(before, await counters(slow));
       console.log(`faults standalone delay proxy +${proxy.delay} ms each way: max reply time ${maxMs.toFixed(0)} ms, ${(performance.now() - t0).toFixed(0)} ms for ${6 * ALGOS.length} calls (printed, not asserted); counters moved ${JSON.stringify(m)}`);
       // Each call got the policy; those sent ran into backend-timeout (a reply takes 2 × the delay),
-      // three of them in a row took the backend down, and the rest were answered at once.
+      // three of them in a row took the backend down, and the rest were answered at once. The six
+      // pipelined calls of a connection go as one batch (one script), whose calls count one by one.
       expect(m.policy, 'every call answered by the policy').toBe(6 * ALGOS.length);
       expect(m.errors).toBe(0);
-      expect(m.calls).toBeGreaterThanOrEqual(3);
+      expect(m.calls).toBeGreaterThanOrEqual(1);
       expect(m.timeouts, 'every call sent timed out').toBeGreaterThanOrEqual(m.calls);
       expect(info.backend_state).toBe('down');
       expect(slow.server.logs.some((l) => l.includes(`took longer than backend-timeout ${TIMEOUT_MS} ms`)), 'down for timeouts').toBe(true);

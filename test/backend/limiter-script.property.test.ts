@@ -15,15 +15,21 @@
  * Timelines start a week ahead of the real clock and step back by at most an hour at a time, so
  * Redis's own expiry (real time) never removes a key the script still considers alive.
  *
+ * The same timelines are replayed as batches too (the calls of one sidecar turn, one script run with
+ * the keys in ARGV, each call at its own debug clock): cut into batches of 1, 2, 3-30 and up to 100
+ * calls (a key repeated within a batch sees its earlier calls), each call's reply or error must equal
+ * cellgate's, and after each batch every key's expiry and TYPE.
+ *
  * Bounds: CELLGATE_PROPERTY_RUNS timelines per algorithm (default 1000, 10-30 steps each), each
- * timeline one pipeline per server; CELLGATE_LONG_TESTS=1 runs 20000.
+ * timeline one pipeline per server; a fifth of that as batches (and 20 timelines of 100-130 steps);
+ * CELLGATE_LONG_TESTS=1 runs 20000.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import fc from 'fast-check';
 import { Redis } from 'ioredis';
 import { startServer, type RunningServer } from '../helpers/server.js';
 import { RedisNode } from '../helpers/redis.js';
-import { MAX_BACKEND_SLIDING_LOG_LIMIT, LIMITER_SCRIPT, TYPE_SCRIPT, limiterScriptArgv, parseLimiterReply, type ScriptLimit } from '../../src/backend/limiter-script.js';
+import { MAX_BACKEND_SLIDING_LOG_LIMIT, LIMITER_SCRIPT, TYPE_SCRIPT, batchScriptHeader, limiterScriptArgv, parseLimiterReply, splitBatchReply, type ScriptLimit } from '../../src/backend/limiter-script.js';
 import { cellParams } from '../../src/limiters/cell-throttle.js';
 import { gcraParams, type GcraParams } from '../../src/limiters/redis-gcra.js';
 import { gcraMsParams, newGcraMsParams } from '../../src/limiters/gcra-ms.js';
@@ -370,13 +376,94 @@ async function replaySegment(calls: Call[], times: number[], history: string[], 
   await backend.unlink(...copies);
 }
 
+/** The elements of one batch of calls (after EVALSHA sha 0), as a sidecar sends them (limiter-batches.ts). */
+function batchElements(calls: Call[], times: number[]): Buffer[] {
+  const out = [batchScriptHeader(true)];
+  calls.forEach((c, i) => {
+    const argv = limiterScriptArgv(c.limits, c.all, times[i]);
+    if (!Array.isArray(argv)) throw new Error(`limiterScriptArgv refused ${c.command.join(' ')}: ${argv.error}`);
+    out.push(argv[0], ...c.keys.map((k) => Buffer.from(k)));
+  });
+  return out;
+}
+
+/**
+ * A segment replayed as batches: cut at random into batches of 1, 2, 3-30 or 100 calls, each one
+ * EVALSHA on the backend and one pipeline locally (DEBUG CLOCK SET before each call); then every
+ * key of the batch's expiry and TYPE at the batch's last time.
+ */
+function batchedSegment(r: Rand) {
+  return async (calls: Call[], times: number[], history: string[], expiry: Map<string, number>): Promise<void> => {
+    let i = 0;
+    while (i < calls.length) {
+      const size = pick(r, [1, 2, int(r, 3, 30), 100]);
+      const batch = calls.slice(i, i + size);
+      const at = times.slice(i, i + size);
+      const keys = [...new Set(batch.flatMap((c) => c.keys))];
+      const lastUs = at[at.length - 1];
+      const lp = local.pipeline();
+      batch.forEach((c, n) => {
+        lp.call('DEBUG', 'CLOCK', 'SET', clockArg(at[n]));
+        lp.call(c.command[0], ...c.command.slice(1));
+      });
+      for (const k of keys) {
+        lp.pttl(k);
+        lp.type(k);
+      }
+      const bp = backend.pipeline();
+      bp.callBuffer('EVALSHA', sha, 0, ...batchElements(batch, at));
+      for (const k of keys) {
+        bp.call('PEXPIRETIME', k);
+        bp.evalsha(typeSha, 1, k, String(lastUs));
+      }
+      const [lr, br] = (await Promise.all([lp.exec(), bp.exec()])) as [Result[], Result[]];
+      const [batchError, packed] = br[0];
+      expect(batchError).toBeNull();
+      const replies = splitBatchReply(packed, batch.length);
+      expect(replies).not.toBeNull();
+      batch.forEach((c, n) => {
+        const [lerr, lval] = lr[2 * n + 1];
+        const one = replies![n];
+        const where = () => `batch of ${batch.length}, call ${n} at ${clockArg(at[n])}: ${c.command.join(' ')}\n${history.join('\n')}`;
+        if (lerr !== null || typeof one === 'string') {
+          expect(typeof one === 'string' ? one : undefined, `error, ${where()}`).toBe(lerr?.message);
+        } else {
+          const outcome = parseLimiterReply(one, c.limits);
+          const got = c.all ? [outcome.limited ? 1 : 0, ...outcome.limits.map((l) => l.values)] : outcome.limits[0].values;
+          expect(norm(got), `reply, ${where()}`).toEqual(norm(lval));
+        }
+        history.push(`  ${clockArg(at[n])} ${c.command.join(' ')} -> ${lerr?.message ?? JSON.stringify(lval)} (batch of ${batch.length})`);
+      });
+      let li = 2 * batch.length;
+      let bi = 1;
+      const lastMs = Math.floor(lastUs / 1000);
+      for (const k of keys) {
+        const pttl = lr[li++][1] as number;
+        const ltype = lr[li++][1] as string;
+        const pexpiretime = br[bi++][1] as number;
+        const btype = br[bi++][1] as string;
+        const localAt = pttl === -2 ? -2 : lastMs + pttl;
+        const backendAt = pexpiretime < lastMs ? -2 : pexpiretime;
+        expect(backendAt, `expiry of ${k} after a batch of ${batch.length}\n${history.join('\n')}`).toBe(localAt);
+        // The expiry Redis still holds (passed or not): a key written within the batch and expired
+        // locally by its end is still there, logically expired, and a step back must not revive it.
+        if (pexpiretime > 0) expiry.set(k, pexpiretime);
+        expect(btype, `TYPE ${k} after a batch of ${batch.length}\n${history.join('\n')}`).toBe(ltype);
+      }
+      i += size;
+    }
+  };
+}
+
+type Segment = (calls: Call[], times: number[], history: string[], expiry: Map<string, number>) => Promise<void>;
+
 /**
  * Replays a timeline in segments that end before each step back. A key the local keyspace saw
  * expired (at any time so far) is gone for good there, while on Redis (whose own clock is a week
  * behind) it would be alive again at an earlier time: so a step back stops 1 ms after the latest
  * expiry already passed.
  */
-async function replay(calls: Call[], start: number, deltas: number[]): Promise<void> {
+async function replay(calls: Call[], start: number, deltas: number[], segment: Segment = replaySegment): Promise<void> {
   const expiry = new Map<string, number>();
   const history: string[] = [];
   let t = start;
@@ -397,7 +484,7 @@ async function replay(calls: Call[], start: number, deltas: number[]): Promise<v
       times.push(t);
       maxMs = Math.max(maxMs, Math.floor(t / 1000));
     }
-    await replaySegment(calls.slice(i, j), times, history, expiry);
+    await segment(calls.slice(i, j), times, history, expiry);
     i = j;
   }
 }
@@ -412,10 +499,34 @@ async function check(main: Family | null): Promise<void> {
   );
 }
 
+/** The same timelines (of `minSteps`..`maxSteps` steps), replayed as batches. */
+async function checkBatched(main: Family | null, runs: number, minSteps: number, maxSteps: number): Promise<void> {
+  await fc.assert(
+    fc.asyncProperty(fc.integer(), fc.integer({ min: minSteps, max: maxSteps }), async (seed, steps) => {
+      const { calls, start, deltas } = timeline(seed, main, steps);
+      await replay(calls, start, deltas, batchedSegment(mulberry32(seed ^ 0x5bd1e995)));
+    }),
+    { numRuns: runs, endOnFailure: true },
+  );
+}
+
 describe('the backend limiter script decides as the local limiters', () => {
   const timeout = LONG ? 3_600_000 : 300_000;
   for (const family of ALL_FAMILIES) {
     it(`${family}: replies, errors, expiry and TYPE equal cellgate's on random timelines`, () => check(family), timeout);
   }
   it('RL.ALL with mixed algorithms: replies, errors, expiry and TYPE equal cellgate\'s', () => check(null), timeout);
+});
+
+describe('batches of calls decide as the same calls one by one', () => {
+  const timeout = LONG ? 3_600_000 : 300_000;
+  const runs = Math.max(20, Math.floor(RUNS / 5));
+  for (const family of ALL_FAMILIES) {
+    it(`${family}: batches of 1, 2, 3-30 and 100 calls, replies, errors, expiry and TYPE equal cellgate's`, () => checkBatched(family, runs, 10, 30), timeout);
+  }
+  it('RL.ALL and single calls of every RL algorithm mixed in batches', () => checkBatched(null, runs, 10, 30), timeout);
+  it('batches of 100 calls (timelines of 100-130 steps, mixed algorithms on shared keys)', async () => {
+    await checkBatched('tokenbucket', 10, 100, 130);
+    await checkBatched(null, 10, 100, 130);
+  }, timeout);
 });

@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
 import { useRedis } from '../helpers/redis.js';
 import {
-  BACKEND_WIDE_ERROR, LIMITER_SCRIPT, TYPE_SCRIPT, limiterScriptArgv, parseLimiterReply, unitScriptArgv, type ScriptLimit,
+  BACKEND_WIDE_ERROR, LIMITER_SCRIPT, TYPE_SCRIPT, batchScriptHeader, limiterScriptArgv, parseLimiterReply, splitBatchReply, unitScriptArgv, type ScriptLimit,
 } from '../../src/backend/limiter-script.js';
 import { mulberry32 } from '../helpers/random.js';
 import { cellParams, type CellParams } from '../../src/limiters/cell-throttle.js';
@@ -183,6 +183,27 @@ describe('limiter script, call by call', () => {
     // Another algorithm's key that has expired by the stored expiry is absent, not WRONGTYPE.
     const later = T0 + 10 * 1e6;
     expect((await call(['w:tb'], [rl(KeyType.FixedWindow, 5, 1000, 1)], later)).limited).toBe(false);
+  });
+
+  it('an empty string (not cellgate\'s) is WRONGTYPE and stays as it was, whether the call would write or not, alone or in a batch', async () => {
+    const wrong = 'WRONGTYPE Operation against a key holding the wrong kind of value';
+    await env.redis.set('e:empty', '', 'PX', 600_000);
+    const writes = [cl(5, 1, 1, 1), gcra(5, 1, 1, 1), rl(KeyType.TokenBucket, 5, 1000, 1), rl(KeyType.FixedWindow, 5, 1000, 1), rl(KeyType.SlidingWindow, 5, 1000, 1), rl(KeyType.LeakyBucket, 5, 1000, 1), rl(KeyType.Gcra, 5, 1000, 1)];
+    // A cost above the capacity and a COST 0 peek write nothing.
+    const peeks = [cl(5, 1, 1, 100), rl(KeyType.TokenBucket, 5, 1000, 0), rl(KeyType.FixedWindow, 5, 1000, 6)];
+    for (const l of [...writes, ...peeks]) {
+      await expect(call(['e:empty'], [l], T0), `${JSON.stringify(l)}`).rejects.toThrow(wrong);
+      const argv = limiterScriptArgv([l], false, T0) as Buffer[];
+      // In a batch, between two calls on an absent key that are decided all the same.
+      const packed = await env.redis.callBuffer('EVALSHA', sha, 0, batchScriptHeader(true), argv[0], 'e:absent1', argv[0], 'e:empty', argv[0], 'e:absent2');
+      const replies = splitBatchReply(packed, 3)!;
+      expect(Array.isArray(replies[0])).toBe(true);
+      expect(replies[1]).toBe(wrong);
+      expect(parseLimiterReply(replies[2], [l])).toEqual(parseLimiterReply(replies[0], [l]));
+      await env.redis.del('e:absent1', 'e:absent2');
+    }
+    expect(await env.redis.get('e:empty')).toBe('');
+    expect(await env.redis.pttl('e:empty')).toBeGreaterThan(0);
   });
 
   it('TYPE_SCRIPT: cellgate names, none when absent or expired by the stored expiry, Redis\'s TYPE otherwise', async () => {
