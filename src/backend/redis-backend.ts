@@ -24,6 +24,8 @@ import { BatchStats } from './batch-stats.js';
 import { keySlot } from './key-slot.js';
 import { InvalidationChannel } from './invalidations.js';
 import { connectBackend, send, type Client } from './connections.js';
+import { newNode, type NodeState } from './node-state.js';
+export type { NodeState };
 
 export type BackendState = 'connecting' | 'up' | 'down';
 import type { UnavailablePolicy } from '../store/policy-limiter.js';
@@ -58,22 +60,6 @@ const CONNECT_GRACE_MS = 1000;
  * partitioned), what the sidecar holds for it stays bounded.
  */
 export const MAX_PENDING_PER_NODE = 2048;
-
-/** One backend node as the calls see it: a standalone Redis, or one master of a Cluster. */
-export interface NodeState {
-  /** `host:port` (the Cluster client's node key), or `standalone`. */
-  readonly key: string;
-  /** Calls sent and not answered by the node yet. */
-  pending: number;
-  /** Limiter calls waiting in this turn's batch for the node (src/backend/limiter-batches.ts). */
-  queued: number;
-  consecutiveTimeouts: number;
-  /** Cluster only (one Redis uses the backend's state): its calls get the policy at once. */
-  down: boolean;
-  probing: boolean;
-  /** A probe PING sent and not answered yet: the next probe sends none (a paused node would queue them). */
-  pinging: boolean;
-}
 
 interface InFlight {
   deadlineMs: number;
@@ -598,10 +584,6 @@ function settle(entry: InFlight): void {
 }
 
 const SETTLED: CallDone = () => {};
-
-function newNode(key: string): NodeState {
-  return { key, pending: 0, queued: 0, consecutiveTimeouts: 0, down: false, probing: false, pinging: false };
-}
 
 /** A reply error that is a decision the client must see (the script's WRONGTYPE and GCRA overflow), not a failure. */
 export function isDecision(e: Error): boolean {
