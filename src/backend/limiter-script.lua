@@ -24,10 +24,13 @@ local unsure = false
 
 -- A failed first access to a key: -1 (WRONGTYPE) for a key of another Redis type, -3 for a key this
 -- node does not serve (a batch names its keys in ARGV, so a Cluster node checks each as it is read:
--- after a resharding or a failover the call is sent again on its own, by its slot).
+-- after a resharding or a failover the call is sent again on its own, by its slot). Any other error
+-- (-OOM, -CLUSTERDOWN) ends the script, as redis.call's would: the sidecar's policy answers.
 local function elsewhere(e)
-  if string.sub(e.err, 1, 9) == 'WRONGTYPE' then return -1 end
-  return -3
+  local m = e.err
+  if string.sub(m, 1, 9) == 'WRONGTYPE' then return -1 end
+  if string.find(m, 'non local key', 1, true) then return -3 end
+  error(m, 0)
 end
 
 -- The key's state: 0 when absent or expired at nowMs, -1 when it is not a cellgate value (or not of
