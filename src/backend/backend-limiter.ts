@@ -19,6 +19,7 @@
  * order on the backend with nothing in between; a keyspace command of the transaction sends those
  * before it first (flushUnit), so the backend sees the commands in the transaction's order.
  */
+import { setFlagsFromString } from 'node:v8';
 import type { Clock } from '../clock.js';
 import { BLOCK_TYPE_NAME } from '../limiters/block.js';
 import { GCRA_KEY, typeName } from '../limiters/registry.js';
@@ -87,6 +88,12 @@ export class BackendLimiterStore implements LimiterStore {
     private readonly clock: Clock,
   ) {
     this.batches = new LimiterBatches<SentCall>(backend, LIMITER_SCRIPT, { answer: this.answer, sendAlone: this.sendAlone });
+    // A call's objects live for its round trip to the backend, across event-loop turns; V8 then
+    // judges their allocation sites long-lived and allocates them in the old generation from then on
+    // (allocation-site pretenuring), where only full collections free them: measured with one
+    // sidecar under load, 7-10 µs of CPU per call with it, 4 µs without. Process-wide, and only in
+    // backend mode (a local call's objects die within its turn).
+    setFlagsFromString('--no-allocation-site-pretenuring');
     backend.beforeSend = () => this.batches.flush();
   }
 
