@@ -5,7 +5,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { allCommands, lookupCommand, lookupSubcommand } from '../../src/commands/table.js';
-import { CommandArgs } from '../../src/protocol/command-args.js';
+import { commandArgs as args } from '../helpers/command-args.js';
 import {
   TRAIT_DENYOOM, TRAIT_LEAVES_MULTI, TRAIT_NO_AUTH, TRAIT_NO_MULTI, TRAIT_RUNS_IN_MULTI, TRAIT_RUNS_QUEUE, TRAIT_SKIP_SLOWLOG,
   type CommandSpec,
@@ -18,15 +18,6 @@ function every(): CommandSpec[] {
 
 function namesWith(trait: number): string[] {
   return every().filter((s) => (s.traits! & trait) !== 0).map((s) => s.fullName ?? s.name).sort();
-}
-
-function args(...values: string[]): CommandArgs {
-  const a = new CommandArgs();
-  for (const v of values) {
-    const b = Buffer.from(v, 'latin1');
-    a.push(b, 0, b.length);
-  }
-  return a;
 }
 
 function redacted(spec: CommandSpec, ...values: string[]): string {

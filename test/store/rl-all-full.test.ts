@@ -7,20 +7,11 @@ import { lookupCommand } from '../../src/commands/table.js';
 import type { CommandContext } from '../../src/commands/types.js';
 import { Keyspace, KeyspaceFullError } from '../../src/keyspace/keyspace.js';
 import { PAGE_SLOTS } from '../../src/keyspace/key-table.js';
-import { CommandArgs } from '../../src/protocol/command-args.js';
+import { commandArgs as args } from '../helpers/command-args.js';
 import { ReplyWriter } from '../../src/protocol/reply-writer.js';
 import { Stats } from '../../src/server/stats.js';
 import { LocalLimiterStore } from '../../src/store/local-limiter.js';
 import { KeyType } from '../helpers/key-types.js';
-
-function args(...values: string[]): CommandArgs {
-  const a = new CommandArgs();
-  for (const v of values) {
-    const b = Buffer.from(v, 'latin1');
-    a.push(b, 0, b.length);
-  }
-  return a;
-}
 
 describe('RL.ALL at the keyspace bound', () => {
   it('writes none of its keys when the new ones do not all fit, all of them when they do', () => {
