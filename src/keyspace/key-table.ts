@@ -41,6 +41,7 @@
  * its home to it, so entries move a whole cluster at a time: a cluster left in the old table is intact.
  */
 import { KeyArena } from './key-arena.js';
+import { hashKey } from './key-hash.js';
 
 /** Grow the table when it would be fuller than this (linear probing stays short below it). */
 const MAX_LOAD = 0.7;
@@ -171,15 +172,21 @@ export class KeyTable {
     }
   }
 
+  /** Hashes of the keys warmKeys was given last (reused). */
+  private warmHashes = new Int32Array(64);
+
   /**
-   * Reads what finding the keys of `hashes[0, n)` will read first (each one's table position at its
-   * home, in both tables while growing, and the record of the first entry there with its tag) and
+   * Reads what finding the keys `bytes[starts[i], ends[i])`, i < n, will read first (each one's table
+   * position at its home, in both tables while growing, and the record of the first entry there with its tag) and
    * nothing else, so that the finds that follow hit the cache. A find waits for its table miss, then
    * for its record miss, and a load replaying records does nothing else meanwhile; here the reads of a
    * whole batch are independent of each other, so the CPU has many misses in flight at once.
    * Returns a value made of what was read (the caller keeps it, so the reads are not dropped).
    */
-  warm(hashes: Int32Array, n: number): number {
+  warmKeys(bytes: Uint8Array, starts: Int32Array, ends: Int32Array, n: number): number {
+    if (n > this.warmHashes.length) this.warmHashes = new Int32Array(n);
+    const hashes = this.warmHashes;
+    for (let i = 0; i < n; i++) hashes[i] = hashKey(bytes, starts[i], ends[i]);
     let sum = this.warmTable(this.table, this.mask, hashes, n);
     if (this.old !== null) sum ^= this.warmTable(this.old, this.oldMask, hashes, n);
     return sum;

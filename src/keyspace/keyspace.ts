@@ -224,21 +224,15 @@ export class Keyspace {
     return slot;
   }
 
-  /** Hashes of the keys warmKeys was given last. */
-  private warmHashes = new Int32Array(64);
   /** What warmKeys read, folded together: kept so that the reads are not dropped as unused. */
   warmedBits = 0;
 
   /**
    * Brings into the cache what looking up the keys `bytes[starts[i], ends[i])`, i < n, will read
-   * (KeyTable.warm), before they are looked up one by one: for a caller that knows a batch of keys
-   * ahead, as the journal's replay does. Changes no key.
+   * (KeyTable.warmKeys), for a caller that knows a batch of keys ahead (the journal's replay). Changes no key.
    */
   warmKeys(bytes: Uint8Array, starts: Int32Array, ends: Int32Array, n: number): void {
-    if (n > this.warmHashes.length) this.warmHashes = new Int32Array(n);
-    const hashes = this.warmHashes;
-    for (let i = 0; i < n; i++) hashes[i] = hashKey(bytes, starts[i], ends[i]);
-    this.warmedBits ^= this.index.warm(hashes, n);
+    this.warmedBits ^= this.index.warmKeys(bytes, starts, ends, n);
   }
 
   /** lookupKey of a binary string key. */
