@@ -11,7 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { RedisNode } from '../helpers/redis.js';
 import { freePort } from '../helpers/server.js';
 import { errorOf } from '../helpers/replies.js';
-import { backendInfo, freezeClocks, frozenInstant, limited, pollUntil, startSidecar, stopSidecars, type Sidecar } from './helpers.js';
+import { backendInfo, freezeClocks, frozenInstant, limited, pollUntil, startLocalAndPair, startSidecar, stopSidecars, type Sidecar } from './helpers.js';
 
 const T0 = frozenInstant();
 let redis: RedisNode;
@@ -20,7 +20,7 @@ let sidecars: Sidecar[] = [];
 
 beforeAll(async () => {
   redis = await RedisNode.start();
-  [local, ...sidecars] = await Promise.all([startSidecar('', { conns: 0 }), ...[0, 1].map(() => startSidecar(redis.url, { conns: 0 }))]);
+  ({ local, sidecars } = await startLocalAndPair(redis.url));
 }, 60_000);
 
 afterAll(async () => {

@@ -42,6 +42,15 @@ export async function startSidecars(n: number, backend: string, opts: Parameters
   return Promise.all(Array.from({ length: n }, () => startSidecar(backend, opts)));
 }
 
+/**
+ * A cellgate without a backend (the reference) and two sidecars of `backend`, none with burst
+ * connections: the set-up of the tests that compare the backend's answers with local ones step by step.
+ */
+export async function startLocalAndPair(backend: string): Promise<{ local: Sidecar; sidecars: Sidecar[] }> {
+  const [local, ...sidecars] = await Promise.all([startSidecar('', { conns: 0 }), startSidecar(backend, { conns: 0 }), startSidecar(backend, { conns: 0 })]);
+  return { local: local!, sidecars };
+}
+
 export async function stopSidecars(sidecars: (Sidecar | undefined)[]): Promise<void> {
   await Promise.all(sidecars.map(async (s) => {
     if (!s) return;

@@ -12,7 +12,7 @@ import { errorOf } from '../helpers/replies.js';
 import { LIMITER_SCRIPT, MAX_BACKEND_SLIDING_LOG_LIMIT, limiterScriptArgv, parseLimiterReply, type ScriptLimit } from '../../src/backend/limiter-script.js';
 import { newGcraMsParams } from '../../src/limiters/gcra-ms.js';
 import { KeyType } from '../helpers/key-types.js';
-import { backendInfo, freezeClocks, frozenInstant, limited, pollUntil, startSidecar, stopSidecars, type Sidecar } from './helpers.js';
+import { backendInfo, freezeClocks, frozenInstant, limited, pollUntil, startLocalAndPair, startSidecar, stopSidecars, type Sidecar } from './helpers.js';
 
 const T0 = frozenInstant();
 let redis: RedisNode;
@@ -21,7 +21,7 @@ let sidecars: Sidecar[] = [];
 
 beforeAll(async () => {
   redis = await RedisNode.start();
-  [local, ...sidecars] = await Promise.all([startSidecar('', { conns: 0 }), ...[0, 1].map(() => startSidecar(redis.url, { conns: 0 }))]);
+  ({ local, sidecars } = await startLocalAndPair(redis.url));
 }, 60_000);
 
 afterAll(async () => {
