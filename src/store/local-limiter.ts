@@ -12,6 +12,7 @@
  * changes nothing, and a key of the call's own type pays nothing for it.
  */
 import type { CommandArgs } from '../protocol/command-args.js';
+import type { ReplyWriter } from '../protocol/reply-writer.js';
 import { KeyspaceFullError, type Keyspace } from '../keyspace/keyspace.js';
 import { BLOCK_TYPE, blockedDecision, blockedSeconds, blockRefuses } from '../limiters/block.js';
 import { cellThrottle } from '../limiters/cell-throttle.js';
@@ -133,11 +134,15 @@ function gcra(ks: Keyspace, stats: Stats, call: LimiterCall, sink: StoreSink): v
   }
   if (d.write) storeTat(ks, argv, slot, d);
   call.counter!.count(stats, d.limited);
+  replyGcra(r, d);
+}
+
+/** GCRA's five fields; limit or remaining beyond 2^53 written from the exact bigints. */
+function replyGcra(r: ReplyWriter, d: Decision): void {
   if (!d.wide) {
     replyFive(r, d.limited, d.limit, d.remaining, d.retryAfter, d.resetAfter);
     return;
   }
-  // limit or remaining beyond 2^53: written from the exact bigints.
   r.arrayHeader(5);
   r.integer(d.limited ? 1 : 0);
   r.raw(`:${d.wideLimit}\r\n:${d.wideRemaining}\r\n`);
@@ -147,20 +152,19 @@ function gcra(ks: Keyspace, stats: Stats, call: LimiterCall, sink: StoreSink): v
 
 /** GCRA on a blocked key: refused, the limit its parameters give (exact beyond 2^53 too). */
 function gcraBlocked(stats: Stats, call: LimiterCall, sink: StoreSink): void {
-  const r = sink.reply;
-  const wait = blockedSeconds(blockedWaitMs);
   const params = call.gcra!;
-  call.counter!.count(stats, true);
-  if (params.wide === null) {
-    replyFive(r, true, params.limit, 0, wait, wait);
-    return;
+  const d = gcraFamilyDecision;
+  d.limited = true;
+  d.limit = params.limit;
+  d.remaining = 0;
+  d.retryAfter = d.resetAfter = blockedSeconds(blockedWaitMs);
+  d.wide = params.wide !== null;
+  if (params.wide !== null) {
+    d.wideLimit = params.wide.limit;
+    d.wideRemaining = 0n;
   }
-  r.arrayHeader(5);
-  r.integer(1);
-  r.raw(`:${params.wide.limit}\r\n`);
-  r.integer(0);
-  r.integer(wait);
-  r.integer(wait);
+  call.counter!.count(stats, true);
+  replyGcra(sink.reply, d);
 }
 
 /** lookupLimit's answer when the key is absent or of the limit's type (l.slot is set). */

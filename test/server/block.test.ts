@@ -89,6 +89,10 @@ describe('RL.BLOCK', () => {
     expect(await r2.call('CL.THROTTLE', 'blk:cell', '5', '10', '60', '0')).toEqual([1, 6, 0, 3, 3]);
     expect(await r2.call('GCRA', 'blk:cell', '9', '10', '60', 'TOKENS', '2')).toEqual([1, 10, 0, 3, 3]);
     expect(await r3.call('GCRA', 'blk:cell', '9', '10', '60')).toEqual([1, 10, 0, 3, 3]);
+    // A limit beyond 2^53 is reported exactly on a blocked key too (stringNumbers: no rounding by the client).
+    const exact = new Redis({ port: server.port, host: '127.0.0.1', stringNumbers: true });
+    expect(await exact.call('GCRA', 'blk:cell', '9007199254740993', '1000000000000', '1')).toEqual(['1', '9007199254740994', '0', '3', '3']);
+    exact.disconnect();
     await at(T0 + 1500);
     expect(await r2.call('CL.THROTTLE', 'blk:cell', '5', '10', '60')).toEqual([1, 6, 0, 1, 1]);
     expect(await r2.pttl('blk:cell')).toBe(1000);
