@@ -8,8 +8,12 @@ import net from 'node:net';
 /**
  * Sends `CL.THROTTLE <prefix><i> <burst> <count> <period>` for i in [0, n) and resolves once all n
  * replies are in. The defaults make keys that live about an hour (101 tokens, one per hour).
+ * `digits` pads i with zeros: RAND_DIGITS names the keys as redis-benchmark's `__rand_int__` does,
+ * so that its later commands land on the keys filled here.
  */
-export function fillThrottleKeys(port, n, { prefix = 'key:', burst = 100, count = 1, period = 3600 } = {}) {
+export const RAND_DIGITS = 12;
+
+export function fillThrottleKeys(port, n, { prefix = 'key:', burst = 100, count = 1, period = 3600, digits = 0 } = {}) {
   const tail = [burst, count, period].map((a) => `$${String(a).length}\r\n${a}\r\n`).join('');
   return new Promise((resolve, reject) => {
     const sock = net.connect(port, '127.0.0.1');
@@ -35,7 +39,7 @@ export function fillThrottleKeys(port, n, { prefix = 'key:', burst = 100, count 
       for (let i = 0; i < n; i += 10_000) {
         let out = '';
         for (let k = i; k < Math.min(n, i + 10_000); k++) {
-          const key = prefix + k;
+          const key = prefix + String(k).padStart(digits, '0');
           out += `*5\r\n$11\r\nCL.THROTTLE\r\n$${key.length}\r\n${key}\r\n${tail}`;
         }
         if (!sock.write(out)) await new Promise((r) => sock.once('drain', r));

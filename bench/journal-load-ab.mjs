@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 /**
- * Load A/B of the journal: one set of files (a base of JOURNAL_KEYS keys + JOURNAL_RECORDS records,
- * made once by the build measured), then loaded by each build in turn, JOURNAL_ROUNDS times,
+ * Load A/B of the journal: one set of files (a base of JOURNAL_KEYS keys + JOURNAL_RECORDS records
+ * over those same keys, made once by the build measured), then loaded by each build in turn, JOURNAL_ROUNDS times,
  * alternated, each start on a fresh copy of the files. Prints each load's ms (the server's own
  * "journal loaded ... in N ms" line) and DBSIZE.
  *
@@ -18,7 +18,7 @@
 import { spawnSync } from 'node:child_process';
 import { cpSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { fillThrottleKeys } from './fill.mjs';
+import { fillThrottleKeys, RAND_DIGITS } from './fill.mjs';
 import { command, run, ROOT, startCellgate, stop, tempDir, watchdog } from './harness.mjs';
 
 const MAIN = process.env.BENCH_MAIN ?? join(ROOT, 'dist', 'main.js');
@@ -43,7 +43,7 @@ async function loadOnce(main, files) {
 
 async function makeFiles() {
   const s = await startCellgate(MAIN, { args: ['--appendonly', 'yes', '--appendfsync', 'everysec', '--auto-aof-rewrite-percentage', '0'], nodeArgs: NODE_ARGS });
-  await fillThrottleKeys(s.port, KEYS, { prefix: 'key:' });
+  await fillThrottleKeys(s.port, KEYS, { prefix: 'key:', digits: RAND_DIGITS });
   await command(s.port, ['BGREWRITEAOF']);
   for (;;) {
     const info = String(await command(s.port, ['INFO', 'persistence'], 10_000));

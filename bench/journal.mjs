@@ -17,7 +17,7 @@
 import { spawnSync } from 'node:child_process';
 import { readdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
-import { fillThrottleKeys } from './fill.mjs';
+import { fillThrottleKeys, RAND_DIGITS } from './fill.mjs';
 import {
   command, fmtInt, fmtRatio, machine, median, run, runBenchmark, ROOT, startCellgate, stop, table, watchdog,
 } from './harness.mjs';
@@ -114,7 +114,7 @@ async function main() {
 
   // Rewrite and load at KEYS keys + RECORDS records.
   const s = await startCellgate(MAIN, { args: ['--appendonly', 'yes', '--appendfsync', 'everysec', '--auto-aof-rewrite-percentage', '0'], nodeArgs: ['--max-old-space-size=8192'] });
-  await fillThrottleKeys(s.port, KEYS, { prefix: 'key:' });
+  await fillThrottleKeys(s.port, KEYS, { prefix: 'key:', digits: RAND_DIGITS });
   await command(s.port, ['BGREWRITEAOF']);
   await waitInfo(s.port, (t) => infoField(t, 'aof_rewrite_in_progress') === '0' && infoField(t, 'aof_rewrites') === '1');
   const rewriteMs = logMs(s.logs, /Background AOF rewrite terminated with success/);
