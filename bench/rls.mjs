@@ -7,6 +7,9 @@
  *   npm run build && node bench/rls.mjs          # RLS_BENCH_REQUESTS=40000 RLS_BENCH_INFLIGHT=64
  *   RLS_BENCH_BACKEND=1 node bench/rls.mjs        # with a Redis backend: its CPU per request too
  *
+ * Locally, one more row: bench/rls-http2-floor.mjs, a bare node:http2 server giving a fixed answer,
+ * under the same client: the CPU a unary gRPC call costs in Node before any of cellgate's work.
+ *
  * Each request names one of 1,000 keys (fixed windows of 10^9 per minute: always allowed, always
  * counted); calls go out over one gRPC channel (one HTTP/2 connection), RLS_BENCH_INFLIGHT at once,
  * as an Envoy worker's connection carries them; RESP over one ioredis connection with as many in flight.
@@ -17,7 +20,8 @@ import { join } from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import { Redis } from 'ioredis';
-import { cpuSeconds, freePort, ROOT, run, startCellgate, startRedis, tempDir } from './harness.mjs';
+import { spawn } from 'node:child_process';
+import { cpuSeconds, freePort, ROOT, run, startCellgate, startRedis, tempDir, track } from './harness.mjs';
 
 const REQUESTS = Number(process.env.RLS_BENCH_REQUESTS ?? 40_000);
 const INFLIGHT = Number(process.env.RLS_BENCH_INFLIGHT ?? 64);
@@ -62,6 +66,22 @@ async function measure(name, pid, redisPid, decisionsPerRequest, fn) {
   };
 }
 
+/** The bare node:http2 server (bench/rls-http2-floor.mjs) under the same client and load. */
+async function measureFloor(Rls, requests1) {
+  const port = await freePort();
+  const child = track(spawn(process.execPath, [join(ROOT, 'bench/rls-http2-floor.mjs'), String(port)], { stdio: ['ignore', 'pipe', 'inherit'] }));
+  await new Promise((resolve, reject) => {
+    child.stdout.once('data', resolve);
+    child.once('exit', () => reject(new Error('rls-http2-floor.mjs exited')));
+  });
+  const client = new Rls(`127.0.0.1:${port}`, grpc.credentials.createInsecure());
+  const should = (descriptors) => new Promise((resolve, reject) => client.ShouldRateLimit({ domain: 'bench', descriptors }, (e, r) => (e ? reject(e) : resolve(r))));
+  const row = await measure('bare node:http2, fixed answer (floor)', child.pid, null, 1, (i) => should(requests1[i % KEYS]));
+  client.close();
+  child.kill();
+  return row;
+}
+
 async function main() {
   const confDir = tempDir('cellgate-rls-bench-');
   writeFileSync(join(confDir, 'bench.yaml'), `domain: bench\ndescriptors:\n${[0, 1, 2, 3].map((d) => `  - key: k${d}\n    rate_limit: { unit: minute, requests_per_unit: 1000000000 }\n`).join('')}`);
@@ -90,6 +110,7 @@ async function main() {
   rows.push(await measure('4 x CL.THROTTLE over RESP', pid, redisPid, 4, (i) => Promise.all([0, 1, 2, 3].map((d) => redis.call('CL.THROTTLE', `${d}:${keys[i % KEYS]}`, '1000000000', '1000000000', '60')))));
   client.close();
   redis.disconnect();
+  if (!BACKEND) rows.push(await measureFloor(Rls, requests1));
 
   process.stdout.write(`# rls bench: ${REQUESTS} requests, ${INFLIGHT} in flight, ${BACKEND ? 'Redis backend' : 'local'}, ${os.cpus()[0]?.model ?? '?'} x${os.cpus().length}, node ${process.version}\n`);
   process.stdout.write(`| run | requests/s | server CPU µs/request |${BACKEND ? ' Redis CPU µs/request |' : ''} p50 ms | p99 ms |\n|---|---:|---:|${BACKEND ? '---:|' : ''}---:|---:|\n`);
@@ -97,6 +118,7 @@ async function main() {
   const ratio1 = rows[0].cpuUsPerRequest / rows[1].cpuUsPerRequest;
   const ratio4 = rows[2].cpuUsPerRequest / rows[3].cpuUsPerRequest;
   process.stdout.write(`CPU per ShouldRateLimit / CPU per CL.THROTTLE: ${ratio1.toFixed(2)}x (1 descriptor), ${ratio4.toFixed(2)}x (4 descriptors vs 4 commands); target <= 4x with 1 descriptor\n`);
+  if (rows[4] !== undefined) process.stdout.write(`Bare node:http2 per call / CPU per CL.THROTTLE: ${(rows[4].cpuUsPerRequest / rows[1].cpuUsPerRequest).toFixed(2)}x (the floor of any gRPC door on node:http2)\n`);
 }
 
 run(main);
