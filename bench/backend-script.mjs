@@ -8,9 +8,13 @@
  * key:<random below 100000>) but can send the script's binary ARGV, which a command line cannot
  * carry. The figure is INFO commandstats' usec_per_call for evalsha, reset before each run. Rounds
  * alternate the variants (classic, ours[, old]) so a busy machine slows all alike; medians are printed.
+ * With --batch n, our variants run as a sidecar's batches do (batchScriptHeader: n calls of the op
+ * per EVALSHA, keys in ARGV, TIME read once) and the figure is usec_per_call ÷ n: the script's time
+ * per call, which is what a batch of mostly absent keys costs (the classic still runs one per call).
  *
  *   node bench/backend-script.mjs [--old <dist dir of another build>] [--n 100000] [--rounds 3] [--ops c,t,...]
  *     [--lua a.lua,b.lua: edited copies of the script, run with this build's ARGV, as more variants]
+ *     [--batch 26: calls per EVALSHA for our variants; --n counts calls]
  *
  * Ops: c CL.THROTTLE 100 1000 60 1; g GCRA 100 1000 60 1; t l f w s r RL.TOKENBUCKET / LEAKYBUCKET /
  * FIXEDWINDOW / SLIDINGWINDOW / SLIDINGLOG / GCRA with limit 1000 per 60 s, cost 1; all RL.ALL of two
@@ -35,6 +39,7 @@ const ROUNDS = Number(opt('rounds', '3'));
 const OPS = opt('ops', 'c,g,t,l,f,w,s,r,all').split(',');
 const OLD = opt('old', null);
 const EXTRA = opt('lua', '').split(',').filter((f) => f !== '');
+const BATCH = Number(opt('batch', '0'));
 
 const CLASSIC = LUA_TOKEN_BUCKET;
 
@@ -63,7 +68,7 @@ async function build(dir) {
     r: [rl(KeyType.Gcra)],
     all: [rl(KeyType.TokenBucket), rl(KeyType.TokenBucket)],
   };
-  return { script: script.LIMITER_SCRIPT, argv: (op) => script.limiterScriptArgv(limits[op], op === 'all', null), count: (op) => limits[op].length };
+  return { script: script.LIMITER_SCRIPT, argv: (op) => script.limiterScriptArgv(limits[op], op === 'all', null), count: (op) => limits[op].length, header: script.batchScriptHeader };
 }
 
 async function startRedis() {
@@ -122,11 +127,11 @@ function skip(buf, at) {
   return eol + 2;
 }
 
-/** N commands over 50 connections, 16 in flight on each (as redis-benchmark -c 50 -P 16). */
-function load(port, cmd) {
+/** `commands` commands over 50 connections, 16 in flight on each (as redis-benchmark -c 50 -P 16). */
+function load(port, cmd, commands) {
   const CONNS = 50;
   const DEPTH = 16;
-  let left = N;
+  let left = commands;
   return Promise.all(Array.from({ length: CONNS }, () => new Promise((resolve, reject) => {
     const sock = connect(port, '127.0.0.1');
     let pending = Buffer.alloc(0);
@@ -180,19 +185,21 @@ try {
 
   // Each run starts on an empty keyspace (the same mix of fresh and warm keys for every variant, and
   // no growing dict rehashing the later runs).
-  const run = async (cmd) => {
+  // calls: the calls one command carries (a batch's), over which its time is divided.
+  const run = async (cmd, calls = 1) => {
     await c.flushall('SYNC');
     await c.config('RESETSTAT');
-    await load(redis.port, cmd);
+    await load(redis.port, cmd, Math.ceil(N / calls));
     const m = /cmdstat_evalsha:calls=(\d+),usec=\d+,usec_per_call=([\d.]+),rejected_calls=\d+,failed_calls=(\d+)/.exec(await c.info('commandstats'));
     if (!m) throw new Error('no evalsha in INFO commandstats');
     if (Number(m[3]) > 0) throw new Error(`${m[3]} failed calls: ${cmd.join(' ')}`);
-    return Number(m[2]);
+    return Number(m[2]) / calls;
   };
   const cmdFor = (variant, build, op, prefix) => {
     const argv = build.argv(op);
     if (!Array.isArray(argv)) throw new Error(argv.error);
     const keys = op === 'all' ? [`${prefix}a:__rand_int__`, `${prefix}b:__rand_int__`] : [`${prefix}${op}:__rand_int__`];
+    if (BATCH > 0) return ['EVALSHA', shas[variant], '0', build.header(false), ...Array.from({ length: BATCH }, () => [argv[0], ...keys]).flat()];
     return ['EVALSHA', shas[variant], String(keys.length), ...keys, ...argv];
   };
 
@@ -206,11 +213,11 @@ try {
         const cmd = v === 'classic'
           ? ['EVALSHA', shas.classic, '1', `classic:__rand_int__`, '101', '16.666666666666668', '1']
           : cmdFor(v, v === 'old' ? old : ours, op, `${v}:`);
-        ((results[op] ??= {})[v] ??= []).push(await run(cmd));
+        ((results[op] ??= {})[v] ??= []).push(await run(cmd, v === 'classic' ? 1 : Math.max(1, BATCH)));
       }
     }
   }
-  console.log(`usec_per_call (INFO commandstats, median of ${ROUNDS} alternating rounds of ${N} calls, 50 connections × 16 in flight, keys below 100000)`);
+  console.log(`usec_per_call (INFO commandstats, median of ${ROUNDS} alternating rounds of ${N} calls, 50 connections × 16 in flight, keys below 100000${BATCH > 0 ? `; ours in batches of ${BATCH} calls, per call` : ''})`);
   console.log(`empty 'return {0}' script: ${median(floor).toFixed(2)}`);
   console.log(['op', ...variants, 'ours/classic', ...(old ? ['old/classic'] : [])].join('\t'));
   for (const op of OPS) {

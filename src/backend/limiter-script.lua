@@ -4,6 +4,20 @@ local SAFE = 9007199254740992
 local MAX_LOG = ${MAX_BACKEND_SLIDING_LOG_LIMIT}
 local fmod, floor, ceil = math.fmod, math.floor, math.ceil
 
+-- ceil(a / b) and floor(a / b) of integers, exact where the double quotient rounds. Defined once per
+-- run of the script, not in the decisions that use them: a function defined there is a new closure
+-- on every call of a batch.
+local function ceil_div(a, b)
+  local q = ceil(a / b)
+  if q * b < a then q = q + 1 elseif q > 0 and (q - 1) * b >= a then q = q - 1 end
+  return q
+end
+local function floor_div(a, b)
+  local q = floor(a / b)
+  if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
+  return q
+end
+
 local args = ARGV[1]
 local flags, nowUs = struct.unpack('<Bd', args)
 local all = flags % 2 == 1
@@ -115,16 +129,6 @@ local function decide(op, x1, x2, x3, x4, x5, x6, key, has, sa, sb, sc, sv, slen
   end
   -- The RL.* rate limiters (rate-decision.ts): limit x1, period x2 (ms), burst x3, cost x4.
   local limit, period, burst, cost = x1, x2, x3, x4
-  local function ceil_div(a, b)
-    local q = ceil(a / b)
-    if q * b < a then q = q + 1 elseif q > 0 and (q - 1) * b >= a then q = q - 1 end
-    return q
-  end
-  local function floor_div(a, b)
-    local q = floor(a / b)
-    if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
-    return q
-  end
 --@decide t
 --@decide f
 --@decide w
@@ -165,8 +169,17 @@ local function answer(limited, limit, remaining, retry, reset, delay, first, has
   return reply(1, 1, limit, remaining, retry, reset, refused)
 end
 
--- A batch's keys so far (nil outside a batch): a key's first call in a batch may be on an absent key.
-local seen = nil
+-- What a call (its ARGV element: flags, clock, op, parameters) does on an absent key, as it does on
+-- every absent key at the same instant: its value, its expiry (PXAT) and its reply, all three
+-- strings; false when it does not write there (or is a refund, a sliding log, or needs BigInt).
+local function on_absent(args)
+  local op, x1, x2, x3, x4, x5, x6 = struct.unpack('<c1dddddd', args, 10)
+  if string.byte(op) < 97 or op == 's' then return false end
+  local limited, limit, remaining, retry, reset, delay, write, a, b, c, exp, first = decide(op, x1, x2, x3, x4, x5, x6, nil, false)
+  if not write or limited == nil then return false end
+  return { struct.pack('<BBdddd', MAGIC, type_of(op), exp, a, b, c), string.format('%.0f', exp),
+    answer(limited, limit, remaining, retry, reset, delay, first, false, 0) }
+end
 
 -- One call: its ARGV element, its keys, whether all-or-nothing. A function, so a unit of several
 -- calls (flag 4) runs it per call (the body is not indented for it, to keep its text as it was).
@@ -180,21 +193,6 @@ if n == 1 then
   local refund = string.byte(op) < 97
   if refund then op = string.lower(op) end
   local t = type_of(op)
-  if seen ~= nil and not refund and op ~= 's' and not seen[key] then
-    seen[key] = true
-    -- Most keys a batch names once are absent (a key in use is usually named again in the same
-    -- batch, which reads it): decide as on an absent key, and write only if it is (SET NX), one
-    -- call where reading first takes two. Present (or an empty string): decided below as usual.
-    local limited, limit, remaining, retry, reset, delay, write, a, b, c, exp, first = decide(op, x1, x2, x3, x4, x5, x6, key, false)
-    if write and limited ~= nil then
-      -- pcall: the first access to the key, which a Cluster node may not serve (as load's GETRANGE).
-      local set = redis.pcall('SET', key, struct.pack('<BBdddd', MAGIC, t, exp, a, b, c), 'PXAT', string.format('%.0f', exp), 'NX')
-      if type(set) == 'table' then
-        if set.ok == nil then return unread(elsewhere(set)) end
-        return answer(limited, limit, remaining, retry, reset, delay, first, false, 0)
-      end
-    end
-  end
   unsure = false
   local st, sexp, sa, sb, sc, sv, slen = load(key, op == 's', t, not refund)
   if st == -2 then
@@ -219,11 +217,6 @@ if n == 1 then
     if has then
       local limit, period, units = x1, x2, x4
       if op == 'r' then units = x6 end
-      local function ceil_div(a, b)
-        local q = ceil(a / b)
-        if q * b < a then q = q + 1 elseif q > 0 and (q - 1) * b >= a then q = q - 1 end
-        return q
-      end
       local effect, na, nb, nc, nexp = 0, 0, 0, 0, 0
 --@refund t
 --@refund f
@@ -335,22 +328,52 @@ if flags >= 8 then
     return struct.pack(f, n, ...)
   end
   MAXREM = math.huge
-  seen = {}
   local codes = { ['WRONGTYPE Operation against a key holding the wrong kind of value'] = -1, ['${NOT_SERVED}'] = -2, ['${BACKEND_WIDE_ERROR}'] = -3 }
+  -- seen: the batch's keys so far. absent: on_absent of each distinct element so far. A batch's
+  -- calls mostly share their element (one limit, no debug clock: the same bytes, hence the same
+  -- Lua string) and mostly name keys that are absent (a key in use is usually named again in the
+  -- same batch, which reads it): a key's first call decides as on an absent key and writes only if
+  -- it is (SET NX), one Redis call where reading first takes two, and that decision, its value and
+  -- its reply are computed once per element, not per call. Present (or an empty string, or a key
+  -- seen before in the batch): run decides it as usual.
+  local seen, absent = {}, {}
   local replies, c, nargs, r, single = {}, 2, #ARGV, 0, {}
   while c <= nargs do
     local one = ARGV[c]
-    local f = string.byte(one, 1)
-    if f % 4 >= 2 then nowUs = struct.unpack('<d', one, 2) else nowUs = timeUs end
-    nowMs = floor(nowUs / 1000)
     local n = (#one - 9) / 49
-    local keys = single
-    if n == 1 then single[1] = ARGV[c + 1]
-    else
-      keys = {}
-      for j = 1, n do keys[j] = ARGV[c + j] end
+    local out
+    if n == 1 then
+      local key = ARGV[c + 1]
+      if not seen[key] then
+        seen[key] = true
+        local known = absent[one]
+        if known == nil then
+          if string.byte(one, 1) % 4 >= 2 then nowUs = struct.unpack('<d', one, 2) else nowUs = timeUs end
+          nowMs = floor(nowUs / 1000)
+          known = on_absent(one)
+          absent[one] = known
+        end
+        if known then
+          -- pcall: the first access to the key, which a Cluster node may not serve (as load's GETRANGE).
+          local set = redis.pcall('SET', key, known[1], 'PXAT', known[2], 'NX')
+          if type(set) == 'table' then
+            if set.ok == nil then out = unread(elsewhere(set)) else out = known[3] end
+          end
+        end
+      end
     end
-    local out = run(one, keys, f % 2 == 1)
+    if out == nil then
+      local f = string.byte(one, 1)
+      if f % 4 >= 2 then nowUs = struct.unpack('<d', one, 2) else nowUs = timeUs end
+      nowMs = floor(nowUs / 1000)
+      local keys = single
+      if n == 1 then single[1] = ARGV[c + 1]
+      else
+        keys = {}
+        for j = 1, n do keys[j] = ARGV[c + j] end
+      end
+      out = run(one, keys, f % 2 == 1)
+    end
     if type(out) == 'table' then out = struct.pack('<d', codes[out.err] or -4) end
     r = r + 1
     replies[r] = out

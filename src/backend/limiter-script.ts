@@ -85,11 +85,13 @@ export const BACKEND_LOG_LIMIT_ERROR = `ERR RL.SLIDINGLOG limit above ${MAX_BACK
  * The reply is flat: the call's limited flag, then per limit its reply integers (6 or 7 for rl) and
  * refusedForUs.
  *
- * Cost: the body runs on every EVALSHA, so every function defined in it is a new closure per call
+ * Cost: the body runs on every EVALSHA, so every function defined in it is a new closure per run
  * and every table an allocation. Only the code of the op being run executes: the decision of each
- * op is inline in one if/elseif chain, a helper is defined inside the branch that needs it, a
- * decision is locals (returned as multiple values), and the common single-limit call writes and
- * replies without any table but the reply's.
+ * op is inline in one if/elseif chain, a decision is locals (returned as multiple values), and the
+ * common single-limit call writes and replies without any table but the reply's. A helper several
+ * decisions share is defined once per run at the top (a batch decides many calls per run); one
+ * op's own helper inside its branch. In a batch, the decision on an absent key is made once per
+ * distinct call element (limit and clock), not once per call.
  */
 const LUA = assembleLimiterScript();
 

@@ -89,11 +89,6 @@
       local unitsNs = ns * (n - thousands * 1000)
       return us * n + ns * thousands + floor(unitsNs / 1000), fmod(unitsNs, 1000)
     end
-    local function ceil_div(a, b)
-      local q = ceil(a / b)
-      if q * b < a then q = q + 1 elseif q > 0 and (q - 1) * b >= a then q = q - 1 end
-      return q
-    end
     local cost = q
     limited = cost > 0 and limited
     write = cost > 0 and write

@@ -457,3 +457,71 @@ describe('limiter script, a unit of calls (a transaction)', () => {
     expect(/cmdstat_time:calls=(\d+)/.exec(stats)?.[1]).toBe('1');
   });
 });
+
+describe('limiter script, a batch\'s calls on absent keys', () => {
+  // A batch decides a key's first call as on an absent key (SET NX), that decision computed once per
+  // distinct ARGV element: each call must still answer, write and expire as the same call alone.
+  const limits: ScriptLimit[] = [
+    cl(4, 10, 60, 1), cl(4, 10, 60, 2), cl(4, 10, 60, 9), cl(0, 3, 1, 1),
+    gcra(4, 10, 60, 1), rl(KeyType.TokenBucket, 5, 60_000, 1), rl(KeyType.TokenBucket, 5, 60_000, 0),
+    { ...rl(KeyType.TokenBucket, 5, 60_000, 1), refund: 2 } as ScriptLimit, rl(KeyType.FixedWindow, 3, 10_000, 2),
+    rl(KeyType.SlidingWindow, 3, 10_000, 1), rl(KeyType.LeakyBucket, 3, 10_000, 1), rl(KeyType.Gcra, 3, 10_000, 1), rl(KeyType.SlidingLog, 3, 10_000, 1),
+  ];
+  /** Keys of other Redis types or not cellgate's, and one a call wrote before the batch. */
+  async function preset(prefix: string, at: number): Promise<void> {
+    const until = Math.floor(T0 / 1000) + 86400_000;
+    await env.redis.set(`${prefix}foreign`, 'not a limiter value', 'PXAT', until);
+    await env.redis.set(`${prefix}empty`, '', 'PXAT', until);
+    await env.redis.hset(`${prefix}hash`, 'f', '1');
+    await call([`${prefix}used`], [cl(4, 10, 60, 3)], at - 1_000_000);
+  }
+  const special = ['foreign', 'empty', 'hash', 'used'];
+
+  it('each call answers, writes and expires as alone, whether its element or key came before in the batch (seeded)', async () => {
+    const next = mulberry32(20261203);
+    for (let round = 0; round < 20; round++) {
+      const at = T0 + round * 100_000_000;
+      // Mostly one element on fresh keys, as a sidecar's turn; some other limits, repeated and special keys.
+      const calls = Array.from({ length: 10 + Math.floor(next() * 40) }, (_, i) => {
+        const l = next() < 0.5 ? limits[0] : limits[Math.floor(next() * limits.length)];
+        const r = next();
+        const key = r < 0.6 ? `k${i}` : r < 0.8 ? `k${Math.floor(next() * i)}` : special[Math.floor(next() * special.length)];
+        // A second clock in some batches: a call's element carries its own.
+        return { key, l, now: round % 3 === 2 && next() < 0.3 ? at + 1234 : at };
+      });
+      const one = `abs:s${round}:`;
+      const batched = `abs:b${round}:`;
+      await preset(one, at);
+      await preset(batched, at);
+      const alone: unknown[] = [];
+      for (const c of calls) alone.push(await call([one + c.key], [c.l], c.now).then((o) => o, (e: Error) => e.message));
+      const elements: (Buffer | string)[] = [batchScriptHeader(true)];
+      for (const c of calls) elements.push((limiterScriptArgv([c.l], false, c.now) as Buffer[])[0], batched + c.key);
+      const replies = splitBatchReply(await env.redis.callBuffer('EVALSHA', sha, 0, ...elements), calls.length)!;
+      expect(replies).not.toBeNull();
+      const got = replies.map((r, i) => (typeof r === 'string' ? r : parseLimiterReply(r, [calls[i].l])));
+      expect(got, JSON.stringify(calls.map((c) => c.key))).toEqual(alone);
+      for (const k of new Set(calls.map((c) => c.key))) {
+        expect(await env.redis.getBuffer(batched + k).catch(() => 'hash'), k).toEqual(await env.redis.getBuffer(one + k).catch(() => 'hash'));
+        expect(await env.redis.pexpiretime(batched + k), k).toBe(await env.redis.pexpiretime(one + k));
+      }
+    }
+  });
+
+  it('a batch of one element on absent keys costs one SET per call and no read; a key already there costs its read', async () => {
+    const argv = (limiterScriptArgv([cl(4, 10, 60, 1)], false, T0) as Buffer[])[0];
+    await call(['cnt:there'], [cl(4, 10, 60, 1)], T0 - 1000);
+    const elements: (Buffer | string)[] = [batchScriptHeader(true)];
+    for (let i = 0; i < 20; i++) elements.push(argv, `cnt:${i}`);
+    elements.push(argv, 'cnt:there', argv, 'cnt:0');
+    await env.redis.config('RESETSTAT');
+    const replies = splitBatchReply(await env.redis.callBuffer('EVALSHA', sha, 0, ...elements), 22)!;
+    expect(replies.map((r) => (r as number[])[0])).toEqual(Array(22).fill(0));
+    const stats = String(await env.redis.info('commandstats'));
+    const calls = (name: string) => Number(new RegExp(`cmdstat_${name}:calls=(\\d+)`).exec(stats)?.[1] ?? 0);
+    // 20 absent keys: one SET NX each; cnt:there: SET NX (refused), its read, its SET; cnt:0 again: read and SET.
+    expect(calls('set')).toBe(20 + 2 + 1);
+    expect(calls('getrange')).toBe(2);
+    expect(calls('time')).toBe(0);
+  });
+});
