@@ -72,9 +72,16 @@ const TREE = (() => {
   return tree;
 })();
 
-/** Huffman-decodes buf[start, end) to a latin1 string; throws on EOS, bad padding or a code cut short. */
+let scratch = Buffer.allocUnsafe(256); // decoded bytes, grown as needed (to 8/5 of the longest string)
+
+/**
+ * Huffman-decodes buf[start, end) to a latin1 string, bytes first and one string at the end (no
+ * string per symbol); throws on EOS, bad padding or a code cut short.
+ */
 function huffmanDecode(buf, start, end) {
-  let out = '';
+  const need = Math.ceil(((end - start) * 8) / 5);
+  if (scratch.length < need) scratch = Buffer.allocUnsafe(need);
+  let n = 0;
   let node = 0;
   let depth = 0; // bits since the last symbol
   let ones = true; // every bit since the last symbol was 1 (valid padding is a prefix of EOS)
@@ -85,7 +92,7 @@ function huffmanDecode(buf, start, end) {
       const next = TREE[2 * node + bit];
       if (next < 0) {
         if (next === -257) throw new HpackError('EOS in a Huffman string');
-        out += String.fromCharCode(-next - 1);
+        scratch[n++] = -next - 1;
         node = 0;
         depth = 0;
         ones = true;
@@ -97,7 +104,7 @@ function huffmanDecode(buf, start, end) {
     }
   }
   if (depth > 7 || !ones) throw new HpackError('bad Huffman padding');
-  return out;
+  return scratch.latin1Slice(0, n);
 }
 
 /**
@@ -115,6 +122,10 @@ export class HpackDecoder {
     this.values = [];
     this.maxListSize = maxListSize; // the cap on one decoded header list (name + value + 32 each)
     this.i = 0;
+    // The last Huffman string and its code: nghttp2 sends :path as a literal never put in the table,
+    // the same bytes on every call of a method, so one comparison replaces decoding it again.
+    this.lastCode = Buffer.alloc(0);
+    this.lastString = '';
   }
 
   decode(buf, start, end) {
@@ -129,7 +140,8 @@ export class HpackDecoder {
       if (b & 0x80) {
         // Indexed field.
         const idx = this.int(buf, end, 7);
-        [name, value] = this.entry(idx);
+        name = this.name(idx);
+        value = this.value(idx);
       } else if ((b & 0xe0) === 0x20) {
         // Dynamic table size update: only at the start of a block.
         if (!first) throw new HpackError('table size update after a field');
@@ -142,7 +154,7 @@ export class HpackDecoder {
         // A literal: with incremental indexing (01), without (0000) or never indexed (0001).
         const indexing = (b & 0xc0) === 0x40;
         const idx = this.int(buf, end, indexing ? 6 : 4);
-        name = idx === 0 ? this.str(buf, end) : this.entry(idx)[0];
+        name = idx === 0 ? this.str(buf, end) : this.name(idx);
         value = this.str(buf, end);
         if (indexing) this.add(name, value);
       }
@@ -177,15 +189,28 @@ export class HpackDecoder {
     const s = this.i;
     if (s + len > end) throw new HpackError('string cut short');
     this.i = s + len;
-    return huff ? huffmanDecode(buf, s, s + len) : buf.latin1Slice(s, s + len);
+    if (!huff) return buf.latin1Slice(s, s + len);
+    const last = this.lastCode;
+    if (last.length === len && buf.compare(last, 0, len, s, s + len) === 0) return this.lastString;
+    this.lastString = huffmanDecode(buf, s, s + len);
+    this.lastCode = Buffer.from(buf.subarray(s, s + len));
+    return this.lastString;
   }
 
-  entry(idx) {
-    if (idx === 0) throw new HpackError('index 0');
-    if (idx <= STATIC_TABLE.length) return STATIC_TABLE[idx - 1];
+  /** The dynamic table position of index idx (> 61), checked. */
+  slot(idx) {
     const d = this.names.length - (idx - STATIC_TABLE.length);
     if (d < 0) throw new HpackError(`index ${idx} beyond the table`);
-    return [this.names[d], this.values[d]];
+    return d;
+  }
+
+  name(idx) {
+    if (idx === 0) throw new HpackError('index 0');
+    return idx <= STATIC_TABLE.length ? STATIC_TABLE[idx - 1][0] : this.names[this.slot(idx)];
+  }
+
+  value(idx) {
+    return idx <= STATIC_TABLE.length ? STATIC_TABLE[idx - 1][1] : this.values[this.slot(idx)];
   }
 
   add(name, value) {

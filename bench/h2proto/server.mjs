@@ -266,7 +266,13 @@ class Connection {
       this.streams.delete(sid);
       return this.out.push(errorAnswer(sid, 8, 'message larger than the limit'), frame(T.RST_STREAM, 0, sid, u32(0)));
     }
-    if (e > s) stream.chunks.push(Buffer.from(buf.subarray(s, e))); // copied: `buf` is reused
+    // A whole message in one frame is used where it lies (answered before this event ends); parts
+    // are copied, so that a stream waiting for more does not hold whole read buffers.
+    if (flags & F.END_STREAM && stream.chunks.length === 0) {
+      stream.chunks.push(buf.subarray(s, e));
+      return this.answer(sid, stream);
+    }
+    if (e > s) stream.chunks.push(Buffer.from(buf.subarray(s, e)));
     if (flags & F.END_STREAM) return this.answer(sid, stream);
     stream.unacked += size;
     if (stream.unacked > STREAM_WINDOW / 2) {
