@@ -88,6 +88,9 @@ async function main() {
       r.runs.push(await measure(r.pid, r.fn));
     }
   }
+  // How many calls one read carried, in the prototype (its stats line goes to our stderr).
+  process.kill(proto.pid, 'SIGUSR2');
+  await new Promise((r) => setTimeout(r, 200));
   for (const c of Object.values(g)) c.client.close();
   redis.disconnect();
 
