@@ -30,6 +30,7 @@ export default defineConfig({
       'test/rls/codec.test.ts',
       'test/rls/examples.test.ts',
       'test/build/commands-doc.test.ts',
+      'test/backend/batch-units.test.ts',
     ],
     testTimeout: 60_000,
     reporters: ['default', './test/helpers/summary-reporter.ts'],

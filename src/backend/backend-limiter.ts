@@ -15,9 +15,11 @@
  * The calls of one event-loop turn go to each backend node as one script (src/backend/
  * limiter-batches.ts), decided in order; each is answered from its part of the reply.
  *
- * A transaction's calls (EXEC: beginUnit .. endUnit) go as one script of their own, decided in
- * order on the backend with nothing in between; a keyspace command of the transaction sends those
- * before it first (flushUnit), so the backend sees the commands in the transaction's order.
+ * A unit's calls (EXEC, or a rate limit service request's limits: beginUnit .. endUnit) are decided
+ * in order on the backend with nothing in between: on one Redis as one entry of the turn's batch
+ * (never cut between two), on a Cluster (keys of one slot) or when more than a batch carries as one
+ * script of their own; a keyspace command of the transaction sends those before it first
+ * (flushUnit), so the backend sees the commands in the transaction's order.
  */
 import { setFlagsFromString } from 'node:v8';
 import type { Clock } from '../clock.js';
@@ -165,13 +167,17 @@ export class BackendLimiterStore implements LimiterStore {
   }
 
   /**
-   * Sends the transaction's calls so far as one script (one call: as outside a transaction), before
-   * whatever the transaction does next on the backend.
+   * Hands the unit's calls so far to the backend, before whatever the transaction does next there:
+   * on one Redis, into the turn's batch as one entry (a single call as outside a transaction), which
+   * the next command to the backend sends first; else, or when they are more than a batch carries, as
+   * one script of their own (one call: as outside a transaction). A Cluster keeps its own script by
+   * the unit's slot, through the Cluster client, which follows MOVED and ASK for the whole unit.
    */
   flushUnit(): void {
     const unit = this.unit;
     if (unit === null || unit.length === 0) return;
     this.unit = [];
+    if (this.backend.target.mode !== 'cluster' && this.batches.addUnit(unit)) return;
     if (unit.length === 1) {
       this.sendAlone(unit[0]);
       return;

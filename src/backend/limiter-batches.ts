@@ -12,6 +12,8 @@
  * - the backend sees the commands in the order given: any other command sent to it (a transaction's
  *   unit, DEL, TTL, TYPE, ...) sends the open batches first (RedisBackend.beforeSend); the calls of
  *   one key always share a node, hence a batch, and stay in order within it;
+ * - the calls of a unit (addUnit: a transaction's, a rate limit service request's) are never cut
+ *   between two batches: one script run decides them all, with nothing in between;
  * - a batch names its keys in ARGV, not KEYS, so that a Cluster master takes keys of every slot it
  *   serves in one run; a call whose key the master does not serve (its slot moved since the slot map
  *   was read) is not decided there (NOT_SERVED) and goes again on its own, by its slot, through the
@@ -83,18 +85,51 @@ export class LimiterBatches<T extends BatchedCall> {
 
   /** Adds a call to its node's batch of this turn (sent at the end of the turn, or when full). */
   add(call: T): void {
-    const node = call.node;
-    let batch: Batch<T> | undefined;
-    for (const b of this.open) {
-      if (b.node === node) {
-        batch = b;
-        break;
-      }
+    const batch = this.openFor(call.node);
+    this.put(batch, call);
+    this.sendIfFull(batch);
+  }
+
+  /**
+   * Adds calls that must be decided together (a transaction's unit, a rate limit service request's
+   * limits), in order, to one batch of this turn: never cut in two, so one script run decides them
+   * all with nothing in between, as a unit's own script would. When the open batch has no room left
+   * for all of them it is sent first and they start the next. False, with nothing added, when they
+   * cannot ride in a batch: more than a batch carries, or keys of several nodes (the caller sends
+   * them as a unit of their own).
+   */
+  addUnit(calls: readonly T[]): boolean {
+    const node = calls[0].node;
+    let bytes = 0;
+    for (const call of calls) {
+      if (call.node !== node) return false;
+      bytes += callBytes(call);
     }
-    if (batch === undefined) {
-      batch = { node, calls: [], elements: [EMPTY], bytes: 0, frozen: true };
-      this.open.push(batch);
+    if (calls.length > MAX_BATCH_CALLS || bytes > MAX_BATCH_BYTES) return false;
+    let batch = this.openFor(node);
+    if (batch.calls.length + calls.length > MAX_BATCH_CALLS || batch.bytes + bytes > MAX_BATCH_BYTES) {
+      this.open.splice(this.open.indexOf(batch), 1);
+      this.send(batch);
+      batch = this.openFor(node);
     }
+    for (const call of calls) this.put(batch, call);
+    this.sendIfFull(batch);
+    return true;
+  }
+
+  /** The node's open batch of this turn, a new one if it has none (the end of the turn scheduled). */
+  private openFor(node: NodeState): Batch<T> {
+    for (const b of this.open) if (b.node === node) return b;
+    const batch: Batch<T> = { node, calls: [], elements: [EMPTY], bytes: 0, frozen: true };
+    this.open.push(batch);
+    if (!this.scheduled) {
+      this.scheduled = true;
+      setImmediate(this.endOfTurn);
+    }
+    return batch;
+  }
+
+  private put(batch: Batch<T>, call: T): void {
     batch.calls.push(call);
     batch.elements.push(call.argv);
     batch.bytes += call.argv.length;
@@ -103,16 +138,14 @@ export class LimiterBatches<T extends BatchedCall> {
       batch.bytes += key.length;
     }
     if (!call.frozen) batch.frozen = false;
-    node.queued++;
-    if (batch.calls.length >= MAX_BATCH_CALLS || batch.bytes >= MAX_BATCH_BYTES) {
-      this.open.splice(this.open.indexOf(batch), 1);
-      this.send(batch);
-      return;
-    }
-    if (!this.scheduled) {
-      this.scheduled = true;
-      setImmediate(this.endOfTurn);
-    }
+    batch.node.queued++;
+  }
+
+  /** Sends a batch at once when it holds MAX_BATCH_CALLS calls or MAX_BATCH_BYTES. */
+  private sendIfFull(batch: Batch<T>): void {
+    if (batch.calls.length < MAX_BATCH_CALLS && batch.bytes < MAX_BATCH_BYTES) return;
+    this.open.splice(this.open.indexOf(batch), 1);
+    this.send(batch);
   }
 
   /** Sends every open batch now. */
@@ -191,6 +224,13 @@ function errorOf(text: string): Error {
   return e;
 }
 const ERRORS = new Map<string, Error>();
+
+/** The ARGV bytes a call adds to a batch: its element and its keys. */
+function callBytes(call: BatchedCall): number {
+  let n = call.argv.length;
+  for (const key of call.keys) n += key.length;
+  return n;
+}
 
 /** The header's place until the batch is sent (its flags depend on every call). */
 const EMPTY = Buffer.alloc(0);

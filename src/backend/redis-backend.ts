@@ -215,6 +215,7 @@ export class RedisBackend {
   /** RL.BLOCK of one backend key, through the block script, as a promise. */
   askBlock(key: Buffer, argv: string[]): Promise<unknown> {
     return this.promised((done) => {
+      this.beforeSend();
       const node = this.admit(key);
       if (node === null) done(new Error('the key\'s backend node is down or has too many calls pending'), undefined);
       else this.track((this.client as unknown as LimiterClient).cellgateBlock(1, key, ...argv), done, node);

@@ -64,9 +64,12 @@ export class StoreDecider implements RlsDecider {
       return;
     }
     const store = this.store();
-    // Several limits go to the store as one unit where any keys may (this process, one Redis): on
-    // the backend one script for the request instead of one per limit, each limit still decided on
-    // its own. On a Cluster, where a unit's keys must share a slot, each goes alone.
+    // One limit is a plain call: on the backend it rides in the turn's batch with every other call
+    // of the turn, RESP or gRPC. Several go to the store as one unit where any keys may (this
+    // process, one Redis): on the backend one entry of the turn's batch, decided together with
+    // nothing in between, each limit still decided on its own (a refused one does not keep the
+    // others from counting, as envoyproxy/ratelimit counts them all). On a Cluster, where a unit's
+    // keys must share a slot, each goes alone (in its node's batch).
     const unit = calls.length > 1 && store.unitKeys() === null;
     if (unit) store.beginUnit();
     for (let i = 0; i < calls.length; i++) {

@@ -96,6 +96,20 @@ describe('RL.BLOCK through a backend', () => {
     expect(l![2]).toEqual([null, [1, 5, 0, 300, 300, 0]]);
   });
 
+  it('pipelined, no MULTI: after the calls before it in the turn\'s batch, before those after it, as locally', async () => {
+    await freezeClocks([local, ...sidecars], T0 + 20_000);
+    const run = async (s: Sidecar) => {
+      const p = s.admin.pipeline()
+        .call('RL.FIXEDWINDOW', 'bk:pipe', '5', '10000')
+        .call('RL.BLOCK', 'bk:pipe', '300')
+        .call('RL.FIXEDWINDOW', 'bk:pipe', '5', '10000');
+      return ((await p.exec()) ?? []).map(([e, v]) => (e ? (e as Error).message : v));
+    };
+    const [b, l] = await Promise.all([run(sidecars[0]), run(local)]);
+    expect(b).toEqual(l);
+    expect(l).toEqual([[0, 5, 4, -1, 10000, 0], 'OK', [1, 5, 0, 300, 300, 0]]);
+  });
+
   it('a block through one sidecar lifts a longer refusal another sidecar cached, once the block ends', async () => {
     await freezeClocks(sidecars, T0 + 60_000);
     const [a, c] = sidecars;
