@@ -524,4 +524,23 @@ describe('limiter script, a batch\'s calls on absent keys', () => {
     expect(calls('getrange')).toBe(2);
     expect(calls('time')).toBe(0);
   });
+
+  it('a batch whose keys are there (a window within its window) stops trying SET NX after three misses: read first, same replies', async () => {
+    const limit = rl(KeyType.FixedWindow, 100, 60_000, 1);
+    const argv = (limiterScriptArgv([limit], false, T0) as Buffer[])[0];
+    for (let i = 0; i < 20; i++) await call([`live:${i}`], [limit], T0 - 1000);
+    const elements: (Buffer | string)[] = [batchScriptHeader(true)];
+    for (let i = 0; i < 20; i++) elements.push(argv, `live:${i}`);
+    for (let i = 0; i < 5; i++) elements.push(argv, `fresh:${i}`);
+    await env.redis.config('RESETSTAT');
+    const replies = splitBatchReply(await env.redis.callBuffer('EVALSHA', sha, 0, ...elements), 25)!;
+    // Each live window counted its second hit, each fresh one its first.
+    expect(replies.map((r) => parseLimiterReply(r, [limit]).limits[0].values[2])).toEqual([...Array(20).fill(98), ...Array(5).fill(99)]);
+    const stats = String(await env.redis.info('commandstats'));
+    const calls = (name: string) => Number(new RegExp(`cmdstat_${name}:calls=(\\d+)`).exec(stats)?.[1] ?? 0);
+    // Three refused SET NX, then every key read first: 20 reads and SETs of the live ones, 5 reads and
+    // SET NX of the fresh ones (an empty read is written with NX: an empty string stays WRONGTYPE).
+    expect(calls('set')).toBe(3 + 20 + 5);
+    expect(calls('getrange')).toBe(25);
+  });
 });
