@@ -9,21 +9,7 @@
  *   node bench/rls-http2-floor.mjs <port>     (prints "ready" once it listens)
  */
 import http2 from 'node:http2';
-import { dirname, join } from 'node:path';
-import { fileURLToPath, pathToFileURL } from 'node:url';
-
-const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
-
-const { encodeRateLimitResponse } = await import(pathToFileURL(join(ROOT, 'dist/rls/codec.js')).href);
-const body = encodeRateLimitResponse({
-  overall_code: 'OK',
-  statuses: [{ code: 'OK', current_limit: { requests_per_unit: 1_000_000_000, unit: 'MINUTE', name: '' }, limit_remaining: 999_999_999, duration_until_reset: { seconds: 30, nanos: 0 } }],
-  response_headers_to_add: [],
-});
-// A gRPC message: compressed flag, 4-byte length, the protobuf bytes.
-const frame = Buffer.alloc(5 + body.length);
-frame.writeUInt32BE(body.length, 1);
-body.copy(frame, 5);
+import { FIXED_ANSWER_MESSAGE as frame } from './rls-fixed-answer.mjs';
 
 const server = http2.createServer();
 server.on('stream', (stream) => {

@@ -16,12 +16,9 @@
  *   node bench/h2proto/server.mjs <port>     (prints "ready" once it listens)
  */
 import net from 'node:net';
-import { dirname, join } from 'node:path';
-import { fileURLToPath, pathToFileURL } from 'node:url';
+import { FIXED_ANSWER_MESSAGE } from '../rls-fixed-answer.mjs';
 import { HpackDecoder, HpackError } from './hpack.mjs';
 
-const ROOT = join(dirname(fileURLToPath(import.meta.url)), '../..');
-const { encodeRateLimitResponse } = await import(pathToFileURL(join(ROOT, 'dist/rls/codec.js')).href);
 
 const PATH = '/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit';
 const PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n', 'latin1');
@@ -58,14 +55,7 @@ const u32 = (n) => {
 };
 
 // The fixed answer, as bench/rls-http2-floor.mjs gives it.
-const body = encodeRateLimitResponse({
-  overall_code: 'OK',
-  statuses: [{ code: 'OK', current_limit: { requests_per_unit: 1_000_000_000, unit: 'MINUTE', name: '' }, limit_remaining: 999_999_999, duration_until_reset: { seconds: 30, nanos: 0 } }],
-  response_headers_to_add: [],
-});
-const message = Buffer.alloc(5 + body.length);
-message.writeUInt32BE(body.length, 1);
-body.copy(message, 5);
+const message = FIXED_ANSWER_MESSAGE;
 
 // Header blocks with no dynamic table: ':status: 200' is static index 8; the rest literals never
 // indexed with a static name (content-type is 31) or a literal name.
