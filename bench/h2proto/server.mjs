@@ -19,7 +19,6 @@ import net from 'node:net';
 import { FIXED_ANSWER_MESSAGE } from '../rls-fixed-answer.mjs';
 import { HpackDecoder, HpackError } from './hpack.mjs';
 
-
 const PATH = '/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit';
 const PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n', 'latin1');
 const T = { DATA: 0, HEADERS: 1, PRIORITY: 2, RST_STREAM: 3, SETTINGS: 4, PUSH_PROMISE: 5, PING: 6, GOAWAY: 7, WINDOW_UPDATE: 8, CONTINUATION: 9 };
