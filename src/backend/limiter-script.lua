@@ -47,6 +47,18 @@ local function elsewhere(e)
   error(m, 0)
 end
 
+-- In a batch (nil outside one): the keys whose value this script wrote last with a header SET, as
+-- { type, expiry, A, B, C }. Every write goes to Redis as it happens; this only spares a key named
+-- again in the batch (a large tenant's key, a window within its window) the read of what was just
+-- written. A write of any other form (a sliding log, a refund's, a DEL) forgets the key.
+local written = nil
+local function remember(key, t, exp, a, b, c)
+  if written ~= nil then written[key] = { t, exp, a, b, c } end
+end
+local function forget(key)
+  if written ~= nil then written[key] = nil end
+end
+
 -- The key's state: 0 when absent or expired at nowMs, -1 when it is not a cellgate value (or not of
 -- type want), -2 and exp for a block (RL.BLOCK) that refuses until exp, -3 when this node does not
 -- serve it, else 1 and exp, A, B, C, the value (nil for a long sliding log: only its start is read)
@@ -54,6 +66,15 @@ end
 -- entry as the binary searches need them: a call reads O(log n) of it, never the whole log.
 local function load(key, log, want, lazy)
   local v, len, hdr
+  if written ~= nil and not log then
+    -- What the header of the value written last says, checked as below (in the same order).
+    local w = written[key]
+    if w ~= nil then
+      if nowMs > w[2] then return 0 end
+      if w[1] ~= want then return -1 end
+      return 1, w[2], w[3], w[4], w[5], nil, HEADER
+    end
+  end
   if not log then
     -- One byte past the 34 a value of this kind has: a longer value (a sliding log, a foreign
     -- string of any size) is told apart without copying it into Lua; another Redis type errors.
@@ -170,14 +191,16 @@ local function answer(limited, limit, remaining, retry, reset, delay, first, has
 end
 
 -- What a call (its ARGV element: flags, clock, op, parameters) does on an absent key, as it does on
--- every absent key at the same instant: its value, its expiry (PXAT) and its reply, all three
+-- every absent key at the same instant: the state it writes (type, expiry, A, B, C: the shape of
+-- `written`'s entries, so this table is one), then its value, its expiry (PXAT) and its reply as
 -- strings; false when it does not write there (or is a refund, a sliding log, or needs BigInt).
 local function on_absent(args)
   local op, x1, x2, x3, x4, x5, x6 = struct.unpack('<c1dddddd', args, 10)
   if string.byte(op) < 97 or op == 's' then return false end
   local limited, limit, remaining, retry, reset, delay, write, a, b, c, exp, first = decide(op, x1, x2, x3, x4, x5, x6, nil, false)
   if not write or limited == nil then return false end
-  return { struct.pack('<BBdddd', MAGIC, type_of(op), exp, a, b, c), string.format('%.0f', exp),
+  local t = type_of(op)
+  return { t, exp, a, b, c, struct.pack('<BBdddd', MAGIC, t, exp, a, b, c), string.format('%.0f', exp),
     answer(limited, limit, remaining, retry, reset, delay, first, false, 0) }
 end
 
@@ -229,6 +252,7 @@ if n == 1 then
         redis.call('SET', key, struct.pack('<BBdddd', MAGIC, t, nexp, na, nb, nc), 'PXAT', string.format('%.0f', nexp))
       end
       if effect ~= 0 then
+        forget(key)
         st, sexp, sa, sb, sc, sv, slen = load(key, op == 's', t)
         has = st == 1
       end
@@ -239,10 +263,16 @@ if n == 1 then
     decide(op, x1, x2, x3, x4, x5, x6, key, has, sa, sb, sc, sv, slen)
   if limited == nil then return redis.error_reply('${BACKEND_WIDE_ERROR}') end
   if write then
-    if commit then commit()
+    if commit then
+      commit()
+      forget(key)
     elseif unsure then
       if not redis.call('SET', key, struct.pack('<BBdddd', MAGIC, t, exp, a, b, c), 'PXAT', string.format('%.0f', exp), 'NX') then return unread(-1) end
-    else redis.call('SET', key, struct.pack('<BBdddd', MAGIC, t, exp, a, b, c), 'PXAT', string.format('%.0f', exp)) end
+      remember(key, t, exp, a, b, c)
+    else
+      redis.call('SET', key, struct.pack('<BBdddd', MAGIC, t, exp, a, b, c), 'PXAT', string.format('%.0f', exp))
+      remember(key, t, exp, a, b, c)
+    end
   elseif unsure and redis.call('EXISTS', key) == 1 then return unread(-1) end
   return answer(limited, limit, remaining, retry, reset, delay, first, has, sexp)
 end
@@ -280,10 +310,13 @@ local k = 1
 for i = 1, n do
   local s, d = st[i], ds[i]
   if d[7] and not (all and limited) then
-    if d[13] then d[13]()
+    if d[13] then
+      d[13]()
+      forget(KEYS[i])
     else
-      local op = string.sub(args, 10 + 49 * (i - 1), 10 + 49 * (i - 1))
-      redis.call('SET', KEYS[i], struct.pack('<BBdddd', MAGIC, type_of(op), d[11], d[8], d[9], d[10]), 'PXAT', string.format('%.0f', d[11]))
+      local t = type_of(string.sub(args, 10 + 49 * (i - 1), 10 + 49 * (i - 1)))
+      redis.call('SET', KEYS[i], struct.pack('<BBdddd', MAGIC, t, d[11], d[8], d[9], d[10]), 'PXAT', string.format('%.0f', d[11]))
+      remember(KEYS[i], t, d[11], d[8], d[9], d[10])
     end
   end
   local remaining, retry = d[3], d[4]
@@ -342,6 +375,7 @@ if flags >= 8 then
   -- first. Either way the same decision is made; only the Redis calls that reach it differ.
   local seen, absent = {}, {}
   local nx_hits, nx_misses = 0, 0
+  written = {}
   local replies, c, nargs, r, single = {}, 2, #ARGV, 0, {}
   while c <= nargs do
     local one = ARGV[c]
@@ -360,11 +394,12 @@ if flags >= 8 then
         end
         if known then
           -- pcall: the first access to the key, which a Cluster node may not serve (as load's GETRANGE).
-          local set = redis.pcall('SET', key, known[1], 'PXAT', known[2], 'NX')
+          local set = redis.pcall('SET', key, known[6], 'PXAT', known[7], 'NX')
           if type(set) == 'table' then
             if set.ok == nil then out = unread(elsewhere(set))
             else
-              out = known[3]
+              out = known[8]
+              written[key] = known
               nx_hits = nx_hits + 1
             end
           else nx_misses = nx_misses + 1 end

@@ -519,10 +519,36 @@ describe('limiter script, a batch\'s calls on absent keys', () => {
     expect(replies.map((r) => (r as number[])[0])).toEqual(Array(22).fill(0));
     const stats = String(await env.redis.info('commandstats'));
     const calls = (name: string) => Number(new RegExp(`cmdstat_${name}:calls=(\\d+)`).exec(stats)?.[1] ?? 0);
-    // 20 absent keys: one SET NX each; cnt:there: SET NX (refused), its read, its SET; cnt:0 again: read and SET.
+    // 20 absent keys: one SET NX each; cnt:there: SET NX (refused), its read, its SET; cnt:0 again:
+    // its SET only (the batch wrote it: what it wrote is not read back).
     expect(calls('set')).toBe(20 + 2 + 1);
-    expect(calls('getrange')).toBe(2);
+    expect(calls('getrange')).toBe(1);
     expect(calls('time')).toBe(0);
+  });
+
+  it('a key named again and again in one batch (a large tenant) is read once at most, and answers as the same calls alone', async () => {
+    const limit = cl(1000, 1000, 60, 1);
+    const argv = (limiterScriptArgv([limit], false, T0) as Buffer[])[0];
+    await call(['tenant:old'], [limit], T0 - 1000);
+    await call(['alone:tenant:old'], [limit], T0 - 1000);
+    const keys = Array.from({ length: 40 }, (_, i) => (i % 2 === 0 ? 'tenant:new' : 'tenant:old'));
+    const alone: unknown[] = [];
+    for (const k of keys) alone.push(await call([`alone:${k}`], [limit], T0));
+    const elements: (Buffer | string)[] = [batchScriptHeader(true)];
+    for (const k of keys) elements.push(argv, k);
+    await env.redis.config('RESETSTAT');
+    const replies = splitBatchReply(await env.redis.callBuffer('EVALSHA', sha, 0, ...elements), keys.length)!;
+    const stats = String(await env.redis.info('commandstats'));
+    const calls = (name: string) => Number(new RegExp(`cmdstat_${name}:calls=(\\d+)`).exec(stats)?.[1] ?? 0);
+    // tenant:new: one SET NX, then 19 SETs; tenant:old: a refused SET NX, one read, 20 SETs.
+    expect(calls('getrange')).toBe(1);
+    expect(calls('set')).toBe(1 + 19 + 1 + 20);
+    expect(replies.map((r) => parseLimiterReply(r, [limit]))).toEqual(alone);
+    // Each key's calls counted down one by one, in order.
+    expect(replies.filter((_, i) => keys[i] === 'tenant:new').map((r) => parseLimiterReply(r, [limit]).limits[0].values[2]))
+      .toEqual(Array.from({ length: 20 }, (_, i) => 1000 - i));
+    expect(await env.redis.getBuffer('tenant:new')).toEqual(await env.redis.getBuffer('alone:tenant:new'));
+    expect(await env.redis.pexpiretime('tenant:new')).toBe(await env.redis.pexpiretime('alone:tenant:new'));
   });
 
   it('a batch whose keys are there (a window within its window) stops trying SET NX after three misses: read first, same replies', async () => {

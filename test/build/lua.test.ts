@@ -29,9 +29,9 @@ describe('the Lua scripts', () => {
     // f1278caf... (31583); batches (flag 8: a turn's calls, keys in ARGV, one packed reply)
     // b5fe10f5... (36760); a batch's absent-key decision once per distinct element, the division
     // helpers defined once per run, 3a486e09... (37815); a batch reading first once its SET NX
-    // mostly find their keys there, this.
-    expect(sha1(LIMITER_SCRIPT)).toBe('37b0d9aed07e5f0290bd6193fb850ba9dc1dd2a3');
-    expect(LIMITER_SCRIPT.length).toBe(38365);
+    // mostly find their keys there, 37b0d9ae... (38365); a batch not reading back what it wrote, this.
+    expect(sha1(LIMITER_SCRIPT)).toBe('14beb34f541c3da051a4592dafbc033847a1c3fc');
+    expect(LIMITER_SCRIPT.length).toBe(39681);
     // 2f579ee0... before the block's type; its names are now written by tag.
     expect(sha1(TYPE_SCRIPT)).toBe('c5c873a5eb9129b9e41d74608c44fea9de531b1c');
   });
