@@ -108,8 +108,7 @@ export class LimiterBatches<T extends BatchedCall> {
     if (calls.length > MAX_BATCH_CALLS || bytes > MAX_BATCH_BYTES) return false;
     let batch = this.openFor(node);
     if (batch.calls.length + calls.length > MAX_BATCH_CALLS || batch.bytes + bytes > MAX_BATCH_BYTES) {
-      this.open.splice(this.open.indexOf(batch), 1);
-      this.send(batch);
+      this.sendOpen(batch);
       batch = this.openFor(node);
     }
     for (const call of calls) this.put(batch, call);
@@ -143,7 +142,11 @@ export class LimiterBatches<T extends BatchedCall> {
 
   /** Sends a batch at once when it holds MAX_BATCH_CALLS calls or MAX_BATCH_BYTES. */
   private sendIfFull(batch: Batch<T>): void {
-    if (batch.calls.length < MAX_BATCH_CALLS && batch.bytes < MAX_BATCH_BYTES) return;
+    if (batch.calls.length >= MAX_BATCH_CALLS || batch.bytes >= MAX_BATCH_BYTES) this.sendOpen(batch);
+  }
+
+  /** Sends an open batch of this turn now (it is no longer open). */
+  private sendOpen(batch: Batch<T>): void {
     this.open.splice(this.open.indexOf(batch), 1);
     this.send(batch);
   }

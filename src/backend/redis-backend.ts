@@ -203,35 +203,33 @@ export class RedisBackend {
 
   /** TYPE of one backend key, through the type script (cellgate's algorithm names). */
   type(key: Buffer, argv: string[], done: CallDone): void {
-    this.beforeSend();
-    const node = this.admit(key);
-    if (node === null) {
-      done(new Error('the key\'s backend node is down or has too many calls pending'), undefined);
-      return;
-    }
-    this.track((this.client as unknown as LimiterClient).cellgateType(1, key, ...argv), done, node);
+    this.onKey(key, () => (this.client as unknown as LimiterClient).cellgateType(1, key, ...argv), done);
   }
 
   /** RL.BLOCK of one backend key, through the block script, as a promise. */
   askBlock(key: Buffer, argv: string[]): Promise<unknown> {
-    return this.promised((done) => {
-      this.beforeSend();
-      const node = this.admit(key);
-      if (node === null) done(new Error('the key\'s backend node is down or has too many calls pending'), undefined);
-      else this.track((this.client as unknown as LimiterClient).cellgateBlock(1, key, ...argv), done, node);
-    });
+    return this.promised((done) => this.onKey(key, () => (this.client as unknown as LimiterClient).cellgateBlock(1, key, ...argv), done));
   }
 
   /** Any other command (DEL, PTTL, ...) on one key, with the same bounded wait. */
   command(name: string, args: (Buffer | string | number)[], done: CallDone): void {
-    this.beforeSend();
     const key = args[0];
-    const node = Buffer.isBuffer(key) ? this.admit(key) : this.single;
+    this.onKey(Buffer.isBuffer(key) ? key : null, () => send(this.client, name, args), done);
+  }
+
+  /**
+   * Sends one command on `key` (null: no key, to the one server) once the open batches are sent
+   * (the backend sees the commands in order) and the key's node admits it (`admit`); else `done`
+   * gets the error at once.
+   */
+  private onKey(key: Buffer | null, start: () => Promise<unknown>, done: CallDone): void {
+    this.beforeSend();
+    const node = key === null ? this.single : this.admit(key);
     if (node === null) {
       done(new Error('the key\'s backend node is down or has too many calls pending'), undefined);
       return;
     }
-    this.track(send(this.client, name, args), done, node);
+    this.track(start(), done, node);
   }
 
   /** Cluster nodes marked down now (INFO backend). */
