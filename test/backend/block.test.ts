@@ -7,26 +7,13 @@
  * the block ends sooner; with the backend down RL.BLOCK is an error and the local policy still sees
  * the block.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { RedisNode } from '../helpers/redis.js';
+import { describe, expect, it } from 'vitest';
 import { freePort } from '../helpers/server.js';
 import { errorOf } from '../helpers/replies.js';
-import { backendInfo, freezeClocks, frozenInstant, limited, pollUntil, startLocalAndPair, startSidecar, stopSidecars, type Sidecar } from './helpers.js';
+import { backendInfo, freezeClocks, frozenInstant, limited, pollUntil, startSidecar, stopSidecars, useLocalAndPair, type Sidecar } from './helpers.js';
 
 const T0 = frozenInstant();
-let redis: RedisNode;
-let local: Sidecar;
-let sidecars: Sidecar[] = [];
-
-beforeAll(async () => {
-  redis = await RedisNode.start();
-  ({ local, sidecars } = await startLocalAndPair(redis.url));
-}, 60_000);
-
-afterAll(async () => {
-  await stopSidecars([local, ...sidecars]);
-  await redis?.destroy();
-});
+const env = useLocalAndPair();
 
 /** [ms after T0, command]; `K` is the step's key. */
 const STEPS: [number, string[]][] = [
@@ -65,11 +52,11 @@ describe('RL.BLOCK through a backend', () => {
     for (let i = 0; i < STEPS.length; i++) {
       const [dt, argv] = STEPS[i];
       const cmd = argv.map((a) => (a === 'K' ? 'bk:steps' : a === 'K2' ? 'bk:steps2' : a));
-      await freezeClocks([local, ...sidecars], T0 + dt);
-      const via = sidecars[i % 2];
-      const [b, l] = await Promise.all([via.admin.call(cmd[0], ...cmd.slice(1)), local.admin.call(cmd[0], ...cmd.slice(1))]);
-      const [bt, lt] = await Promise.all([via.admin.pttl('bk:steps'), local.admin.pttl('bk:steps')]);
-      const [bty, lty] = await Promise.all([via.admin.type('bk:steps'), local.admin.type('bk:steps')]);
+      await freezeClocks([env.local, ...env.sidecars], T0 + dt);
+      const via = env.sidecars[i % 2];
+      const [b, l] = await Promise.all([via.admin.call(cmd[0], ...cmd.slice(1)), env.local.admin.call(cmd[0], ...cmd.slice(1))]);
+      const [bt, lt] = await Promise.all([via.admin.pttl('bk:steps'), env.local.admin.pttl('bk:steps')]);
+      const [bty, lty] = await Promise.all([via.admin.type('bk:steps'), env.local.admin.type('bk:steps')]);
       expect([dt, cmd, b, bt, bty], `step ${i}`).toEqual([dt, cmd, l, lt, lty]);
       replies.push(b);
     }
@@ -80,24 +67,24 @@ describe('RL.BLOCK through a backend', () => {
     expect(replies[15]).toEqual([1, 6, 0, 1, 1, 0]);
     expect(replies[16]).toEqual([0, 6, 5, -1, 10000, 0]);
     expect(replies[20]).toEqual([1, 6, 0, 1, 1, 0]);
-    for (const s of sidecars) expect((await backendInfo(s)).backend_policy_decisions).toBe('0');
+    for (const s of env.sidecars) expect((await backendInfo(s)).backend_policy_decisions).toBe('0');
   });
 
   it('in MULTI/EXEC: in order with the limiter calls around it, as locally', async () => {
-    await freezeClocks([local, ...sidecars], T0 + 10_000);
+    await freezeClocks([env.local, ...env.sidecars], T0 + 10_000);
     const run = (s: Sidecar) => s.admin.multi()
       .call('RL.FIXEDWINDOW', 'bk:tx', '5', '10000')
       .call('RL.BLOCK', 'bk:tx', '300')
       .call('RL.FIXEDWINDOW', 'bk:tx', '5', '10000')
       .call('RL.ALL', '2', 'bk:tx', 'GCRA', '5', '1000', 'bk:tx2', 'FIXEDWINDOW', '5', '1000')
       .exec();
-    const [b, l] = await Promise.all([run(sidecars[0]), run(local)]);
+    const [b, l] = await Promise.all([run(env.sidecars[0]), run(env.local)]);
     expect(b).toEqual(l);
     expect(l![2]).toEqual([null, [1, 5, 0, 300, 300, 0]]);
   });
 
   it('pipelined, no MULTI: after the calls before it in the turn\'s batch, before those after it, as locally', async () => {
-    await freezeClocks([local, ...sidecars], T0 + 20_000);
+    await freezeClocks([env.local, ...env.sidecars], T0 + 20_000);
     const run = async (s: Sidecar) => {
       const p = s.admin.pipeline()
         .call('RL.FIXEDWINDOW', 'bk:pipe', '5', '10000')
@@ -105,16 +92,16 @@ describe('RL.BLOCK through a backend', () => {
         .call('RL.FIXEDWINDOW', 'bk:pipe', '5', '10000');
       return ((await p.exec()) ?? []).map(([e, v]) => (e ? (e as Error).message : v));
     };
-    const [b, l] = await Promise.all([run(sidecars[0]), run(local)]);
+    const [b, l] = await Promise.all([run(env.sidecars[0]), run(env.local)]);
     expect(b).toEqual(l);
     expect(l).toEqual([[0, 5, 4, -1, 10000, 0], 'OK', [1, 5, 0, 300, 300, 0]]);
   });
 
   it('a block through one sidecar lifts a longer refusal another sidecar cached, once the block ends', async () => {
-    await freezeClocks(sidecars, T0 + 60_000);
-    const [a, c] = sidecars;
+    await freezeClocks(env.sidecars, T0 + 60_000);
+    const [a, c] = env.sidecars;
     const argv = ['RL.FIXEDWINDOW', 'bk:cached', '1', '60000'];
-    for (const s of sidecars) await pollUntil(async () => (await backendInfo(s)).backend_cache_enabled === '1', 'refusal cache enabled');
+    for (const s of env.sidecars) await pollUntil(async () => (await backendInfo(s)).backend_cache_enabled === '1', 'refusal cache enabled');
     expect(limited(await a.admin.call(argv[0], ...argv.slice(1)))).toBe(0);
     expect(limited(await c.admin.call(argv[0], ...argv.slice(1)))).toBe(1);
     const hits = Number((await backendInfo(c)).backend_cache_hits);
@@ -125,7 +112,7 @@ describe('RL.BLOCK through a backend', () => {
     // The block's reply came after c dropped its cached refusal (valid for a minute more).
     expect(Number((await backendInfo(c)).backend_invalidations_received)).toBe(received + 1);
     expect(await c.admin.call(argv[0], ...argv.slice(1))).toEqual([1, 1, 0, 100, 100, 0]);
-    await freezeClocks(sidecars, T0 + 60_100);
+    await freezeClocks(env.sidecars, T0 + 60_100);
     expect(limited(await c.admin.call(argv[0], ...argv.slice(1)))).toBe(0);
   });
 
@@ -144,9 +131,9 @@ describe('RL.BLOCK through a backend', () => {
   });
 
   it('the stored value is the limiter header with the block\'s type tag, expiring at the block\'s end', async () => {
-    await freezeClocks(sidecars, T0 + 70_000);
-    expect(await sidecars[0].admin.call('RL.BLOCK', 'bk:value', '5000')).toBe('OK');
-    const r = redis.client();
+    await freezeClocks(env.sidecars, T0 + 70_000);
+    expect(await env.sidecars[0].admin.call('RL.BLOCK', 'bk:value', '5000')).toBe('OK');
+    const r = env.redis.client();
     try {
       const v = (await r.getBuffer('cellgate:bk:value'))!;
       expect(v.length).toBe(34);

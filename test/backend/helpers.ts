@@ -5,6 +5,8 @@
  * seeds' numbers (10 requests per 10 s).
  */
 import { Redis } from 'ioredis';
+import { afterAll, beforeAll } from 'vitest';
+import { RedisNode } from '../helpers/redis.js';
 import { startServer, type RunningServer } from '../helpers/server.js';
 import { WAIT_LIMIT_MS } from '../helpers/wait.js';
 
@@ -43,12 +45,23 @@ export async function startSidecars(n: number, backend: string, opts: Parameters
 }
 
 /**
- * A cellgate without a backend (the reference) and two sidecars of `backend`, none with burst
- * connections: the set-up of the tests that compare the backend's answers with local ones step by step.
+ * For a test file that compares the backend's answers with local ones step by step: a real
+ * redis-server, a cellgate without a backend (the reference) and two sidecars on that Redis, none with
+ * burst connections; started before its tests and stopped after them.
  */
-export async function startLocalAndPair(backend: string): Promise<{ local: Sidecar; sidecars: Sidecar[] }> {
-  const [local, ...sidecars] = await Promise.all([startSidecar('', { conns: 0 }), startSidecar(backend, { conns: 0 }), startSidecar(backend, { conns: 0 })]);
-  return { local: local!, sidecars };
+export function useLocalAndPair(): { redis: RedisNode; local: Sidecar; sidecars: Sidecar[] } {
+  const env = { sidecars: [] } as unknown as { redis: RedisNode; local: Sidecar; sidecars: Sidecar[] };
+  beforeAll(async () => {
+    env.redis = await RedisNode.start();
+    const [local, ...sidecars] = await Promise.all([startSidecar('', { conns: 0 }), startSidecar(env.redis.url, { conns: 0 }), startSidecar(env.redis.url, { conns: 0 })]);
+    env.local = local!;
+    env.sidecars = sidecars;
+  }, 60_000);
+  afterAll(async () => {
+    await stopSidecars([env.local, ...env.sidecars]);
+    await env.redis?.destroy();
+  });
+  return env;
 }
 
 export async function stopSidecars(sidecars: (Sidecar | undefined)[]): Promise<void> {

@@ -5,29 +5,16 @@
  * through the backend as locally; and a refund through one sidecar lifts a refusal another sidecar
  * has cached (the reply waits for every sidecar to drop it, as DEL's does).
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { RedisNode } from '../helpers/redis.js';
+import { describe, expect, it } from 'vitest';
 import { freePort } from '../helpers/server.js';
 import { errorOf } from '../helpers/replies.js';
 import { LIMITER_SCRIPT, MAX_BACKEND_SLIDING_LOG_LIMIT, limiterScriptArgv, parseLimiterReply, type ScriptLimit } from '../../src/backend/limiter-script.js';
 import { newGcraMsParams } from '../../src/limiters/gcra-ms.js';
 import { KeyType } from '../helpers/key-types.js';
-import { backendInfo, freezeClocks, frozenInstant, limited, pollUntil, startLocalAndPair, startSidecar, stopSidecars, type Sidecar } from './helpers.js';
+import { backendInfo, freezeClocks, frozenInstant, limited, pollUntil, startSidecar, stopSidecars, useLocalAndPair } from './helpers.js';
 
 const T0 = frozenInstant();
-let redis: RedisNode;
-let local: Sidecar;
-let sidecars: Sidecar[] = [];
-
-beforeAll(async () => {
-  redis = await RedisNode.start();
-  ({ local, sidecars } = await startLocalAndPair(redis.url));
-}, 60_000);
-
-afterAll(async () => {
-  await stopSidecars([local, ...sidecars]);
-  await redis?.destroy();
-});
+const env = useLocalAndPair();
 
 const FAMILY: [string, string[]][] = [
   ['RL.TOKENBUCKET', ['4', '10000', 'BURST', '6']],
@@ -59,15 +46,15 @@ describe('REFUND through a backend', () => {
       const key = `refund:${cmd}`;
       const steps: unknown[] = [];
       for (const [dt, extra] of SCRIPT) {
-        await freezeClocks([local, ...sidecars], T0 + dt);
-        const via = sidecars[steps.length % 2];
-        const [b, l] = await Promise.all([via.admin.call(cmd, key, ...args, ...extra), local.admin.call(cmd, key, ...args, ...extra)]);
-        const [bt, lt] = await Promise.all([via.admin.pttl(key), local.admin.pttl(key)]);
+        await freezeClocks([env.local, ...env.sidecars], T0 + dt);
+        const via = env.sidecars[steps.length % 2];
+        const [b, l] = await Promise.all([via.admin.call(cmd, key, ...args, ...extra), env.local.admin.call(cmd, key, ...args, ...extra)]);
+        const [bt, lt] = await Promise.all([via.admin.pttl(key), env.local.admin.pttl(key)]);
         expect([dt, extra, b, bt], `${cmd} at +${dt} ${extra.join(' ')}`).toEqual([dt, extra, l, lt]);
         steps.push(b);
       }
       // Every decision was the backend's.
-      for (const s of sidecars) expect((await backendInfo(s)).backend_policy_decisions).toBe('0');
+      for (const s of env.sidecars) expect((await backendInfo(s)).backend_policy_decisions).toBe('0');
     });
   }
 
@@ -84,10 +71,10 @@ describe('REFUND through a backend', () => {
   });
 
   it('a refund through one sidecar lifts the refusal another sidecar cached', async () => {
-    await freezeClocks(sidecars, T0 + 60_000);
-    const [a, c] = sidecars;
+    await freezeClocks(env.sidecars, T0 + 60_000);
+    const [a, c] = env.sidecars;
     const argv = ['RL.FIXEDWINDOW', 'refund:cached', '1', '60000'];
-    for (const s of sidecars) await pollUntil(async () => (await backendInfo(s)).backend_cache_enabled === '1', 'refusal cache enabled');
+    for (const s of env.sidecars) await pollUntil(async () => (await backendInfo(s)).backend_cache_enabled === '1', 'refusal cache enabled');
     expect(limited(await a.admin.call(argv[0], ...argv.slice(1)))).toBe(0);
     expect(limited(await c.admin.call(argv[0], ...argv.slice(1)))).toBe(1);
     const hits = Number((await backendInfo(c)).backend_cache_hits);
@@ -102,7 +89,7 @@ describe('REFUND through a backend', () => {
   });
 
   it('a refund on the longest backend sliding log (65,536 entries) is one bounded script call', async () => {
-    const r = redis.client();
+    const r = env.redis.client();
     try {
       const sha = (await r.script('LOAD', LIMITER_SCRIPT)) as string;
       const limit = MAX_BACKEND_SLIDING_LOG_LIMIT;

@@ -113,6 +113,27 @@ export function useServer(opts: StartOptions = {}): { server: RunningServer; red
   return env;
 }
 
+/**
+ * For a test file: one server and two ioredis clients of it, RESP2 (`r2`) and RESP3 (`r3`), for
+ * checking a reply in both protocols; started before its tests and stopped after them.
+ */
+export function useServerResp2And3(opts: StartOptions = {}): { server: RunningServer; r2: Redis; r3: Redis } {
+  const env = {} as { server: RunningServer; r2: Redis; r3: Redis };
+  beforeAll(async () => {
+    env.server = await startServer(opts);
+    env.r2 = new Redis({ port: env.server.port, host: '127.0.0.1', protocol: 2, lazyConnect: true });
+    env.r3 = new Redis({ port: env.server.port, host: '127.0.0.1', protocol: 3, lazyConnect: true });
+    await env.r2.connect();
+    await env.r3.connect();
+  });
+  afterAll(async () => {
+    env.r2?.disconnect();
+    env.r3?.disconnect();
+    await env.server?.stop();
+  });
+  return env;
+}
+
 /** A port that was free a moment ago (for ports a test must name, such as metrics-port, where 0 means off). */
 export async function freePort(): Promise<number> {
   const probe = net.createServer();
