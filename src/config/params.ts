@@ -96,6 +96,7 @@ export const DEFS: ConfigDef[] = [
   { name: 'appenddirname', kind: { type: 'aofname', what: 'dirname' }, default: 'appendonlydir', mutable: false, help: 'folder inside dir holding the journal\'s files' },
   { name: 'auto-aof-rewrite-percentage', kind: { type: 'int', min: 0, max: 2_147_483_647 }, default: '100', mutable: true, help: 'rewrite the journal when it grew this many percent over its size after the last rewrite (0 = never)' },
   { name: 'auto-aof-rewrite-min-size', kind: { type: 'memory' }, default: '67108864', mutable: true, help: 'no automatic journal rewrite below this size' },
+  { name: 'aof-load-worker', kind: { type: 'enum', values: ['yes', 'no', 'test-fail'] }, default: 'yes', mutable: false, help: 'at start, read and check the journal\'s records in a worker thread while the main thread applies them (no: on the main thread; test-fail, for tests: the worker fails after its first batch)' },
   { name: 'aof-load-truncated', kind: { type: 'bool' }, default: 'yes', mutable: true, help: 'at start, cut a half-written last journal record (logged) instead of refusing to start' },
   { name: 'databases', kind: { type: 'int', min: 1, max: 1 }, default: '1', mutable: false, help: 'one database, 0' },
   { name: 'slowlog-log-slower-than', kind: { type: 'int', min: -1, max: Number.MAX_SAFE_INTEGER }, default: '10000', mutable: true, help: 'log commands slower than this many microseconds (-1 = never, 0 = all)' },

@@ -32,6 +32,7 @@ import { processAlive } from './dir.js';
 import { JournalRecorder } from './journal-encode.js';
 import { encodeJournalHeader, JournalError, JOURNAL_HEADER_BYTES } from './journal-format.js';
 import { replayIncrementalFiles } from './journal-load.js';
+import { startReadAhead } from './journal-read-ahead.js';
 import { CREATE_EXCLUSIVE, parseManifest, writeManifest, type ManifestFile } from './journal-manifest.js';
 import { describe, JournalWriter } from './journal-write.js';
 import { BackgroundSave, fsyncDirSync, writeSnapshotSync } from './writer.js';
@@ -365,13 +366,21 @@ export class AppendOnly {
     const m = parseManifest(text, manifestPath);
     if (m.base === null && m.incrs.length === 0) throw new JournalError(manifestPath, 0, 'the manifest names no file');
     let baseKeys = 0;
-    if (m.base !== null) {
-      const loaded = await server.snapshots.load(join(this.dirPath, m.base.name), false);
-      if (loaded === null) throw new JournalError(manifestPath, 0, `the base file ${m.base.name} it names does not exist`);
-      baseKeys = loaded.loaded;
-      this.baseBytes = loaded.summary.bytes;
+    // The incremental files are read and checked ahead, from now on, while the base loads.
+    const readAhead = startReadAhead(server, m.incrs.map((f) => join(this.dirPath, f.name)));
+    let replayed;
+    try {
+      if (m.base !== null) {
+        const loaded = await server.snapshots.load(join(this.dirPath, m.base.name), false);
+        if (loaded === null) throw new JournalError(manifestPath, 0, `the base file ${m.base.name} it names does not exist`);
+        baseKeys = loaded.loaded;
+        this.baseBytes = loaded.summary.bytes;
+      }
+      replayed = await replayIncrementalFiles(server, this.dirPath, m.incrs, readAhead);
+    } finally {
+      readAhead?.stop();
     }
-    const { records, truncated, lastValid, olderBytes: older } = await replayIncrementalFiles(server, this.dirPath, m.incrs);
+    const { records, truncated, lastValid, olderBytes: older } = replayed;
     this.base = m.base;
     this.incrs = m.incrs;
     this.olderIncrBytes = older;
