@@ -222,15 +222,15 @@ async function waitForPong(port, child, what) {
 
 /**
  * Starts the cellgate build `main` on a free port (--port 0, port read from its JSON ready line).
- * Resolves with {port, child, dir, logs, readyMs} (readyMs: spawn to ready line).
+ * Resolves with {port, child, dir, logs, readyMs} (readyMs: spawn to ready line). `pin: false` leaves
+ * it on every CPU (see PIN), for a measure without a client on the other one (a journal load).
  */
-export async function startCellgate(main, { nodeArgs = [], args: serverArgs = [], cwd = ROOT, readyTimeoutMs = 10_000 } = {}) {
+export async function startCellgate(main, { nodeArgs = [], args: serverArgs = [], cwd = ROOT, readyTimeoutMs = 10_000, pin = true } = {}) {
   const spawnedAt = performance.now();
   const dir = mkdtempSync(join(os.tmpdir(), 'cellgate-bench-'));
   tempDirs.push(dir);
-  const [cmd, args] = pinned(0, process.execPath, [
-    ...NODE_FLAGS, ...nodeArgs, main, '--port', '0', '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--log-format', 'json', ...serverArgs,
-  ]);
+  const argv = [...NODE_FLAGS, ...nodeArgs, main, '--port', '0', '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--log-format', 'json', ...serverArgs];
+  const [cmd, args] = pin ? pinned(0, process.execPath, argv) : [process.execPath, argv];
   const child = track(spawn(cmd, args, { cwd, env: { ...process.env, ...NODE_ENV }, stdio: ['ignore', 'pipe', 'pipe'] }));
   const logs = [];
   const port = await new Promise((resolve, reject) => {

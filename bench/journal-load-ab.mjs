@@ -14,6 +14,10 @@
  * (JOURNAL_PERIOD=60) they last seconds, so a later start replays more of them as expired and loads
  * minutes apart do not compare. The default period of an hour keeps every record live for the run;
  * the rounds alternate the builds in any case.
+ *
+ * The loading servers are not pinned to a CPU (BENCH_PIN pins only the server that makes the files):
+ * no client runs during a load, and the journal's read-ahead worker (aof-load-worker) needs the
+ * second core that pinning would take from it.
  */
 import { spawnSync } from 'node:child_process';
 import { cpSync, rmSync } from 'node:fs';
@@ -32,7 +36,7 @@ const NODE_ARGS = ['--max-old-space-size=8192'];
 async function loadOnce(main, files) {
   const dir = tempDir('cellgate-load-');
   cpSync(files, join(dir, 'appendonlydir'), { recursive: true });
-  const s = await startCellgate(main, { args: ['--appendonly', 'yes', '--dir', dir], nodeArgs: NODE_ARGS, readyTimeoutMs: 300_000 });
+  const s = await startCellgate(main, { args: ['--appendonly', 'yes', '--dir', dir], nodeArgs: NODE_ARGS, readyTimeoutMs: 300_000, pin: false });
   const line = s.logs.map((l) => { try { return JSON.parse(l); } catch { return {}; } }).find((e) => /journal loaded from/.test(e.msg ?? ''));
   const ms = Number(/in ([\d.]+) ms/.exec(line?.msg ?? '')?.[1]);
   const keys = Number(await command(s.port, ['DBSIZE']));
