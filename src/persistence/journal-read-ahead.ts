@@ -5,6 +5,7 @@
  * can go on without it: a failed worker is reported, never fatal. The worker is unref'd and stopped
  * with the load, whatever the load's outcome.
  */
+import { availableParallelism } from 'node:os';
 import { Worker } from 'node:worker_threads';
 import type { Server } from '../server/server.js';
 import {
@@ -82,12 +83,13 @@ export class JournalReadAhead {
 }
 
 /**
- * The read-ahead on `paths` (aof-load-worker yes), or null: not asked for, no file, or the worker
- * could not start (logged: the files are then read on the loading thread).
+ * The read-ahead on `paths` (aof-load-worker yes), or null: not asked for, no file, a single CPU to
+ * run on (the worker would only take turns with the loading thread), or the worker could not start
+ * (logged: the files are then read on the loading thread).
  */
 export function startReadAhead(server: Server, paths: string[]): JournalReadAhead | null {
   const mode = server.config.get('aof-load-worker');
-  if (mode === 'no' || paths.length === 0) return null;
+  if (mode === 'no' || paths.length === 0 || (mode === 'yes' && availableParallelism() < 2)) return null;
   try {
     return new JournalReadAhead(paths, mode === 'test-fail' ? 1 : 0);
   } catch (e) {
