@@ -7,7 +7,8 @@
  *
  *   npm run build && node bench/journal.mjs
  *   (JOURNAL_ROUNDS [3], JOURNAL_P16_REQUESTS [1000000], JOURNAL_P1_REQUESTS [200000],
- *    JOURNAL_KEYS [1000000], JOURNAL_RECORDS [10000000], BENCH_MAIN [dist/main.js]: the build measured,
+ *    JOURNAL_KEYS [1000000] (0: no rewrite and load phase), JOURNAL_RECORDS [10000000],
+ *    JOURNAL_ALWAYS [1] (0: no `always` rows), BENCH_MAIN [dist/main.js]: the build measured,
  *    JOURNAL_BASELINE [none]: another build (e.g. a copy of main's dist/) whose `appendonly no` and
  *    `everysec` run in the same rounds, interleaved, as rows "baseline ...": an A/B on one machine state)
  *
@@ -29,6 +30,7 @@ const P16_REQUESTS = Number(process.env.JOURNAL_P16_REQUESTS ?? 1_000_000);
 const P1_REQUESTS = Number(process.env.JOURNAL_P1_REQUESTS ?? 200_000);
 const KEYS = Number(process.env.JOURNAL_KEYS ?? 1_000_000);
 const RECORDS = Number(process.env.JOURNAL_RECORDS ?? 10_000_000);
+const ALWAYS = process.env.JOURNAL_ALWAYS !== '0';
 const CMD = ['CL.THROTTLE', 'key:__rand_int__', '100', '10', '60'];
 // The load's records: the fill's keys (one token of an hour spent) allow 10 per hour more, and live
 // through the run, so the load replays 1M keys and every record, none expired on the way.
@@ -37,7 +39,7 @@ const LOAD_CMD = ['CL.THROTTLE', 'key:__rand_int__', '100', '10', '3600'];
 const MODES = [
   { name: 'appendonly no', args: ['--appendonly', 'no'], main: MAIN },
   { name: 'everysec', args: ['--appendonly', 'yes', '--appendfsync', 'everysec'], main: MAIN },
-  { name: 'always', args: ['--appendonly', 'yes', '--appendfsync', 'always'], main: MAIN },
+  ...(ALWAYS ? [{ name: 'always', args: ['--appendonly', 'yes', '--appendfsync', 'always'], main: MAIN }] : []),
   ...(BASELINE === undefined ? [] : [
     { name: 'baseline appendonly no', args: ['--appendonly', 'no'], main: BASELINE },
     { name: 'baseline everysec', args: ['--appendonly', 'yes', '--appendfsync', 'everysec'], main: BASELINE },
@@ -115,6 +117,23 @@ async function main() {
     ];
   });
 
+  const m = machine(MAIN);
+  const head = [
+    `## Journal (appendonly): throughput, bytes per record, rewrite and load (bench/journal.mjs)`,
+    '',
+    `\`npm run build && node bench/journal.mjs\`, ${ROUNDS} rounds interleaved, medians; ${m.cpu}, ${m.cores} cores, node ${m.node}, ${m.kernel}, cellgate ${m.revision}; load average at the start ${load}, at the end ${m.loadavg}.`,
+    'The machine is shared (other engineers run builds and tests on its 2 cores): the ratios of one run are what compare; absolute figures move from run to run.',
+    '',
+    `CL.THROTTLE over 100k keys (redis-benchmark \`-c 50 -r 100000\`, keys \`key:<12 digits>\`, 16 bytes), P16 ${fmtInt(P16_REQUESTS)} and P1 ${fmtInt(P1_REQUESTS)} requests; CPU is the server's, µs per request:`,
+    '',
+    table(['mode', 'P16 req/s', 'vs no', 'P16 CPU µs/op', 'P1 req/s', 'vs no', 'P1 CPU µs/op', 'journal bytes/record'], rows),
+    '',
+  ];
+  if (KEYS === 0) {
+    process.stdout.write(head.join('\n') + '\n');
+    return;
+  }
+
   // Rewrite and load at KEYS keys + RECORDS records.
   const s = await startCellgate(MAIN, { args: ['--appendonly', 'yes', '--appendfsync', 'everysec', '--auto-aof-rewrite-percentage', '0'], nodeArgs: ['--max-old-space-size=8192'] });
   await fillThrottleKeys(s.port, KEYS, { prefix: 'key:', digits: RAND_DIGITS });
@@ -139,17 +158,8 @@ async function main() {
   const dbsize = Number(await command(s2.port, ['DBSIZE']));
   await stop(s2.child);
 
-  const m = machine(MAIN);
   const out = [
-    `## Journal (appendonly): throughput, bytes per record, rewrite and load (bench/journal.mjs)`,
-    '',
-    `\`npm run build && node bench/journal.mjs\`, ${ROUNDS} rounds interleaved, medians; ${m.cpu}, ${m.cores} cores, node ${m.node}, ${m.kernel}, cellgate ${m.revision}; load average at the start ${load}, at the end ${m.loadavg}.`,
-    'The machine is shared (other engineers run builds and tests on its 2 cores): the ratios of one run are what compare; absolute figures move from run to run.',
-    '',
-    `CL.THROTTLE over 100k keys (redis-benchmark \`-c 50 -r 100000\`, keys \`key:<12 digits>\`, 16 bytes), P16 ${fmtInt(P16_REQUESTS)} and P1 ${fmtInt(P1_REQUESTS)} requests; CPU is the server's, µs per request:`,
-    '',
-    table(['mode', 'P16 req/s', 'vs no', 'P16 CPU µs/op', 'P1 req/s', 'vs no', 'P1 CPU µs/op', 'journal bytes/record'], rows),
-    '',
+    ...head,
     `Rewrite and load: ${fmtInt(KEYS)} keys filled, BGREWRITEAOF (base ${fmtInt(baseBytes)} bytes) in ${rewriteMs.toFixed(0)} ms; then ${fmtInt(RECORDS)} CL.THROTTLE (P16) gave ${fmtInt(j.records)} records, ${fmtInt(j.bytes)} bytes (${(j.bytes / j.records).toFixed(1)} bytes/record); kill -9 and restart: base + journal loaded in ${loadMs.toFixed(0)} ms (${fmtInt(dbsize)} keys).`,
     '',
   ];
