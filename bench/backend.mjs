@@ -45,6 +45,8 @@
  *   BENCH_BACKEND_TIMEOUT [1000]  the sidecars' --backend-timeout in ms (the default 100 is for production;
  *                            a loaded 2-core machine should not turn decisions into policy answers here)
  *   BENCH_CONFIGS [all]      comma-separated subset, e.g. lua,redis
+ *   BENCH_CLUSTER_MASTERS [3]  the Cluster's masters for cluster and lua-cluster; 1: one master serving
+ *                            every slot (a diagnostic: cluster mode without the split over three masters)
  *   BENCH_PIN [auto]         auto: with >= 2 CPUs, redis-server on CPU 0, this load generator and the
  *                            sidecars on CPU 1 (taskset); 0: no pinning
  *   BENCH_WRITE [1]          write the "## Shared backend" section of bench/RESULTS.md (0: print only)
@@ -88,6 +90,12 @@ const LATENCY_RATE = Number(env.BENCH_LATENCY_RATE ?? 10_000);
 const LATENCY_SECONDS = Number(env.BENCH_LATENCY_SECONDS ?? 6);
 const LATENCY_CONFIGS = new Set(['lua', 'lua-cluster', 'redis', 'redis-rl', 'cluster', 'hot']);
 const SIDECARS = 3;
+/**
+ * The Cluster's masters: 3, or 1 (a diagnostic: the same cluster-mode server and Cluster clients without
+ * the split of each turn's calls over three masters sharing Redis's core).
+ */
+const CLUSTER_MASTERS = Number(env.BENCH_CLUSTER_MASTERS ?? 3);
+if (CLUSTER_MASTERS !== 1 && CLUSTER_MASTERS !== 3) throw new Error('BENCH_CLUSTER_MASTERS is 1 or 3');
 /**
  * The targets: requests per Redis CPU-second through the sidecars ≥ 1.5× the direct Lua's on one Redis, ≥ 1×
  * on the Cluster (read against the direct Lua on one Redis, as the target was set, and against the direct
@@ -221,11 +229,18 @@ async function startRedis(extra = [], cluster = false) {
   }
 }
 
-/** Three masters, slots split by `redis-cli --cluster create`, no replicas; resolves once every node says cluster_state:ok. */
+/**
+ * Three masters, slots split by `redis-cli --cluster create`, no replicas (or with BENCH_CLUSTER_MASTERS=1
+ * one master given every slot, which `--cluster create` refuses); resolves once every node says cluster_state:ok.
+ */
 async function startCluster() {
   const nodes = [];
-  for (let i = 0; i < 3; i++) nodes.push(await startRedis([], true));
-  const create = ['--cluster', 'create', ...nodes.map((n) => `127.0.0.1:${n.port}`), '--cluster-replicas', '0', '--cluster-yes'];
+  // A node that never met another does not know its own address (CLUSTER SLOTS would name it ""): told here.
+  const announce = CLUSTER_MASTERS === 1 ? ['--cluster-announce-ip', '127.0.0.1'] : [];
+  for (let i = 0; i < CLUSTER_MASTERS; i++) nodes.push(await startRedis(announce, true));
+  const create = CLUSTER_MASTERS === 1
+    ? ['-p', String(nodes[0].port), 'CLUSTER', 'ADDSLOTSRANGE', '0', '16383']
+    : ['--cluster', 'create', ...nodes.map((n) => `127.0.0.1:${n.port}`), '--cluster-replicas', '0', '--cluster-yes'];
   const r = spawnSync('redis-cli', create, { encoding: 'utf8', timeout: 30_000 });
   if (r.status !== 0) throw new Error(`redis-cli ${create.join(' ')} failed: ${r.stdout}${r.stderr}`);
   const deadline = Date.now() + 20_000;
@@ -235,7 +250,8 @@ async function startCluster() {
       await sleep(100);
     }
   }
-  return { nodes, createCommand: ['redis-cli', ...create] };
+  // As printed: the ports are the run's own.
+  return { nodes, createCommand: ['redis-cli', ...create.map((w) => (CLUSTER_MASTERS === 1 && w === String(nodes[0].port) ? '<port>' : w))] };
 }
 
 /** The sidecar's flags (also printed in RESULTS.md). */
@@ -552,7 +568,7 @@ async function main() {
     { id: 'lua', label: 'apps → Redis, Lua token bucket (EVALSHA)', direct: true,
       next: () => ['EVALSHA', sha, '1', randomKey(), String(CAPACITY), String(RATE_PER_S), '1'],
       exact: ['EVALSHA', sha, '1', 'exact:check', String(EXACT_LIMIT), String(1 / 3600), '1'] },
-    { id: 'lua-cluster', label: 'apps → 3-master Cluster, Lua token bucket (EVALSHA)', direct: true, redis: 'cluster',
+    { id: 'lua-cluster', label: `apps → ${CLUSTER_MASTERS}-master Cluster, Lua token bucket (EVALSHA)`, direct: true, redis: 'cluster',
       next: () => ['EVALSHA', sha, '1', randomKey(), String(CAPACITY), String(RATE_PER_S), '1'],
       exact: ['EVALSHA', sha, '1', 'exact:check', String(EXACT_LIMIT), String(1 / 3600), '1'] },
     { id: 'script', label: "apps → Redis, cellgate's script, one call per run (EVALSHA; diagnostic)", direct: true, exact: null,
@@ -561,7 +577,7 @@ async function main() {
       exact: ['CL.THROTTLE', 'exact:check', String(EXACT_LIMIT - 1), '1', '3600', '1'] },
     { id: 'redis-rl', label: '3 sidecars → 1 Redis, RL.TOKENBUCKET', backend: 'redis', next: () => ['RL.TOKENBUCKET', randomKey(), ...TOKENBUCKET_ARGS],
       exact: ['RL.TOKENBUCKET', 'exact:check', '1', '3600000', 'BURST', String(EXACT_LIMIT)] },
-    { id: 'cluster', label: '3 sidecars → 3-master Cluster, CL.THROTTLE', backend: 'cluster', next: throttle,
+    { id: 'cluster', label: `3 sidecars → ${CLUSTER_MASTERS}-master Cluster, CL.THROTTLE`, backend: 'cluster', next: throttle,
       exact: ['CL.THROTTLE', 'exact:check', String(EXACT_LIMIT - 1), '1', '3600', '1'] },
     { id: 'flood', label: 'flood: 3 sidecars → 1 Redis, 90% on 4 hot keys (a token every 60 ms)', backend: 'redis',
       hot: { name: 'hot', args: THROTTLE_ARGS, drain: CAPACITY }, next: hot('hot', THROTTLE_ARGS),
@@ -594,7 +610,7 @@ async function main() {
         await command(n.port, 'SCRIPT', 'LOAD', LUA_TOKEN_BUCKET);
       }
       commands.set('cluster', [
-        `3 × ${shellQuote([...(PIN ? ['taskset', '-c', String(REDIS_CPU)] : []), 'redis-server', ...redisArgs('<port>', '<tmp>', ['--cluster-enabled', 'yes', '--cluster-config-file', '<tmp>/nodes.conf', '--cluster-node-timeout', '5000'])])}`,
+        `${CLUSTER_MASTERS} × ${shellQuote([...(PIN ? ['taskset', '-c', String(REDIS_CPU)] : []), 'redis-server', ...redisArgs('<port>', '<tmp>', ['--cluster-enabled', 'yes', '--cluster-config-file', '<tmp>/nodes.conf', '--cluster-node-timeout', '5000'])])}`,
         shellQuote(cluster.createCommand.map((w) => w.replace(/^127\.0\.0\.1:\d+$/, '127.0.0.1:<port>'))),
       ].join('\n'));
     }
