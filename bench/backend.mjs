@@ -550,7 +550,7 @@ async function main() {
 
   const hasBackend = buildHasBackend();
   if (!hasBackend) say('# this build has no backend option: only the local and lua configurations run');
-  const wanted = new Set((env.BENCH_CONFIGS ?? 'local,lua,script,redis,redis-rl,cluster,flood,flood-quota,hot').split(','));
+  const wanted = new Set((env.BENCH_CONFIGS ?? 'local,lua,lua-cluster,script,redis,redis-rl,cluster,flood,flood-quota,hot').split(','));
 
   const redis = await startRedis();
   const sha = await command(redis.port, 'SCRIPT', 'LOAD', LUA_TOKEN_BUCKET);
