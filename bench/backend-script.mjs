@@ -15,6 +15,11 @@
  *   node bench/backend-script.mjs [--old <dist dir of another build>] [--n 100000] [--rounds 3] [--ops c,t,...]
  *     [--lua a.lua,b.lua: edited copies of the script, run with this build's ARGV, as more variants]
  *     [--batch 26: calls per EVALSHA for our variants; --n counts calls]
+ *     [--cluster: redis-server in cluster mode, one master serving every slot (a Cluster master's
+ *      per-key costs: slot checks of the script's commands, the slot's key index), no other node]
+ *
+ * Beside usec_per_call, the redis-server's CPU (utime + stime from /proc) per call over each run: it
+ * also counts reading the commands and writing the replies, which usec_per_call leaves out.
  *
  * Ops: c CL.THROTTLE 100 1000 60 1; g GCRA 100 1000 60 1; t l f w s r RL.TOKENBUCKET / LEAKYBUCKET /
  * FIXEDWINDOW / SLIDINGWINDOW / SLIDINGLOG / GCRA with limit 1000 per 60 s, cost 1; all RL.ALL of two
@@ -40,6 +45,7 @@ const OPS = opt('ops', 'c,g,t,l,f,w,s,r,all').split(',');
 const OLD = opt('old', null);
 const EXTRA = opt('lua', '').split(',').filter((f) => f !== '');
 const BATCH = Number(opt('batch', '0'));
+const CLUSTER = args.includes('--cluster');
 
 const CLASSIC = LUA_TOKEN_BUCKET;
 
@@ -76,14 +82,21 @@ async function startRedis() {
   for (let attempt = 0; attempt < 20; attempt++) {
     const port = 20000 + Math.floor(Math.random() * 40000);
     const proc = spawn('/usr/bin/redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '',
-      '--appendonly', 'no', '--loglevel', 'warning'], { stdio: 'ignore' });
+      '--appendonly', 'no', '--loglevel', 'warning',
+      ...(CLUSTER ? ['--cluster-enabled', 'yes', '--cluster-config-file', join(dir, `nodes-${port}.conf`)] : [])], { stdio: 'ignore' });
     const client = new Redis({ port, host: '127.0.0.1', lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
     client.on('error', () => {});
     for (let i = 0; i < 100 && proc.exitCode === null; i++) {
       try {
         await client.connect();
         const info = await client.info('server');
-        if (info.includes(`process_id:${proc.pid}\r`)) return { port, proc, dir, client };
+        if (info.includes(`process_id:${proc.pid}\r`)) {
+          if (CLUSTER) {
+            await client.call('CLUSTER', 'ADDSLOTSRANGE', '0', '16383');
+            while (!(await client.call('CLUSTER', 'INFO')).includes('cluster_state:ok')) await new Promise((r) => setTimeout(r, 50));
+          }
+          return { port, proc, dir, client };
+        }
         break;
       } catch {
         client.disconnect();
@@ -162,6 +175,12 @@ function load(port, cmd, commands) {
   })));
 }
 
+/** utime + stime of a process, in µs. */
+function cpuUs(pid) {
+  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
+  return ((Number(fields[11]) + Number(fields[12])) * 1e6) / 100;
+}
+
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
 const ours = await build('dist');
@@ -189,7 +208,9 @@ try {
   const run = async (cmd, calls = 1) => {
     await c.flushall('SYNC');
     await c.config('RESETSTAT');
+    const cpu0 = cpuUs(redis.proc.pid);
     await load(redis.port, cmd, Math.ceil(N / calls));
+    cpuPerCall.push((cpuUs(redis.proc.pid) - cpu0) / (Math.ceil(N / calls) * calls));
     const m = /cmdstat_evalsha:calls=(\d+),usec=\d+,usec_per_call=([\d.]+),rejected_calls=\d+,failed_calls=(\d+)/.exec(await c.info('commandstats'));
     if (!m) throw new Error('no evalsha in INFO commandstats');
     if (Number(m[3]) > 0) throw new Error(`${m[3]} failed calls: ${cmd.join(' ')}`);
@@ -203,6 +224,8 @@ try {
     return ['EVALSHA', shas[variant], String(keys.length), ...keys, ...argv];
   };
 
+  const cpuPerCall = [];
+  const cpu = {};
   const results = {};
   const variants = [...(old ? ['classic', 'ours', 'old'] : ['classic', 'ours']), ...EXTRA];
   const floor = [];
@@ -214,10 +237,11 @@ try {
           ? ['EVALSHA', shas.classic, '1', `classic:__rand_int__`, '101', '16.666666666666668', '1']
           : cmdFor(v, v === 'old' ? old : ours, op, `${v}:`);
         ((results[op] ??= {})[v] ??= []).push(await run(cmd, v === 'classic' ? 1 : Math.max(1, BATCH)));
+        ((cpu[op] ??= {})[v] ??= []).push(cpuPerCall.at(-1));
       }
     }
   }
-  console.log(`usec_per_call (INFO commandstats, median of ${ROUNDS} alternating rounds of ${N} calls, 50 connections × 16 in flight, keys below 100000${BATCH > 0 ? `; ours in batches of ${BATCH} calls, per call` : ''})`);
+  console.log(`usec_per_call (INFO commandstats, median of ${ROUNDS} alternating rounds of ${N} calls, 50 connections × 16 in flight, keys below 100000${BATCH > 0 ? `; ours in batches of ${BATCH} calls, per call` : ''}${CLUSTER ? '; cluster mode, one master' : ''})`);
   console.log(`empty 'return {0}' script: ${median(floor).toFixed(2)}`);
   console.log(['op', ...variants, 'ours/classic', ...(old ? ['old/classic'] : [])].join('\t'));
   for (const op of OPS) {
@@ -226,6 +250,8 @@ try {
     console.log([op, ...variants.map((v) => m[v].toFixed(2)), (m.ours / m.classic).toFixed(2),
       ...(old ? [(m.old / m.classic).toFixed(2)] : [])].join('\t'));
   }
+  console.log(`redis-server CPU µs per call (utime + stime, median)`);
+  for (const op of OPS) console.log([op, ...variants.map((v) => median(cpu[op][v]).toFixed(2))].join('\t'));
 } finally {
   stop();
 }

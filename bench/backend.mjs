@@ -9,6 +9,8 @@
  *   local          3 cellgate sidecars, no backend: each its own keyspace (the ceiling; not shared)
  *   lua            the applications call one redis-server directly: EVALSHA of the classic Lua token
  *                  bucket (bench/lua-token-bucket.mjs, the script bench/throttle.mjs measures): the incumbent
+ *   lua-cluster    the same script called directly on the 3-master Cluster `cluster` uses (an ioredis Cluster
+ *                  client per connection, EVALSHA with the key): the incumbent on the same Redis as `cluster`
  *   redis          3 sidecars, --backend redis://  (one redis-server), CL.THROTTLE
  *   redis-rl       the same, RL.TOKENBUCKET
  *   cluster        3 sidecars, --backend redis-cluster:// (3 masters, no replicas), CL.THROTTLE
@@ -25,7 +27,7 @@
  *                  the script's own Redis cost at the load generator's batching
  *
  * The load generator is this process (ioredis, BENCH_CONNECTIONS connections spread over the sidecars,
- * or all to Redis for `lua`, auto-pipelined with BENCH_INFLIGHT requests in flight per connection,
+ * or all to Redis for `lua`, or BENCH_CONNECTIONS Cluster clients for `lua-cluster`, auto-pipelined with BENCH_INFLIGHT requests in flight per connection,
  * random keys out of BENCH_KEYS). Each configuration first checks exactness (300 calls at once, split over
  * the sidecars, on one key whose limit is 100: a shared limit allows exactly 100), then warms up, then
  * measures for BENCH_SECONDS. Reported per configuration: requests/s, p50/p99 latency (as the application
@@ -43,6 +45,8 @@
  *   BENCH_BACKEND_TIMEOUT [1000]  the sidecars' --backend-timeout in ms (the default 100 is for production;
  *                            a loaded 2-core machine should not turn decisions into policy answers here)
  *   BENCH_CONFIGS [all]      comma-separated subset, e.g. lua,redis
+ *   BENCH_CLUSTER_MASTERS [3]  the Cluster's masters for cluster and lua-cluster; 1: one master serving
+ *                            every slot (a diagnostic: cluster mode without the split over three masters)
  *   BENCH_PIN [auto]         auto: with >= 2 CPUs, redis-server on CPU 0, this load generator and the
  *                            sidecars on CPU 1 (taskset); 0: no pinning
  *   BENCH_WRITE [1]          write the "## Shared backend" section of bench/RESULTS.md (0: print only)
@@ -57,7 +61,7 @@ import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import { join, relative } from 'node:path';
-import { Redis } from 'ioredis';
+import { Cluster, Redis } from 'ioredis';
 import { LUA_TOKEN_BUCKET } from './lua-token-bucket.mjs';
 import { NODE_ENV, NODE_FLAGS } from './node-flags.mjs';
 import { CPUS, PIN, ROOT, cpuSeconds, env, machine, pinned, run, shellQuote, stop, table, tempDir, track, watchdog } from './harness.mjs';
@@ -84,11 +88,18 @@ const COMPARE_LABEL = env.BENCH_COMPARE_LABEL ?? COMPARE;
  */
 const LATENCY_RATE = Number(env.BENCH_LATENCY_RATE ?? 10_000);
 const LATENCY_SECONDS = Number(env.BENCH_LATENCY_SECONDS ?? 6);
-const LATENCY_CONFIGS = new Set(['lua', 'redis', 'redis-rl', 'cluster', 'hot']);
+const LATENCY_CONFIGS = new Set(['lua', 'lua-cluster', 'redis', 'redis-rl', 'cluster', 'hot']);
 const SIDECARS = 3;
 /**
+ * The Cluster's masters: 3, or 1 (a diagnostic: the same cluster-mode server and Cluster clients without
+ * the split of each turn's calls over three masters sharing Redis's core).
+ */
+const CLUSTER_MASTERS = Number(env.BENCH_CLUSTER_MASTERS ?? 3);
+if (CLUSTER_MASTERS !== 1 && CLUSTER_MASTERS !== 3) throw new Error('BENCH_CLUSTER_MASTERS is 1 or 3');
+/**
  * The targets: requests per Redis CPU-second through the sidecars ≥ 1.5× the direct Lua's on one Redis, ≥ 1×
- * on the Cluster; the sidecars' CPU per request ≤ 3× local mode's; p99 ≤ the direct Lua's + 1 ms; the
+ * on the Cluster (read against the direct Lua on one Redis, as the target was set, and against the direct
+ * Lua on the same Cluster, `lua-cluster`, the like-for-like comparison); the sidecars' CPU per request ≤ 3× local mode's; p99 ≤ the direct Lua's + 1 ms; the
  * flood ≥ 5× fewer backend calls than requests.
  */
 const TARGET_PER_REDIS_CORE_VS_LUA = { redis: 1.5, cluster: 1 };
@@ -218,11 +229,18 @@ async function startRedis(extra = [], cluster = false) {
   }
 }
 
-/** Three masters, slots split by `redis-cli --cluster create`, no replicas; resolves once every node says cluster_state:ok. */
+/**
+ * Three masters, slots split by `redis-cli --cluster create`, no replicas (or with BENCH_CLUSTER_MASTERS=1
+ * one master given every slot, which `--cluster create` refuses); resolves once every node says cluster_state:ok.
+ */
 async function startCluster() {
   const nodes = [];
-  for (let i = 0; i < 3; i++) nodes.push(await startRedis([], true));
-  const create = ['--cluster', 'create', ...nodes.map((n) => `127.0.0.1:${n.port}`), '--cluster-replicas', '0', '--cluster-yes'];
+  // A node that never met another does not know its own address (CLUSTER SLOTS would name it ""): told here.
+  const announce = CLUSTER_MASTERS === 1 ? ['--cluster-announce-ip', '127.0.0.1'] : [];
+  for (let i = 0; i < CLUSTER_MASTERS; i++) nodes.push(await startRedis(announce, true));
+  const create = CLUSTER_MASTERS === 1
+    ? ['-p', String(nodes[0].port), 'CLUSTER', 'ADDSLOTSRANGE', '0', '16383']
+    : ['--cluster', 'create', ...nodes.map((n) => `127.0.0.1:${n.port}`), '--cluster-replicas', '0', '--cluster-yes'];
   const r = spawnSync('redis-cli', create, { encoding: 'utf8', timeout: 30_000 });
   if (r.status !== 0) throw new Error(`redis-cli ${create.join(' ')} failed: ${r.stdout}${r.stderr}`);
   const deadline = Date.now() + 20_000;
@@ -232,7 +250,8 @@ async function startCluster() {
       await sleep(100);
     }
   }
-  return { nodes, createCommand: ['redis-cli', ...create] };
+  // As printed: the ports are the run's own.
+  return { nodes, createCommand: ['redis-cli', ...create.map((w) => (CLUSTER_MASTERS === 1 && w === String(nodes[0].port) ? '<port>' : w))] };
 }
 
 /** The sidecar's flags (also printed in RESULTS.md). */
@@ -465,6 +484,24 @@ async function connectAll(ports) {
   return conns;
 }
 
+/**
+ * CONNECTIONS ioredis Cluster clients on the Cluster (each with a connection to every master, auto-pipelined
+ * per master), as an application calling the Cluster directly has: each request goes to its key's master.
+ */
+async function connectCluster(ports) {
+  const conns = [];
+  for (let i = 0; i < CONNECTIONS; i++) {
+    const c = new Cluster(ports.map((port) => ({ host: '127.0.0.1', port })), {
+      lazyConnect: true, enableAutoPipelining: true, enableOfflineQueue: true, clusterRetryStrategy: () => null,
+      redisOptions: { protocol: 2, maxRetriesPerRequest: 0 },
+    });
+    c.on('error', () => {});
+    await c.connect();
+    conns.push(c);
+  }
+  return conns;
+}
+
 /** CL.THROTTLE and RL.* (RESP2) answer `limited` first; the Lua script answers {allowed, tokens}. */
 const refusedBy = (c) => (c.id === 'script' ? () => false : c.direct ? (reply) => reply[0] === 0 : (reply) => reply[0] === 1);
 
@@ -513,7 +550,7 @@ async function main() {
 
   const hasBackend = buildHasBackend();
   if (!hasBackend) say('# this build has no backend option: only the local and lua configurations run');
-  const wanted = new Set((env.BENCH_CONFIGS ?? 'local,lua,script,redis,redis-rl,cluster,flood,flood-quota,hot').split(','));
+  const wanted = new Set((env.BENCH_CONFIGS ?? 'local,lua,lua-cluster,script,redis,redis-rl,cluster,flood,flood-quota,hot').split(','));
 
   const redis = await startRedis();
   const sha = await command(redis.port, 'SCRIPT', 'LOAD', LUA_TOKEN_BUCKET);
@@ -531,13 +568,16 @@ async function main() {
     { id: 'lua', label: 'apps → Redis, Lua token bucket (EVALSHA)', direct: true,
       next: () => ['EVALSHA', sha, '1', randomKey(), String(CAPACITY), String(RATE_PER_S), '1'],
       exact: ['EVALSHA', sha, '1', 'exact:check', String(EXACT_LIMIT), String(1 / 3600), '1'] },
+    { id: 'lua-cluster', label: `apps → ${CLUSTER_MASTERS}-master Cluster, Lua token bucket (EVALSHA)`, direct: true, redis: 'cluster',
+      next: () => ['EVALSHA', sha, '1', randomKey(), String(CAPACITY), String(RATE_PER_S), '1'],
+      exact: ['EVALSHA', sha, '1', 'exact:check', String(EXACT_LIMIT), String(1 / 3600), '1'] },
     { id: 'script', label: "apps → Redis, cellgate's script, one call per run (EVALSHA; diagnostic)", direct: true, exact: null,
       next: () => ['EVALSHA', script.sha, ...script.argsFor(`cellgate:${randomKey()}`)] },
     { id: 'redis', label: '3 sidecars → 1 Redis, CL.THROTTLE', backend: 'redis', next: throttle,
       exact: ['CL.THROTTLE', 'exact:check', String(EXACT_LIMIT - 1), '1', '3600', '1'] },
     { id: 'redis-rl', label: '3 sidecars → 1 Redis, RL.TOKENBUCKET', backend: 'redis', next: () => ['RL.TOKENBUCKET', randomKey(), ...TOKENBUCKET_ARGS],
       exact: ['RL.TOKENBUCKET', 'exact:check', '1', '3600000', 'BURST', String(EXACT_LIMIT)] },
-    { id: 'cluster', label: '3 sidecars → 3-master Cluster, CL.THROTTLE', backend: 'cluster', next: throttle,
+    { id: 'cluster', label: `3 sidecars → ${CLUSTER_MASTERS}-master Cluster, CL.THROTTLE`, backend: 'cluster', next: throttle,
       exact: ['CL.THROTTLE', 'exact:check', String(EXACT_LIMIT - 1), '1', '3600', '1'] },
     { id: 'flood', label: 'flood: 3 sidecars → 1 Redis, 90% on 4 hot keys (a token every 60 ms)', backend: 'redis',
       hot: { name: 'hot', args: THROTTLE_ARGS, drain: CAPACITY }, next: hot('hot', THROTTLE_ARGS),
@@ -561,14 +601,21 @@ async function main() {
     await command(redis.port, 'FLUSHALL');
     let backendArgs = [];
     if (c.backend === 'redis') backendArgs = ['--backend', `redis://127.0.0.1:${redis.port}`, '--backend-timeout', BACKEND_TIMEOUT];
-    if (c.backend === 'cluster') {
+    // The Cluster: the sidecars' backend for `cluster`, the applications' Redis for `lua-cluster`.
+    const onCluster = c.backend === 'cluster' || c.redis === 'cluster';
+    if (onCluster) {
       cluster ??= await startCluster();
-      for (const n of cluster.nodes) await command(n.port, 'FLUSHALL');
-      backendArgs = ['--backend', `redis-cluster://${cluster.nodes.map((n) => `127.0.0.1:${n.port}`).join(',')}`, '--backend-timeout', BACKEND_TIMEOUT];
+      for (const n of cluster.nodes) {
+        await command(n.port, 'FLUSHALL');
+        await command(n.port, 'SCRIPT', 'LOAD', LUA_TOKEN_BUCKET);
+      }
       commands.set('cluster', [
-        `3 × ${shellQuote([...(PIN ? ['taskset', '-c', String(REDIS_CPU)] : []), 'redis-server', ...redisArgs('<port>', '<tmp>', ['--cluster-enabled', 'yes', '--cluster-config-file', '<tmp>/nodes.conf', '--cluster-node-timeout', '5000'])])}`,
+        `${CLUSTER_MASTERS} × ${shellQuote([...(PIN ? ['taskset', '-c', String(REDIS_CPU)] : []), 'redis-server', ...redisArgs('<port>', '<tmp>', ['--cluster-enabled', 'yes', '--cluster-config-file', '<tmp>/nodes.conf', '--cluster-node-timeout', '5000'])])}`,
         shellQuote(cluster.createCommand.map((w) => w.replace(/^127\.0\.0\.1:\d+$/, '127.0.0.1:<port>'))),
       ].join('\n'));
+    }
+    if (c.backend === 'cluster') {
+      backendArgs = ['--backend', `redis-cluster://${cluster.nodes.map((n) => `127.0.0.1:${n.port}`).join(',')}`, '--backend-timeout', BACKEND_TIMEOUT];
     }
     const sidecars = [];
     if (!c.direct) {
@@ -577,10 +624,10 @@ async function main() {
       const shown = backendArgs.map((w) => w.replace(/127\.0\.0\.1:\d+/g, '127.0.0.1:<port>'));
       commands.set(`sidecar ${c.backend ?? 'local'}`, `3 × ${shellQuote([...(PIN ? ['taskset', '-c', String(APP_CPU)] : []), ...Object.entries(NODE_ENV).map(([k, v]) => `${k}=${v}`), 'node', ...NODE_FLAGS, 'dist/main.js', ...sidecarArgs('<tmp>', shown)])}`);
     }
-    const redisPids = c.backend === 'cluster' ? cluster.nodes.map((n) => n.child.pid) : c.backend === null && !c.direct ? [] : [redis.child.pid];
-    const redisPorts = c.backend === 'cluster' ? cluster.nodes.map((n) => n.port) : [redis.port];
+    const redisPids = onCluster ? cluster.nodes.map((n) => n.child.pid) : c.backend === null && !c.direct ? [] : [redis.child.pid];
+    const redisPorts = onCluster ? cluster.nodes.map((n) => n.port) : [redis.port];
     const sidecarPids = sidecars.map((s) => s.child.pid);
-    const conns = await connectAll(c.direct ? [redis.port] : sidecars.map((s) => s.port));
+    const conns = c.redis === 'cluster' ? await connectCluster(redisPorts) : await connectAll(c.direct ? [redis.port] : sidecars.map((s) => s.port));
 
     const allowedOfExact = c.exact === null ? NaN : await exactness(conns, c.exact);
     if (c.hot) {
@@ -640,6 +687,7 @@ async function main() {
 
   // ---- the report
   const lua = results.find((r) => r.id === 'lua');
+  const luaCluster = results.find((r) => r.id === 'lua-cluster');
   const rows = results.map((r) => [
     r.label,
     fmtInt(r.rps),
@@ -660,10 +708,17 @@ async function main() {
   const checks = [];
   const local = results.find((r) => r.id === 'local');
   for (const r of results.filter((x) => x.backend && !x.hot && !x.before)) {
+    const target = TARGET_PER_REDIS_CORE_VS_LUA[r.backend];
     if (lua) {
       const ratio = r.perRedisCore / lua.perRedisCore;
-      const target = TARGET_PER_REDIS_CORE_VS_LUA[r.backend];
-      checks.push([`${r.label}: requests per Redis CPU-second / the direct Lua's`, `${ratio.toFixed(2)}×`, `≥ ${target}×`, ratio >= target]);
+      checks.push([`${r.label}: requests per Redis CPU-second / the direct Lua's on one Redis`, `${ratio.toFixed(2)}×`, `≥ ${target}×`, ratio >= target]);
+    }
+    // The Cluster against the same script on the same three masters: what the sidecars change there.
+    if (luaCluster && r.backend === 'cluster') {
+      const ratio = r.perRedisCore / luaCluster.perRedisCore;
+      checks.push([`${r.label}: requests per Redis CPU-second / the direct Lua's on the same Cluster`, `${ratio.toFixed(2)}×`, `≥ ${target}×`, ratio >= target]);
+    }
+    if (lua) {
       if (r.atRate && lua.atRate) {
         const over = r.atRate.p99 - lua.atRate.p99;
         checks.push([`${r.label}: p99 at ${fmtInt(LATENCY_RATE)} req/s − the direct Lua's at the same rate`, `${over.toFixed(3)} ms`, `≤ ${TARGET_P99_OVER_LUA_MS} ms`, over <= TARGET_P99_OVER_LUA_MS]);
@@ -741,7 +796,8 @@ ${[...commands.values()].join('\n')}
 \`\`\`
 
 The load generator: ${CONNECTIONS} ioredis connections (\`enableAutoPipelining\`), spread evenly over the three
-sidecars (all to redis-server for the direct Lua), ${INFLIGHT} requests in flight on each, random keys out of
+sidecars (all to redis-server for the direct Lua; for the direct Lua on the Cluster, ${CONNECTIONS} ioredis Cluster clients,
+each with a connection to every master, a request going to its key's master), ${INFLIGHT} requests in flight on each, random keys out of
 ${KEYS.toLocaleString('en-US')}; ${WARM_S} s warm-up, then ${SECONDS} s measured per configuration. The limit everywhere is
 \`CL.THROTTLE key:<n> ${THROTTLE_ARGS.join(' ')}\` (burst ${MAX_BURST}, ${COUNT} per ${PERIOD_S} s), \`RL.TOKENBUCKET key:<n> ${TOKENBUCKET_ARGS.join(' ')}\`
 for RL.*, and for the incumbent \`EVALSHA <sha> 1 key:<n> ${CAPACITY} ${RATE_PER_S} 1\` of the Lua token bucket in
