@@ -50,7 +50,10 @@
  *   BENCH_PIN [auto]         auto: with >= 2 CPUs, redis-server on CPU 0, this load generator and the
  *                            sidecars on CPU 1 (taskset); 0: no pinning
  *   BENCH_WRITE [1]          write the "## Shared backend" section of bench/RESULTS.md (0: print only)
- *   BENCH_TIMEOUT [400]      seconds before everything is killed
+ *   BENCH_LATENCY_RATE [10000]  the open-loop latency phase's requests per second (0: none)
+ *   BENCH_LATENCY_SECONDS [6]   its length
+ *   BENCH_LATENCY_SERIAL [20000]  requests sent one at a time on one connection (0: none)
+ *   BENCH_TIMEOUT [900]      seconds before everything is killed
  *   BENCH_MAIN [dist/main.js]
  *   BENCH_COMPARE [none]     another build's main.js (a directory with its dist/, a node_modules symlink and its
  *                            package.json), e.g. main before a change: redis, cluster and hot run with it too
@@ -89,6 +92,13 @@ const COMPARE_LABEL = env.BENCH_COMPARE_LABEL ?? COMPARE;
 const LATENCY_RATE = Number(env.BENCH_LATENCY_RATE ?? 10_000);
 const LATENCY_SECONDS = Number(env.BENCH_LATENCY_SECONDS ?? 6);
 const LATENCY_CONFIGS = new Set(['lua', 'lua-cluster', 'redis', 'redis-rl', 'cluster', 'hot']);
+/**
+ * The path alone: the same configurations then send LATENCY_SERIAL requests one after the other on one
+ * connection (one in flight, nothing queued behind it, no other load): the latency a request has
+ * when neither side is busy, which the open loop above cannot show once the load generator and three
+ * sidecars share one core. 0 turns it off.
+ */
+const LATENCY_SERIAL = Number(env.BENCH_LATENCY_SERIAL ?? 20_000);
 const SIDECARS = 3;
 /**
  * The Cluster's masters: 3, or 1 (a diagnostic: the same cluster-mode server and Cluster clients without
@@ -464,6 +474,27 @@ async function driveAtRate(conns, nextArgs, rate, seconds) {
   return { rate: total / ((performance.now() - started) / 1000), p50: percentile(hist, answered, 0.5), p99: percentile(hist, answered, 0.99), p999: percentile(hist, answered, 0.999), errors };
 }
 
+/**
+ * Sends `count` requests on one connection, each after the reply to the one before, after a tenth as
+ * many unmeasured (so that the garbage of the loaded phases before is collected outside the window).
+ */
+async function driveSerially(conn, nextArgs, count) {
+  const hist = new Uint32Array(1_000_001);
+  let errors = 0;
+  for (let i = 0; i < count / 10; i++) await conn.call(...nextArgs()).catch(() => {});
+  for (let i = 0; i < count; i++) {
+    const t0 = performance.now();
+    try {
+      await conn.call(...nextArgs());
+      hist[Math.min(1_000_000, Math.round((performance.now() - t0) * 1000))]++;
+    } catch {
+      errors++;
+    }
+  }
+  const answered = count - errors;
+  return { requests: count, p50: percentile(hist, answered, 0.5), p99: percentile(hist, answered, 0.99), p999: percentile(hist, answered, 0.999), errors };
+}
+
 function percentile(hist, total, q) {
   const want = Math.ceil(total * q);
   let seen = 0;
@@ -644,7 +675,9 @@ async function main() {
       backend: c.backend ? await backendInfo(sidecars) : null,
     });
     const run = await drive(conns, c.next, refusedBy(c), SECONDS, { before: counters, after: counters });
-    const atRate = LATENCY_RATE > 0 && LATENCY_CONFIGS.has(c.before ?? c.id) ? await driveAtRate(conns, c.next, LATENCY_RATE, LATENCY_SECONDS) : null;
+    const timed = LATENCY_CONFIGS.has(c.before ?? c.id);
+    const atRate = LATENCY_RATE > 0 && timed ? await driveAtRate(conns, c.next, LATENCY_RATE, LATENCY_SECONDS) : null;
+    const serial = LATENCY_SERIAL > 0 && timed ? await driveSerially(conns[0], c.next, LATENCY_SERIAL) : null;
     for (const conn of conns) conn.disconnect();
     for (const s of sidecars) await stop(s.child);
 
@@ -676,6 +709,7 @@ async function main() {
       errors: run.errors,
       firstError: run.firstError,
       atRate,
+      serial,
     };
     r.perRedisCore = 1e6 / r.redisUsPerOp;
     results.push(r);
@@ -723,6 +757,10 @@ async function main() {
         const over = r.atRate.p99 - lua.atRate.p99;
         checks.push([`${r.label}: p99 at ${fmtInt(LATENCY_RATE)} req/s − the direct Lua's at the same rate`, `${over.toFixed(3)} ms`, `≤ ${TARGET_P99_OVER_LUA_MS} ms`, over <= TARGET_P99_OVER_LUA_MS]);
       } else checks.push([`${r.label}: p99 − the direct Lua's p99 (closed loop, saturated)`, `${(r.p99 - lua.p99).toFixed(3)} ms`, `≤ ${TARGET_P99_OVER_LUA_MS} ms`, r.p99 - lua.p99 <= TARGET_P99_OVER_LUA_MS]);
+      if (r.serial && lua.serial) {
+        const over = r.serial.p99 - lua.serial.p99;
+        checks.push([`${r.label}: p99 one request at a time − the direct Lua's the same way`, `${over.toFixed(3)} ms`, `≤ ${TARGET_P99_OVER_LUA_MS} ms`, over <= TARGET_P99_OVER_LUA_MS]);
+      }
     }
     if (local) {
       const ratio = r.sidecarUsPerOp / local.sidecarUsPerOp;
@@ -750,10 +788,13 @@ async function main() {
       r.batches > 0 ? fmtInt(r.batches) : '—', r.batches > 0 ? (r.batchedCalls / r.batches).toFixed(1) : '—',
       ...r.batchSizes.map((n) => (r.batches > 0 ? `${((n / r.batches) * 100).toFixed(1)}%` : '—'))]),
   );
-  const timed = results.filter((r) => r.atRate);
+  const timed = results.filter((r) => r.atRate || r.serial);
+  const orDash = (x, f) => (x ? f(x) : '—');
   const latencyTable = timed.length === 0 ? '' : table(
-    ['configuration', 'sent req/s', 'p50 ms', 'p99 ms', 'p99.9 ms', 'errors'],
-    timed.map((r) => [r.label, fmtInt(r.atRate.rate), fmtMs(r.atRate.p50), fmtMs(r.atRate.p99), fmtMs(r.atRate.p999), r.atRate.errors]),
+    ['configuration', 'sent req/s', 'p50 ms', 'p99 ms', 'p99.9 ms', 'errors', 'one at a time: p50 ms', 'p99 ms', 'p99.9 ms', 'errors'],
+    timed.map((r) => [r.label, orDash(r.atRate, (x) => fmtInt(x.rate)), orDash(r.atRate, (x) => fmtMs(x.p50)), orDash(r.atRate, (x) => fmtMs(x.p99)),
+      orDash(r.atRate, (x) => fmtMs(x.p999)), orDash(r.atRate, (x) => x.errors), orDash(r.serial, (x) => fmtMs(x.p50)), orDash(r.serial, (x) => fmtMs(x.p99)),
+      orDash(r.serial, (x) => fmtMs(x.p999)), orDash(r.serial, (x) => x.errors)]),
   );
   const verdict = checks.map(([what, value, target, met]) => `- ${what}: ${value} (target ${target}): ${met ? 'met' : '**missed**'}`).join('\n');
   const endLoad = os.loadavg().map((x) => x.toFixed(2)).join(' ');
@@ -831,8 +872,9 @@ batches by size from \`backend_batch_sizes\`; none for a build without them):
 
 ${batchTable}
 ${latencyTable ? `\nLatency at the same load: after its measured window, each of these configurations was sent ${fmtInt(LATENCY_RATE)} requests per
-second for ${LATENCY_SECONDS} s (open loop, round-robin over the same connections, below every configuration's capacity on this machine);
-each latency runs from the moment the request was due, so a late send counts:\n\n${latencyTable}\n` : ''}
+second for ${LATENCY_SECONDS} s (open loop, round-robin over the same connections, below every configuration's capacity on this machine;
+each latency runs from the moment the request was due, so a late send counts), then ${fmtInt(LATENCY_SERIAL)} requests one at a time on one
+connection (each sent when the one before was answered: the path itself, with nothing queued and no other load):\n\n${latencyTable}\n` : ''}
 Targets:
 
 ${verdict}
