@@ -53,6 +53,9 @@
  *   BENCH_LATENCY_RATE [10000]  the open-loop latency phase's requests per second (0: none)
  *   BENCH_LATENCY_SECONDS [6]   its length
  *   BENCH_LATENCY_SERIAL [20000]  requests sent one at a time on one connection (0: none)
+ *   BENCH_SIDECAR_PROFILE [none]  a directory: every cellgate process runs under `node --cpu-prof` and writes its
+ *                            profile there when it stops (bench/cpuprofile-top.mjs reads one), for where the
+ *                            sidecars' CPU per request goes
  *   BENCH_TIMEOUT [900]      seconds before everything is killed
  *   BENCH_MAIN [dist/main.js]
  *   BENCH_COMPARE [none]     another build's main.js (a directory with its dist/, a node_modules symlink and its
@@ -100,6 +103,7 @@ const LATENCY_CONFIGS = new Set(['lua', 'lua-cluster', 'redis', 'redis-rl', 'clu
  */
 const LATENCY_SERIAL = Number(env.BENCH_LATENCY_SERIAL ?? 20_000);
 const SIDECARS = 3;
+const SIDECAR_PROFILE_DIR = env.BENCH_SIDECAR_PROFILE ?? null;
 /**
  * The Cluster's masters: 3, or 1 (a diagnostic: the same cluster-mode server and Cluster clients without
  * the split of each turn's calls over three masters sharing Redis's core).
@@ -271,7 +275,8 @@ function sidecarArgs(dir, backendArgs) {
 
 async function startSidecar(backendArgs, main = MAIN) {
   const dir = tempDir('cellgate-bench-');
-  const [cmd, args] = pinned(APP_CPU, process.execPath, [...NODE_FLAGS, main, ...sidecarArgs(dir, backendArgs)]);
+  const profile = SIDECAR_PROFILE_DIR ? ['--cpu-prof', `--cpu-prof-dir=${SIDECAR_PROFILE_DIR}`] : [];
+  const [cmd, args] = pinned(APP_CPU, process.execPath, [...NODE_FLAGS, ...profile, main, ...sidecarArgs(dir, backendArgs)]);
   const child = track(spawn(cmd, args, { cwd: ROOT, env: { ...process.env, ...NODE_ENV }, stdio: ['ignore', 'pipe', 'pipe'] }));
   const logs = [];
   const port = await new Promise((resolve, reject) => {
