@@ -895,7 +895,10 @@ How to read these numbers:
   is the script's own cost (the \`in the script\` column).
 - The results table's latency is what the application sees, with ${INFLIGHT} requests queued on each connection (closed loop),
   so it measures queueing under saturation as much as the path itself; the p99 target is read at the same
-  fixed rate for both paths (the table above it), where it measures the path.
+  fixed rate for both paths and one request at a time (the table above it). At 10,000 req/s the load
+  generator and three sidecars share one core, and a request through a sidecar waits for that core twice
+  more than a direct one (in and out): the difference there is the scheduler's on a shared core. One at a
+  time, nothing waits for anything else, and the difference is the path's.
 - The machine was shared with other work (other builds and test runs): load average ${facts.loadavg} at the start,
   ${endLoad} at the end. Figures of one configuration move by tens of percent from run to run; compare rows
   that ran next to each other (a build and the build before it) rather than across runs.
