@@ -82,6 +82,8 @@ const REF = 44 / 4;
 const INLINE_AT = 44;
 /** Keys up to this long are kept in the record. */
 const INLINE_BYTES = RECORD_BYTES - INLINE_AT;
+/** Whether a record's Int32Array words hold its bytes in little-endian order (copyKey reads a key by words then). */
+const LITTLE_ENDIAN = new Uint8Array(new Uint32Array([1]).buffer)[0] === 1;
 
 export class KeyTable {
   /** Entries: the tag and slot + 1 (entryOf), or 0 for empty. Its length is a power of two. */
@@ -138,6 +140,16 @@ export class KeyTable {
   /** Field 0..3 of the keyspace's numbers in `slot`'s record (see Keyspace). */
   getState(slot: number, field: number): number {
     return this.statePages[slot >>> PAGE_BITS][((slot & PAGE_MASK) << 3) + field];
+  }
+
+  /** Fields 0..3 of `slot` into out[0..3]. */
+  readState(slot: number, out: Float64Array): void {
+    const page = this.statePages[slot >>> PAGE_BITS];
+    const at = (slot & PAGE_MASK) << 3;
+    out[0] = page[at];
+    out[1] = page[at + 1];
+    out[2] = page[at + 2];
+    out[3] = page[at + 3];
   }
 
   setState(slot: number, field: number, value: number): void {
@@ -349,11 +361,25 @@ export class KeyTable {
   copyKey(slot: number, target: Buffer, offset: number): number {
     const len = this.word(slot, LENGTH);
     if (len > INLINE_BYTES) return this.arena.copy(this.word(slot, REF), len, target, offset);
-    const at = (slot & PAGE_MASK) * RECORD_BYTES + INLINE_AT;
-    // A byte loop: Buffer#copy's argument checks and native call cost more than a short key's bytes
-    // (the journal copies a key per changed key per turn).
+    // By hand: Buffer#copy's argument checks and native call cost more than a short key's bytes (the
+    // journal copies a key per changed key per turn). Four bytes per read where the words hold them
+    // in order (the key starts at a word, INLINE_AT), the rest byte by byte.
+    const end = offset + len;
+    let o = offset;
+    if (LITTLE_ENDIAN) {
+      const words = this.wordPages[slot >>> PAGE_BITS];
+      let w = ((slot & PAGE_MASK) << 4) + INLINE_AT / 4;
+      for (const whole = offset + (len & ~3); o < whole; o += 4) {
+        const x = words[w++];
+        target[o] = x;
+        target[o + 1] = x >>> 8;
+        target[o + 2] = x >>> 16;
+        target[o + 3] = x >>> 24;
+      }
+    }
     const page = this.bytePages[slot >>> PAGE_BITS];
-    for (let i = 0; i < len; i++) target[offset + i] = page[at + i];
+    const at = (slot & PAGE_MASK) * RECORD_BYTES + INLINE_AT - offset;
+    for (; o < end; o++) target[o] = page[at + o];
     return len;
   }
 

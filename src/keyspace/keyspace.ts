@@ -373,6 +373,10 @@ export class Keyspace {
   getC(slot: number): number {
     return this.index.getState(slot, 3);
   }
+  /** The expiry, A, B and C of `slot` into out[0..3], with one call (the journal's encoder). */
+  readState(slot: number, out: Float64Array): void {
+    this.index.readState(slot, out);
+  }
   setState(slot: number, a: number, b: number, c = 0): void {
     if (slot >= this.saveCursor) this.preserve(slot);
     if (this.watchedKeys !== 0) this.touchSlot(slot);
