@@ -19,6 +19,7 @@ export default defineConfig({
       'test/persistence/bgsave-point-in-time.property.test.ts',
       'test/persistence/journal-replay.property.test.ts',
       'test/persistence/journal-format.test.ts',
+      'test/persistence/journal-encode-bytes.test.ts',
       'test/persistence/journal-warm.test.ts',
       'test/transactions/keyspace-watch.test.ts',
       'test/server/tasks.test.ts',
