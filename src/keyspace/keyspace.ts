@@ -387,14 +387,12 @@ export class Keyspace {
     index.setState(slot, 2, b);
     index.setState(slot, 3, c);
   }
-  /**
-   * The variable-size state of a slot, or undefined. A limiter may change the returned array in place
-   * (a blob's ring is appended to), so while a background save runs this counts as a write.
-   */
   /** True when some key holds a blob (the journal's encoder skips getBlob's lookup otherwise). */
   get anyBlobs(): boolean {
     return this.blobs.size !== 0;
   }
+  /** A slot's variable-size state, or undefined. A limiter may change it in place (a blob's ring is
+   * appended to), so while a background save runs this counts as a write. */
   getBlob(slot: number): Float64Array | undefined {
     if (slot >= this.saveCursor) this.preserve(slot);
     const blob = this.blobs.get(slot);
