@@ -161,3 +161,12 @@ export class JournalError extends Error {
     super(`journal ${file}: ${problem} at byte offset ${offset}`);
   }
 }
+
+/**
+ * What a failed open or read of the incremental file `path` is reported as: a missing file is the
+ * manifest's problem (JournalError, as any other inconsistency of the set); anything else as it came.
+ */
+export function incrementalReadError(path: string, e: unknown): unknown {
+  if ((e as NodeJS.ErrnoException).code === 'ENOENT') return new JournalError(path, 0, 'an incremental file the manifest names does not exist');
+  return e;
+}

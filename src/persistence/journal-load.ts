@@ -13,7 +13,7 @@ import { performance } from 'node:perf_hooks';
 import { setImmediate as nextTurn } from 'node:timers/promises';
 import type { Keyspace } from '../keyspace/keyspace.js';
 import type { Server } from '../server/server.js';
-import { JOURNAL_HEADER_BYTES, JournalError, OP_FLUSH } from './journal-format.js';
+import { incrementalReadError, JOURNAL_HEADER_BYTES, JournalError, OP_FLUSH } from './journal-format.js';
 import type { ManifestFile } from './journal-manifest.js';
 import { JournalParser, type JournalRecord, type JournalScan } from './journal-parse.js';
 import type { JournalReadAhead } from './journal-read-ahead.js';
@@ -191,8 +191,7 @@ class RecordLoader {
     try {
       buf = fs.readFileSync(path);
     } catch (e) {
-      if ((e as NodeJS.ErrnoException).code === 'ENOENT') throw new JournalError(path, 0, 'an incremental file the manifest names does not exist');
-      throw e;
+      throw incrementalReadError(path, e);
     }
     const { warmStarts, warmEnds } = this;
     const parser = new JournalParser(buf, path);

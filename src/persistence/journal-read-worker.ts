@@ -8,7 +8,7 @@
  */
 import fs from 'node:fs';
 import { parentPort, workerData } from 'node:worker_threads';
-import { JournalError } from './journal-format.js';
+import { incrementalReadError, JournalError } from './journal-format.js';
 import { JournalParser, type JournalRecord } from './journal-parse.js';
 import {
   ABORT, BATCH_RECORDS, CONSUMED, RECORD_INTS, RECORD_NUMBERS, RING_SLOTS, WAKE_AT, type ReadWorkerData, type ReadWorkerMessage,
@@ -78,8 +78,7 @@ function readShared(path: string): { buf: Buffer; shared: SharedArrayBuffer } {
   try {
     fd = fs.openSync(path, 'r');
   } catch (e) {
-    if ((e as NodeJS.ErrnoException).code === 'ENOENT') throw new JournalError(path, 0, 'an incremental file the manifest names does not exist');
-    throw e;
+    throw incrementalReadError(path, e);
   }
   try {
     const size = fs.fstatSync(fd).size;

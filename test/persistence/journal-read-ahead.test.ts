@@ -7,7 +7,7 @@
  * `check` reports it; a torn tail there is cut the same way.
  */
 import { describe, expect, it } from 'vitest';
-import { appendFileSync, cpSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { appendFileSync, cpSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { JournalParser } from '../../src/persistence/journal-parse.js';
@@ -152,5 +152,24 @@ describe('journal: the read-ahead worker at start', () => {
       expect(logs.some((l) => l.includes('AOF loaded anyway because aof-load-truncated is enabled: 8 bytes cut at offset'))).toBe(true);
     }
     expect(statSync(incr).size).toBe(whole + 8);
+  });
+
+  it('an incremental file the manifest names and the directory lacks refuses the start with the same message with the worker or without', async () => {
+    const dir = newDir();
+    const s = await startOn(dir, ['--appendonly', 'yes', '--save', '']);
+    const r = new Redis(s.port);
+    try {
+      await r.call('CL.THROTTLE', 'k', 5, 10, 60);
+    } finally {
+      r.disconnect();
+    }
+    expect(await s.stop('SIGKILL')).toBe(null);
+    const incr = incrPath(dir);
+    rmSync(incr);
+    for (const mode of ['yes', 'no']) {
+      const refused = runToExit(['--port', '0', '--dir', dir, '--appendonly', 'yes', '--warmup', 'no', '--aof-load-worker', mode]);
+      expect(refused.status).toBe(1);
+      expect(refused.stdout + refused.stderr).toContain(`journal ${incr}: an incremental file the manifest names does not exist at byte offset 0`);
+    }
   });
 });
