@@ -86,6 +86,9 @@ export class JournalWriter {
    */
   commit(force = false): void {
     if (this.recorder.empty) return;
+    // Every client's reply flush calls this, several per turn: once the turn's records are encoded
+    // and the timer holds their write, the later calls have nothing to do.
+    if (!force && this.writeTimer && !this.recorder.hasPending) return;
     this.recorder.encodePending();
     if (this.fd === -1) return;
     if (this.policy === 'always') {
