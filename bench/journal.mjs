@@ -46,6 +46,13 @@ const MODES = [
   ]),
 ];
 
+/** Each round's ratio of `xs` to `base` (the rounds run side by side): "median× (min–max)", or "-" for the base itself. */
+function perRound(xs, base) {
+  if (xs === base) return '-';
+  const ratios = xs.map((x, i) => x / base[i]);
+  return `${fmtRatio(median(ratios))} (${Math.min(...ratios).toFixed(2)}–${Math.max(...ratios).toFixed(2)})`;
+}
+
 function infoField(text, name) {
   const m = new RegExp(`^${name}:(.*)$`, 'm').exec(text);
   return m === null ? '' : m[1].trim();
@@ -111,7 +118,7 @@ async function main() {
     const base = results.get(m.main === MAIN ? 'appendonly no' : 'baseline appendonly no');
     return [
       m.name,
-      fmtInt(median(r.p16)), fmtRatio(median(r.p16) / median(base.p16)), median(r.cpu16).toFixed(2),
+      fmtInt(median(r.p16)), fmtRatio(median(r.p16) / median(base.p16)), perRound(r.p16, base.p16), median(r.cpu16).toFixed(2),
       fmtInt(median(r.p1)), fmtRatio(median(r.p1) / median(base.p1)), median(r.cpu1).toFixed(2),
       r.bytesPerRecord.length > 0 ? median(r.bytesPerRecord).toFixed(1) : '-',
     ];
@@ -126,7 +133,9 @@ async function main() {
     '',
     `CL.THROTTLE over 100k keys (redis-benchmark \`-c 50 -r 100000\`, keys \`key:<12 digits>\`, 16 bytes), P16 ${fmtInt(P16_REQUESTS)} and P1 ${fmtInt(P1_REQUESTS)} requests; CPU is the server's, µs per request:`,
     '',
-    table(['mode', 'P16 req/s', 'vs no', 'P16 CPU µs/op', 'P1 req/s', 'vs no', 'P1 CPU µs/op', 'journal bytes/record'], rows),
+    table(['mode', 'P16 req/s', 'vs no', 'P16 vs no per round: median (range)', 'P16 CPU µs/op', 'P1 req/s', 'vs no', 'P1 CPU µs/op', 'journal bytes/record'], rows),
+    '',
+    'vs no: the ratio of the medians; per round: the ratio to `appendonly no` of the same build in the same round (run one after the other), whose median moves less with the machine\'s state than the medians of separate runs do.',
     '',
   ];
   if (KEYS === 0) {
