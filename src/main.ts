@@ -157,8 +157,9 @@ async function main(argv: string[]): Promise<void> {
   if (config.bool('warmup')) {
     const started = performance.now();
     try {
-      await warmUp(server, WARMUP_ROUNDS);
-      log.verbose(`warm-up done in ${(performance.now() - started).toFixed(0)} ms`);
+      const warm = await warmUp(server, WARMUP_ROUNDS);
+      const journal = warm.journalRecords > 0 ? ` (${warm.journalRecords} journal records encoded, none written)` : '';
+      log.verbose(`warm-up done in ${(performance.now() - started).toFixed(0)} ms${journal}`);
     } catch (e) {
       // Only an optimization: a failure is logged and the start goes on.
       log.warning(`warm-up failed, starting without it: ${(e as Error).message}`);

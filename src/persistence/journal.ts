@@ -129,6 +129,23 @@ export class AppendOnly {
     this.writer.commit(force);
   }
 
+  /**
+   * For the warm-up's scratch server (src/server/warmup.ts) only: records its keyspace's changes
+   * as a journal does, without files (commit encodes each turn's records, and with no file open
+   * writes nothing). A server that will journal then meets compiled code for the recording as well:
+   * without this, its first limiter calls recompiled the whole limiter path (the keyspace's writes,
+   * inlined in every limiter, had only ever seen no journal) while the first clients waited.
+   */
+  recordWithoutFiles(on: boolean): void {
+    this.server.keyspace.journal = on ? this.recorder : null;
+    this.dropRecords();
+  }
+
+  /** For the warm-up's scratch server: forgets the records encoded so far (recorder.records still counts them). */
+  dropRecords(): void {
+    this.recorder.reset();
+  }
+
   get dirPath(): string {
     return join(this.server.config.get('dir'), this.server.config.get('appenddirname'));
   }

@@ -136,11 +136,20 @@ async function warmUpSockets(scratch: Server, batch: Buffer): Promise<void> {
  * command kind after another (the way a benchmark or a busy service sends them), then single-command
  * reads, then the loopback part (warmUpSockets). It runs before the real server listens.
  */
-export async function warmUp(real: Server, rounds: number): Promise<void> {
+export async function warmUp(real: Server, rounds: number): Promise<WarmUpResult> {
   const scratch = new Server(real.config, real.log);
   // As after the snapshot load: a server that has not loaded one answers LOADING to everything.
   scratch.snapshots.loading = false;
   scratch.snapshots.refreshDenyWrites();
+  // A server that will journal (appendonly yes) records every limiter write: so does the scratch
+  // one, into no file, its records dropped after every flush.
+  const journaled = real.config.bool('appendonly');
+  const journal = scratch.journal;
+  journal.recordWithoutFiles(journaled);
+  const flush = (): void => {
+    scratch.flushPending();
+    journal.dropRecords();
+  };
   const socket = new net.Socket();
   socket.destroy();
   const client = new Client(0, socket, scratch);
@@ -163,17 +172,24 @@ export async function warmUp(real: Server, rounds: number): Promise<void> {
     for (const reads of batches) {
       for (const read of reads) feed(read);
     }
-    scratch.flushPending();
+    flush();
     // Pipeline 1: one command per read, and a request split across two reads.
     for (let at = 0; at < singles.length; ) {
       const end = singles.indexOf('*', at + 1);
       feed(singles.subarray(at, end === -1 ? singles.length : end));
-      scratch.flushPending();
+      flush();
       at = end === -1 ? singles.length : end;
     }
     feed(singles.subarray(0, 7));
     feed(singles.subarray(7));
-    scratch.flushPending();
+    flush();
   }
   await warmUpSockets(scratch, singles);
+  journal.recordWithoutFiles(false);
+  return { journalRecords: journal.recorder.records };
+}
+
+export interface WarmUpResult {
+  /** Journal records the scratch server encoded (and dropped): 0 unless the server journals. */
+  journalRecords: number;
 }

@@ -5,7 +5,9 @@
  * afterwards, not into the scratch server's.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { join } from 'node:path';
 import { Redis } from 'ioredis';
+import { runToExit } from '../helpers/replies.js';
 import { startServer, type RunningServer } from '../helpers/server.js';
 
 function field(info: string, name: string): string | undefined {
@@ -64,6 +66,39 @@ describe('warm-up at start', () => {
     expect(field(info, 'limiter_rl.all')).toBe('allowed=1,limited=0');
     expect(field(info, 'cmdstat_cl.throttle')).toMatch(/^calls=2,/);
     expect(await redis.dbsize()).toBe(4);
+  });
+});
+
+describe('warm-up of a server that journals (appendonly yes)', () => {
+  it('runs the journal encoder on the scratch server and writes none of its records: the journal holds the real calls only', async () => {
+    const server = await startServer({ args: ['--warmup', 'yes', '--loglevel', 'verbose', '--appendonly', 'yes', '--appendfsync', 'always'] });
+    const redis = new Redis({ port: server.port, host: '127.0.0.1', lazyConnect: true, maxRetriesPerRequest: 0 });
+    try {
+      await redis.connect();
+      const line = server.logs.find((l) => l.includes('warm-up done in'));
+      const encoded = /\((\d+) journal records encoded, none written\)/.exec(line ?? '');
+      expect(encoded, line).not.toBe(null);
+      // Every limiter write of the warm-up's rounds went through the recorder (thousands of keys).
+      expect(Number(encoded![1])).toBeGreaterThan(1000);
+      const aofDir = join(server.dir, 'appendonlydir');
+      const before = runToExit(['check', aofDir]);
+      expect(before.status, before.stderr).toBe(0);
+      expect(before.stdout).toMatch(/^records: 0$/m);
+      expect(before.stdout).toMatch(/^keys: 0$/m);
+      // One token per hour: the key outlives the test (check loads it with the current time).
+      await redis.call('CL.THROTTLE', 'k1', '10', '1', '3600');
+      await redis.call('RL.TOKENBUCKET', 'k2', '10', '1000');
+      await redis.call('DEL', 'k2');
+      // appendfsync always: the records are on disk before the replies leave.
+      const after = runToExit(['check', aofDir]);
+      expect(after.status, after.stderr).toBe(0);
+      expect(after.stdout).toMatch(/^records: 3$/m);
+      expect(after.stdout).toMatch(/^keys: 1$/m);
+      expect(await redis.dbsize()).toBe(1);
+    } finally {
+      redis.disconnect();
+      await server.stop();
+    }
   });
 });
 
