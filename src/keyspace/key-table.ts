@@ -101,6 +101,9 @@ export class KeyTable {
   private bytePages: Buffer[] = [];
   private wordPages: Int32Array[] = [];
   private statePages: Float64Array[] = [];
+  /** copyKey's view of the buffer it last copied into (the journal's, nearly always), for four-byte stores. */
+  private copyTarget: Buffer | null = null;
+  private copyView: DataView = new DataView(new ArrayBuffer(0));
 
   /** `maxSlots` (a multiple of PAGE_SLOTS, at most MAX_SLOTS) is lower only in tests. */
   constructor(
@@ -362,20 +365,20 @@ export class KeyTable {
     const len = this.word(slot, LENGTH);
     if (len > INLINE_BYTES) return this.arena.copy(this.word(slot, REF), len, target, offset);
     // By hand: Buffer#copy's argument checks and native call cost more than a short key's bytes (the
-    // journal copies a key per changed key per turn). Four bytes per read where the words hold them
-    // in order (the key starts at a word, INLINE_AT), the rest byte by byte.
+    // journal copies a key per changed key per turn). Four bytes per read and per store where the
+    // words hold them in order (the key starts at a word, INLINE_AT), the rest byte by byte. The
+    // caller has made room: a store past the end of `target` throws.
     const end = offset + len;
     let o = offset;
     if (LITTLE_ENDIAN) {
       const words = this.wordPages[slot >>> PAGE_BITS];
       let w = ((slot & PAGE_MASK) << 4) + INLINE_AT / 4;
-      for (const whole = offset + (len & ~3); o < whole; o += 4) {
-        const x = words[w++];
-        target[o] = x;
-        target[o + 1] = x >>> 8;
-        target[o + 2] = x >>> 16;
-        target[o + 3] = x >>> 24;
+      if (target !== this.copyTarget) {
+        this.copyTarget = target;
+        this.copyView = new DataView(target.buffer, target.byteOffset, target.byteLength);
       }
+      const view = this.copyView;
+      for (const whole = offset + (len & ~3); o < whole; o += 4) view.setInt32(o, words[w++], true);
     }
     const page = this.bytePages[slot >>> PAGE_BITS];
     const at = (slot & PAGE_MASK) * RECORD_BYTES + INLINE_AT - offset;

@@ -5,7 +5,7 @@
 import { FREE_TYPE, type Keyspace } from '../keyspace/keyspace.js';
 import { GCRA_KEY } from '../limiters/registry.js';
 import {
-  CRC8_TABLE, crc32Range, crc8Range, FLAG_A_RAW, FLAG_B_RAW, FLAG_BLOB, FLAG_C_RAW, FLAG_EXPIRY_DELTA, FLAG_EXPIRY_RAW,
+  CRC8_TABLE, crc32View, crc8Range, FLAG_A_RAW, FLAG_B_RAW, FLAG_BLOB, FLAG_C_RAW, FLAG_EXPIRY_DELTA, FLAG_EXPIRY_RAW,
   isVarintable, OP_BITS, OP_DEL, OP_FLUSH, OP_SET, VARINT_LIMIT, zigzag, type JournalSink,
 } from './journal-format.js';
 
@@ -184,7 +184,7 @@ export class JournalRecorder implements JournalSink {
    * isVarintable, zigzag, a varint method, the keyspace's four getters): V8 inlines callees only up to
    * a budget of bytecode per optimized function, those used it up, and several stayed calls
    * (`--trace-turbo-inlining`); the same code with the budget raised ran ~35% faster. The usual record
-   * (no blob, integers, a short key) now makes three calls: readState, copyKey and crc32Range.
+   * (no blob, integers, a short key) now makes three calls: readState, copyKey and crc32View.
    */
   private encodeSet(ks: Keyspace, slot: number, type: number): void {
     const keyLength = ks.keyLength(slot);
@@ -281,7 +281,7 @@ export class JournalRecorder implements JournalSink {
       buf[start + lengthBytes] = crc8Range(buf, start, start + lengthBytes);
       crcAt = bodyAt + bodyLength;
     }
-    const crc = crc32Range(buf, start, crcAt);
+    const crc = crc32View(this.view, buf, start, crcAt);
     buf[crcAt] = crc;
     buf[crcAt + 1] = crc >>> 8;
     buf[crcAt + 2] = crc >>> 16;

@@ -89,24 +89,33 @@ export function crc8Range(bytes: Uint8Array, start: number, end: number): number
  * step (slicing by 8), then four, then byte by byte.
  */
 export function crc32Range(bytes: Uint8Array, start: number, end: number): number {
+  return crc32View(new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength), bytes, start, end);
+}
+
+/**
+ * crc32Range, for callers that keep a DataView of `bytes` (the encoder, the parser): four bytes per
+ * load (a byte at a time cost ~10% more).
+ */
+export function crc32View(view: DataView, bytes: Uint8Array, start: number, end: number): number {
   const t = CRC_TABLES;
   let c = -1;
   let i = start;
   for (const last8 = end - 8; i <= last8; i += 8) {
-    const lo = c ^ (bytes[i] | (bytes[i + 1] << 8) | (bytes[i + 2] << 16) | (bytes[i + 3] << 24));
+    const lo = c ^ view.getInt32(i, true);
+    const hi = view.getInt32(i + 4, true);
     c =
       t[1792 + (lo & 0xff)] ^
       t[1536 + ((lo >>> 8) & 0xff)] ^
       t[1280 + ((lo >>> 16) & 0xff)] ^
       t[1024 + (lo >>> 24)] ^
-      t[768 + bytes[i + 4]] ^
-      t[512 + bytes[i + 5]] ^
-      t[256 + bytes[i + 6]] ^
-      t[bytes[i + 7]];
+      t[768 + (hi & 0xff)] ^
+      t[512 + ((hi >>> 8) & 0xff)] ^
+      t[256 + ((hi >>> 16) & 0xff)] ^
+      t[hi >>> 24];
   }
   // Four more with tables 3..0 (a record's tail is 0-7 bytes: four dependent lookups become one step).
   if (i <= end - 4) {
-    const w = c ^ (bytes[i] | (bytes[i + 1] << 8) | (bytes[i + 2] << 16) | (bytes[i + 3] << 24));
+    const w = c ^ view.getInt32(i, true);
     c = t[768 + (w & 0xff)] ^ t[512 + ((w >>> 8) & 0xff)] ^ t[256 + ((w >>> 16) & 0xff)] ^ t[w >>> 24];
     i += 4;
   }

@@ -5,7 +5,7 @@
 import { isKeyType } from '../limiters/registry.js';
 import { entryProblem } from './format.js';
 import {
-  crc32Range, crc8Range, encodeJournalHeader, FLAG_A_RAW, FLAG_B_RAW, FLAG_BLOB, FLAG_C_RAW, FLAG_EXPIRY_DELTA, FLAG_EXPIRY_RAW,
+  crc32View, crc8Range, encodeJournalHeader, FLAG_A_RAW, FLAG_B_RAW, FLAG_BLOB, FLAG_C_RAW, FLAG_EXPIRY_DELTA, FLAG_EXPIRY_RAW,
   JOURNAL_HEADER_BYTES, JOURNAL_MAGIC, JOURNAL_VERSION, JournalError, OP_BITS, OP_DEL, OP_FLUSH, OP_SET, referenceOfA, unzigzag,
 } from './journal-format.js';
 
@@ -101,7 +101,7 @@ export class JournalParser {
       const bodyAt = p + 1;
       const crcAt = bodyAt + bodyLength;
       const stored = this.view.getUint32(crcAt, true);
-      const actual = crc32Range(buf, start, crcAt);
+      const actual = crc32View(this.view, buf, start, crcAt);
       if (stored !== actual) this.fail(start, `corrupt record ${this.count}: checksum mismatch (stored CRC-32 0x${hex(stored)}, computed 0x${hex(actual)})`);
       this.decode(bodyAt, crcAt, start);
       visit(this.rec, buf);
@@ -182,7 +182,7 @@ export class JournalParser {
     if (end > size) return `the file ends inside record ${this.count} (${bodyLength}-byte body at offset ${start}, ${size - start} bytes left)`;
     // A record that fails its checksum with nothing but zero bytes after it: the kernel extended the
     // file before the data reached it (a crash in the middle of the write).
-    if (allZero(buf, end, size) && this.view.getUint32(p + bodyLength, true) !== crc32Range(buf, start, p + bodyLength)) {
+    if (allZero(buf, end, size) && this.view.getUint32(p + bodyLength, true) !== crc32View(this.view, buf, start, p + bodyLength)) {
       return `the last record (${this.count}) fails its checksum`;
     }
     return null;

@@ -34,6 +34,14 @@ describe('journal format: encoder fast paths', () => {
         expect(crc32Range(bytes, start, start + len)).toBe(zlib.crc32(bytes.subarray(start, start + len)));
       }
     }
+    // The same bytes at an odd offset of their ArrayBuffer (as a pooled Buffer's): words are read through a view of `bytes` only.
+    const shifted = Buffer.concat([Buffer.alloc(3, 0xaa), bytes, Buffer.alloc(5, 0x55)]).subarray(3, 3 + bytes.length);
+    expect(shifted.byteOffset % 4).not.toBe(0);
+    for (let start = 0; start < 16; start++) {
+      for (let len = 0; len <= 100; len += 7) {
+        expect(crc32Range(shifted, start, start + len)).toBe(zlib.crc32(bytes.subarray(start, start + len)));
+      }
+    }
     // All-ones bytes exercise the sign bit of every 32-bit word read.
     const ones = Buffer.alloc(40, 0xff);
     expect(crc32Range(ones, 0, 40)).toBe(zlib.crc32(ones));
