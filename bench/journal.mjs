@@ -8,7 +8,8 @@
  *   npm run build && node bench/journal.mjs
  *   (JOURNAL_ROUNDS [3], JOURNAL_P16_REQUESTS [1000000], JOURNAL_P1_REQUESTS [200000],
  *    JOURNAL_KEYS [1000000] (0: no rewrite and load phase), JOURNAL_RECORDS [10000000],
- *    JOURNAL_ALWAYS [1] (0: no `always` rows), BENCH_MAIN [dist/main.js]: the build measured,
+ *    JOURNAL_ALWAYS [1] (0: no `always` rows), JOURNAL_P16_AGAIN [1] (0: no second P16 run, see below),
+ *    BENCH_MAIN [dist/main.js]: the build measured,
  *    JOURNAL_BASELINE [none]: another build (e.g. a copy of main's dist/) whose `appendonly no` and
  *    `everysec` run in the same rounds, interleaved, as rows "baseline ...": an A/B on one machine state)
  *
@@ -31,6 +32,9 @@ const P1_REQUESTS = Number(process.env.JOURNAL_P1_REQUESTS ?? 200_000);
 const KEYS = Number(process.env.JOURNAL_KEYS ?? 1_000_000);
 const RECORDS = Number(process.env.JOURNAL_RECORDS ?? 10_000_000);
 const ALWAYS = process.env.JOURNAL_ALWAYS !== '0';
+// A second P16 run on each server, after the P1 one: its keys exist and its code has run for a while
+// (the first P16 run creates the 100k keys, just after the start).
+const P16_AGAIN = process.env.JOURNAL_P16_AGAIN !== '0';
 const CMD = ['CL.THROTTLE', 'key:__rand_int__', '100', '10', '60'];
 // The load's records: the fill's keys (one token of an hour spent) allow 10 per hour more, and live
 // through the run, so the load replays 1M keys and every record, none expired on the way.
@@ -94,7 +98,7 @@ async function main() {
   watchdog(3600);
   const load = (await import('node:os')).loadavg().map((x) => x.toFixed(2)).join(' ');
   // Throughput: P16 and P1, the three modes interleaved per round.
-  const results = new Map(MODES.map((m) => [m.name, { p16: [], p1: [], cpu16: [], cpu1: [], bytesPerRecord: [] }]));
+  const results = new Map(MODES.map((m) => [m.name, { p16: [], p1: [], cpu16: [], cpu1: [], again: [], cpuAgain: [], bytesPerRecord: [] }]));
   for (let round = 0; round < ROUNDS; round++) {
     for (const mode of MODES) {
       const s = await startCellgate(mode.main, { args: [...mode.args, '--warmup', 'yes'] });
@@ -105,6 +109,11 @@ async function main() {
       r.cpu16.push(b16.cpuUsPerOp);
       r.p1.push(b1.rps);
       r.cpu1.push(b1.cpuUsPerOp);
+      if (P16_AGAIN) {
+        const again = await runBenchmark(s.port, 16, P16_REQUESTS, CMD, s.child.pid);
+        r.again.push(again.rps);
+        r.cpuAgain.push(again.cpuUsPerOp);
+      }
       await stop(s.child);
       if (mode.args[1] === 'yes') {
         const j = journalRecords(join(s.dir, 'appendonlydir'));
@@ -120,6 +129,7 @@ async function main() {
       m.name,
       fmtInt(median(r.p16)), fmtRatio(median(r.p16) / median(base.p16)), perRound(r.p16, base.p16), median(r.cpu16).toFixed(2),
       fmtInt(median(r.p1)), fmtRatio(median(r.p1) / median(base.p1)), median(r.cpu1).toFixed(2),
+      ...(P16_AGAIN ? [perRound(r.again, base.again), median(r.cpuAgain).toFixed(2)] : []),
       r.bytesPerRecord.length > 0 ? median(r.bytesPerRecord).toFixed(1) : '-',
     ];
   });
@@ -133,9 +143,10 @@ async function main() {
     '',
     `CL.THROTTLE over 100k keys (redis-benchmark \`-c 50 -r 100000\`, keys \`key:<12 digits>\`, 16 bytes), P16 ${fmtInt(P16_REQUESTS)} and P1 ${fmtInt(P1_REQUESTS)} requests; CPU is the server's, µs per request:`,
     '',
-    table(['mode', 'P16 req/s', 'vs no', 'P16 vs no per round: median (range)', 'P16 CPU µs/op', 'P1 req/s', 'vs no', 'P1 CPU µs/op', 'journal bytes/record'], rows),
+    table(['mode', 'P16 req/s', 'vs no', 'P16 vs no per round: median (range)', 'P16 CPU µs/op', 'P1 req/s', 'vs no', 'P1 CPU µs/op', ...(P16_AGAIN ? ['P16 again vs no per round', 'P16 again CPU µs/op'] : []), 'journal bytes/record'], rows),
     '',
     'vs no: the ratio of the medians; per round: the ratio to `appendonly no` of the same build in the same round (run one after the other), whose median moves less with the machine\'s state than the medians of separate runs do.',
+    ...(P16_AGAIN ? ['', 'P16 is the first load after the start (it creates the 100k keys); P16 again runs on the same server after the P1 run (the keys exist, the code has run for a while).'] : []),
     '',
   ];
   if (KEYS === 0) {
