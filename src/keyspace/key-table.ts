@@ -101,9 +101,6 @@ export class KeyTable {
   private bytePages: Buffer[] = [];
   private wordPages: Int32Array[] = [];
   private statePages: Float64Array[] = [];
-  /** copyKey's view of the buffer it last copied into (the journal's, nearly always), for four-byte stores. */
-  private copyTarget: Buffer | null = null;
-  private copyView: DataView = new DataView(new ArrayBuffer(0));
 
   /** `maxSlots` (a multiple of PAGE_SLOTS, at most MAX_SLOTS) is lower only in tests. */
   constructor(
@@ -360,8 +357,8 @@ export class KeyTable {
     return RECORD_BYTES + (len > INLINE_BYTES ? KeyArena.costOf(len) : 0);
   }
 
-  /** Copies the key of `slot` into `target` at `offset`; returns its length. */
-  copyKey(slot: number, target: Buffer, offset: number): number {
+  /** Copies the key of `slot` into `target` (seen as `view`, a DataView of exactly `target`) at `offset`; returns its length. */
+  copyKey(slot: number, target: Buffer, view: DataView, offset: number): number {
     const len = this.word(slot, LENGTH);
     if (len > INLINE_BYTES) return this.arena.copy(this.word(slot, REF), len, target, offset);
     // By hand: Buffer#copy's argument checks and native call cost more than a short key's bytes (the
@@ -373,11 +370,6 @@ export class KeyTable {
     if (LITTLE_ENDIAN) {
       const words = this.wordPages[slot >>> PAGE_BITS];
       let w = ((slot & PAGE_MASK) << 4) + INLINE_AT / 4;
-      if (target !== this.copyTarget) {
-        this.copyTarget = target;
-        this.copyView = new DataView(target.buffer, target.byteOffset, target.byteLength);
-      }
-      const view = this.copyView;
       for (const whole = offset + (len & ~3); o < whole; o += 4) view.setInt32(o, words[w++], true);
     }
     const page = this.bytePages[slot >>> PAGE_BITS];

@@ -292,8 +292,8 @@ export class Keyspace {
   }
 
   /** Copies the key of a slot into `target` at `offset` (for snapshots); returns its length. */
-  copyKey(slot: number, target: Buffer, offset: number): number {
-    return this.index.copyKey(slot, target, offset);
+  copyKey(slot: number, target: Buffer, view: DataView, offset: number): number {
+    return this.index.copyKey(slot, target, view, offset);
   }
 
   /** Writes a binary string key into the scratch buffer; returns its length. */

@@ -92,7 +92,7 @@ export class EntryEncoder {
     v.setUint8(p + 1, blob === undefined ? 0 : FLAG_BLOB);
     v.setUint32(p + 2, keyLength, true);
     p += ENTRY_PREFIX_BYTES;
-    p += ks.copyKey(slot, this.buf, p);
+    p += ks.copyKey(slot, this.buf, v, p);
     v.setFloat64(p, ks.expireAtMs(slot), true);
     v.setFloat64(p + 8, ks.getA(slot), true);
     v.setFloat64(p + 16, ks.getB(slot), true);

@@ -115,7 +115,7 @@ export class JournalRecorder implements JournalSink {
     let p = start + BODY_AT;
     this.buf[p++] = OP_DEL;
     p = putVarint(this.buf, p, keyLength);
-    p += ks.copyKey(slot, this.buf, p);
+    p += ks.copyKey(slot, this.buf, this.view, p);
     this.finish(start, p);
   }
 
@@ -225,7 +225,7 @@ export class JournalRecorder implements JournalSink {
     buf[p++] = type;
     if (keyLength < 128) buf[p++] = keyLength;
     else p = putVarintLong(buf, p, keyLength);
-    p += ks.copyKey(slot, buf, p);
+    p += ks.copyKey(slot, buf, this.view, p);
     if ((flags & FLAG_EXPIRY_RAW) !== 0) p = this.f64(p, expireAtMs);
     else p = putVarint(buf, p, (flags & FLAG_EXPIRY_DELTA) !== 0 ? (expiryDelta >= 0 ? expiryDelta * 2 : -expiryDelta * 2 - 1) : expireAtMs);
     p = (flags & FLAG_A_RAW) !== 0 ? this.f64(p, a) : putVarint(buf, p, aDelta >= 0 ? aDelta * 2 : -aDelta * 2 - 1);

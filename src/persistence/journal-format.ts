@@ -83,18 +83,11 @@ export function crc8Range(bytes: Uint8Array, start: number, end: number): number
 }
 
 /**
- * CRC-32 of bytes[start, end): zlib's polynomial (so `zlib.crc32` of the same bytes agrees). In
- * JavaScript: a record is a few dozen bytes, and `zlib.crc32` on a subarray per record measured
- * 2-4× slower than this (the view and the native call cost more than the bytes). Eight bytes per
- * step (slicing by 8), then four, then byte by byte.
- */
-export function crc32Range(bytes: Uint8Array, start: number, end: number): number {
-  return crc32View(new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength), bytes, start, end);
-}
-
-/**
- * crc32Range, for callers that keep a DataView of `bytes` (the encoder, the parser): four bytes per
- * load (a byte at a time cost ~10% more).
+ * CRC-32 of bytes[start, end), `view` a DataView of exactly `bytes` (the encoder and the parser keep
+ * one): zlib's polynomial (so `zlib.crc32` of the same bytes agrees). In JavaScript: a record is a few
+ * dozen bytes, and `zlib.crc32` on a subarray per record measured 2-4× slower than this (the view and
+ * the native call cost more than the bytes). Eight bytes per step (slicing by 8), then four, then byte
+ * by byte; words loaded four bytes at a time through the view (a byte at a time cost ~10% more).
  */
 export function crc32View(view: DataView, bytes: Uint8Array, start: number, end: number): number {
   const t = CRC_TABLES;
