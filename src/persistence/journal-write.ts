@@ -86,10 +86,10 @@ export class JournalWriter {
    */
   commit(force = false): void {
     if (this.recorder.empty) return;
-    // Every client's reply flush calls this, several per turn: once the turn's records are encoded
-    // and the timer holds their write, the later calls have nothing to do.
-    if (!force && this.writeTimer && !this.recorder.hasPending) return;
-    this.recorder.encodePending();
+    // Every client's reply flush calls this, several per turn; records already encoded and waiting for
+    // the timer are written here once the coalescing window is over, before this call's replies leave
+    // (a turn that ran long, DEBUG SLEEP, must not answer ahead of an earlier turn's records).
+    if (this.recorder.hasPending) this.recorder.encodePending();
     if (this.fd === -1) return;
     if (this.policy === 'always') {
       if (this.writeBuffered()) this.syncNow();

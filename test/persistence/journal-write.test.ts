@@ -38,6 +38,52 @@ async function fsyncEnded(writer: JournalWriter): Promise<void> {
 }
 
 describe('journal writer', () => {
+  it("records waiting for the write timer are written by a later turn's commit once their millisecond is over, before that turn's replies", () => {
+    const dir = mkdtempSync(join(tmpdir(), 'cellgate-jw-'));
+    const ks = new Keyspace();
+    const recorder = new JournalRecorder(ks);
+    ks.journal = recorder;
+    const writer = new JournalWriter(serverForWriter([]), recorder, { currentPath: () => dir, lostRecords: () => {} });
+    const spend = (key: string): void => {
+      const slot = ks.create(key, KeyType.Gcra);
+      ks.setState(slot, 5_000_000, 0);
+      ks.setExpireAtMs(slot, 5000);
+    };
+    // Synchronous, so the timer cannot run meanwhile.
+    const busy = (ms: number): void => {
+      const until = performance.now() + ms;
+      while (performance.now() < until);
+    };
+    try {
+      writer.switchTo(newFile(join(dir, 'a')), JOURNAL_HEADER_BYTES);
+      let waited = 0;
+      for (let attempt = 0; attempt < 20 && waited === 0; attempt++) {
+        // A first turn, past the last write's millisecond, writes at once; a second, within its
+        // millisecond (unless this machine stalled in between: then try again), leaves its record to the timer.
+        busy(2);
+        spend(`first-${attempt}`);
+        writer.commit();
+        expect(recorder.pos).toBe(0);
+        const written = writer.size;
+        spend(`second-${attempt}`);
+        writer.commit();
+        if (writer.size !== written) continue;
+        waited++;
+        expect(recorder.pos).toBeGreaterThan(0);
+        // A later turn with nothing new of its own that ran past the millisecond: its commit writes
+        // the waiting record, before its replies would leave.
+        busy(2);
+        writer.commit();
+        expect(recorder.pos).toBe(0);
+        expect(writer.size).toBeGreaterThan(written);
+      }
+      expect(waited).toBe(1);
+    } finally {
+      writer.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   it('an everysec fsync that ends after its file was switched never counts for the newer file, even one given the same descriptor number', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'cellgate-jw-'));
     const warnings: string[] = [];
