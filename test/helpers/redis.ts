@@ -12,13 +12,13 @@
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
-import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as delay } from 'node:timers/promises';
 import { afterAll, beforeAll } from 'vitest';
 import { Redis } from 'ioredis';
 import { keySlot as backendKeySlot } from '../../src/backend/key-slot.js';
+import { randomFreePort } from './ports.js';
 
 export const REDIS_SERVER = '/usr/bin/redis-server';
 export const REDIS_CLI = '/usr/bin/redis-cli';
@@ -57,35 +57,6 @@ export function expectOracleRedis(bin = REDIS_SERVER): string {
   }
   if (!v.startsWith(`${ORACLE_REDIS}.`)) throw new Error(`${bin} is Redis ${v}; these tests compare with Redis ${ORACLE_REDIS}.x (README.md, Development)`);
   return v;
-}
-
-// ---------------------------------------------------------------------------------------------
-// Ports
-// ---------------------------------------------------------------------------------------------
-
-/** Whether `port` can be bound on 127.0.0.1 right now. */
-function portFree(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const probe = net.createServer();
-    probe.once('error', () => resolve(false));
-    probe.listen(port, '127.0.0.1', () => probe.close(() => resolve(true)));
-  });
-}
-
-/**
- * A random port in [low, high) that was free a moment ago; with `bus`, port + 10000 (a cluster
- * node's bus port) was free too.
- */
-export async function randomFreePort(opts: { low?: number; high?: number; bus?: boolean } = {}): Promise<number> {
-  const low = opts.low ?? 20_000;
-  const high = opts.high ?? (opts.bus ? 50_000 : 60_000);
-  for (let attempt = 0; attempt < 200; attempt++) {
-    const port = low + Math.floor(Math.random() * (high - low));
-    if (!(await portFree(port))) continue;
-    if (opts.bus && !(await portFree(port + 10_000))) continue;
-    return port;
-  }
-  throw new Error(`no free port found in [${low}, ${high})`);
 }
 
 // ---------------------------------------------------------------------------------------------
