@@ -20,9 +20,12 @@ descriptors:
 
 /** Starts three instances into `into` (so that a failure part way still stops those started). */
 async function three(backend: string, into: Rls[]): Promise<void> {
-  await Promise.all([0, 1, 2].map(async () => {
-    into.push(await startRls(CONFIG, ['--backend', backend]));
-  }));
+  // allSettled, not all: when one start fails, the others still in progress are kept for afterAll to stop
+  // (with Promise.all they finished after the hook had run, and stayed running).
+  const started = await Promise.allSettled([0, 1, 2].map(() => startRls(CONFIG, ['--backend', backend])));
+  for (const r of started) if (r.status === 'fulfilled') into.push(r.value);
+  const failed = started.find((r) => r.status === 'rejected');
+  if (failed !== undefined) throw failed.reason;
   // A Cluster's first connection can take a while on a loaded machine.
   for (const r of into) await until(async () => /backend_state:up/.test(String(await r.redis.info('backend'))), 'the backend up', 60_000);
 }
