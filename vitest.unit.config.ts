@@ -10,6 +10,7 @@ export default defineConfig({
   test: {
     include: [
       'test/limiters/**/*.test.ts',
+      'test/files/**/*.test.ts',
       'test/keyspace/**/*.test.ts',
       'test/store/**/*.test.ts',
       'test/protocol/**/*.test.ts',

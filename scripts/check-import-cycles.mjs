@@ -46,7 +46,7 @@ for (const file of files) {
  */
 const RANKS = [
   ['base'],
-  ['protocol', 'limiters', 'keyspace'],
+  ['protocol', 'limiters', 'keyspace', 'files'],
   ['persistence'],
   ['store'],
   ['acl', 'backend'],
