@@ -12,7 +12,7 @@
 # The health check speaks TCP to 127.0.0.1 on CELLGATE_PORT: keep a TCP port when adding a unixsocket.
 
 # ---- build: compile TypeScript with the dev dependencies -------------------------------------------
-FROM node:20-bookworm-slim AS build
+FROM node:24-bookworm-slim AS build
 WORKDIR /src
 COPY package.json package-lock.json ./
 # --ignore-scripts: `prepare` (tsc) needs the sources, which come in the next layer; keeping them apart
@@ -24,7 +24,7 @@ COPY src ./src
 RUN npm run build && npm prune --omit=dev --no-audit --no-fund
 
 # ---- runtime: node, dist/, package.json and the runtime dependencies (ioredis for `backend`; grpc-js, proto-loader, yaml for rls-port)
-FROM node:20-bookworm-slim
+FROM node:24-bookworm-slim
 # Listen on every interface so other containers can connect (IPv6 too where the network has it: the
 # leading '-' makes that address optional), but stay protected: clients from outside the container
 # get -DENIED until CELLGATE_REQUIREPASS is set or CELLGATE_PROTECTED_MODE=no is given explicitly.

@@ -3,11 +3,14 @@
 # Built by docker-compose.yml next to this file, with the repository root as the context; the
 # context's files are chosen by app.Dockerfile.dockerignore (BuildKit, the default builder), not by
 # the root .dockerignore, which is the server image's.
-FROM node:20-bookworm-slim
+FROM node:24-bookworm-slim
 WORKDIR /app
 COPY package.json package-lock.json ./
 RUN npm ci --ignore-scripts --no-audit --no-fund
+# What `npm run build` reads (as in the root Dockerfile's build stage; test/build/dockerfiles.test.ts
+# runs the build in exactly these files).
 COPY tsconfig.json ./
+COPY scripts/embed-lua.mjs ./scripts/
 COPY src ./src
 RUN npm run build
 COPY examples/express ./examples/express

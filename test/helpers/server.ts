@@ -34,12 +34,17 @@ export interface StartOptions {
    * (it must exec, not fork: the process id is the server's).
    */
   wrap?: string[];
+  /** The server's script (default: this repository's dist/main.js), e.g. the one an image's files hold. */
+  main?: string;
+  /** Node's own flags before the script, e.g. an image ENTRYPOINT's `--max-semi-space-size=8`. */
+  nodeArgs?: string[];
 }
 
 export async function startServer(opts: StartOptions = {}): Promise<RunningServer> {
   const dir = mkdtempSync(join(tmpdir(), 'cellgate-test-'));
   const args = [
-    MAIN,
+    ...(opts.nodeArgs ?? []),
+    opts.main ?? MAIN,
     ...(opts.configFile ? [opts.configFile] : []),
     '--port', '0', '--bind', '127.0.0.1', '--log-format', 'json', '--dir', dir,
     ...(opts.debug === false ? [] : ['--enable-debug-command', 'yes']),
