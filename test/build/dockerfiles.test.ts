@@ -11,7 +11,8 @@
  *   service on (which reads proto/ at start) and its HEALTHCHECK; the example app answering through
  *   a real cellgate.
  *
- * The images are also built and run for real with podman (which CI cannot run): docs/deploy.md says how.
+ * The images are also built and run for real with podman, which CI cannot run (scripts/app-image-check.sh
+ * for the app image; docs/deploy.md, "How the build is checked").
  */
 import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
