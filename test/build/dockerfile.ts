@@ -218,6 +218,13 @@ export function stagesOf(instructions: Instruction[]): Stage[] {
   return stages;
 }
 
+/** The variables of an ENV instruction (`K=V K2="a b"` form). */
+export function parseEnv(rest: string): Record<string, string> {
+  const env: Record<string, string> = {};
+  for (const m of rest.matchAll(/(\w+)=("(?:[^"\\]|\\.)*"|\S+)/g)) env[m[1]] = m[2].startsWith('"') ? (JSON.parse(m[2]) as string) : m[2];
+  return env;
+}
+
 /** A COPY or ADD instruction's flags, sources and destination (shell or JSON form). */
 export function parseCopy(ins: Instruction): Copy {
   let rest = ins.rest.trim();

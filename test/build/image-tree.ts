@@ -18,7 +18,7 @@ import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { cpSync, existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, readlinkSync, rmSync, statSync, symlinkSync } from 'node:fs';
 import { join, posix } from 'node:path';
-import { filesOfSource, parseCopy, type Stage } from './dockerfile.js';
+import { filesOfSource, parseCopy, parseEnv, type Stage } from './dockerfile.js';
 
 export interface BuiltStage {
   name: string;
@@ -170,7 +170,7 @@ export async function buildStages(stages: Stage[], input: BuildInput): Promise<B
         s.workdir = resolveIn(s.workdir, ins.rest.trim());
         mkdirSync(join(root, s.workdir), { recursive: true });
       } else if (ins.keyword === 'ENV') {
-        for (const m of ins.rest.matchAll(/(\w+)=("(?:[^"\\]|\\.)*"|\S+)/g)) s.env[m[1]] = m[2].startsWith('"') ? (JSON.parse(m[2]) as string) : m[2];
+        Object.assign(s.env, parseEnv(ins.rest));
       } else if (ins.keyword === 'COPY' || ins.keyword === 'ADD') {
         const copy = parseCopy(ins);
         if (copy.from === null) copyFromContext(s, input, copy.sources, copy.destination, ins.line);

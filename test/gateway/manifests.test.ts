@@ -1,368 +1,219 @@
 /**
- * The deployment examples, checked against their schemas and against a real cellgate:
- * - examples/kubernetes/*.yaml validate against the Kubernetes API's OpenAPI schemas. The validator is
- *   `kubernetes-models` (tommy351/kubernetes-models-ts, a dev dependency): it ships the schemas of
- *   every built-in kind compiled to ajv validators, offline (no cluster, no download), is generated
- *   from a recent Kubernetes release (it knows the native-sidecar `restartPolicy` of init containers)
- *   and is kept up to date. Version 4 (5 needs Node 22; the project supports Node 20). Its schemas accept unknown fields (as the API server does without
- *   field validation), so the recipe's own checks below name the fields that matter.
- * - The sidecar's arguments and environment start a real cellgate whose /healthz and /readyz answer,
- *   and the manifests' own probe commands (exec, on loopback) pass against it and fail against a port
- *   that answers 503 or nothing.
- * - examples/grafana/cellgate.json: no dashboard JSON schema is published on npm (@grafana/schema has
- *   TypeScript types only), so its structure is checked here, and every metric and label its PromQL
- *   names must be in a real scrape. examples/prometheus/alerts.yml the same way (promtool is not
- *   packaged without the whole Prometheus server).
+ * examples/kubernetes, one file per topology (a sidecar deciding locally; sidecars sharing a Redis
+ * backend; a central cellgate service), checked as the API server would check them and for what a
+ * cluster operator needs of them: every object valid against the Kubernetes schemas (and the
+ * Prometheus Operator's), every Secret and ConfigMap a pod uses defined, every container hardened,
+ * probes on cellgate's own health endpoints, headless Services where pods are addressed one by one,
+ * a PodDisruptionBudget, a NetworkPolicy and a monitor for each workload, images a reader can build
+ * and push. test/gateway/manifests-run.test.ts runs the same containers' arguments for real.
  */
-import { spawn } from 'node:child_process';
-import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
-import http from 'node:http';
-import type { AddressInfo } from 'node:net';
-import { tmpdir } from 'node:os';
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { parseAllDocuments, parse as parseYaml } from 'yaml';
-import { Redis } from 'ioredis';
-import { Deployment } from 'kubernetes-models/apps/v1/Deployment';
-import { StatefulSet } from 'kubernetes-models/apps/v1/StatefulSet';
-import { Secret } from 'kubernetes-models/v1/Secret';
-import { Service } from 'kubernetes-models/v1/Service';
-import { freePort, startServer, type RunningServer } from '../helpers/server.js';
-import { parseExposition, type Exposition } from './prometheus.js';
-import { RedisNode } from '../helpers/redis.js';
-import { waitFor } from '../helpers/wait.js';
+import { describe, expect, it } from 'vitest';
+import { parse as parseYaml } from 'yaml';
+import { dataOf, manifestFiles, objectsOf, ROOT, selects, validate, workloads, type Doc } from './kube.js';
+import { parsePromQL } from './promql.js';
 
-const ROOT = fileURLToPath(new URL('../../', import.meta.url));
-const K8S_DIR = join(ROOT, 'examples/kubernetes');
+const VERSION = (JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { version: string }).version;
+const FILES = manifestFiles();
+/** The registry placeholder docs/deploy.md explains, and the images the repository's Dockerfiles build. */
+const REGISTRY = 'registry.example.com/platform';
+const BUILT_IMAGES: Record<string, string> = { cellgate: 'Dockerfile', 'cellgate-example-app': 'examples/replicas/app.Dockerfile' };
 
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-type Doc = any;
-interface Validatable { validate(): void }
-const KINDS: Record<string, new (data: Doc) => Validatable> = {
-  'apps/v1 Deployment': Deployment,
-  'apps/v1 StatefulSet': StatefulSet,
-  'v1 Secret': Secret,
-  'v1 Service': Service,
-};
-
-function manifests(): { file: string; doc: Doc }[] {
-  const out: { file: string; doc: Doc }[] = [];
-  for (const file of readdirSync(K8S_DIR).filter((f) => f.endsWith('.yaml'))) {
-    for (const d of parseAllDocuments(readFileSync(join(K8S_DIR, file), 'utf8'))) {
-      expect(d.errors, file).toEqual([]);
-      out.push({ file, doc: d.toJS() });
-    }
-  }
-  return out;
+/** The job label the alert rules select on (`job="..."` matchers). */
+function alertJobs(): Set<string> {
+  const rules = parseYaml(readFileSync(join(ROOT, 'examples/prometheus/alerts.yml'), 'utf8')) as { groups: { rules: { expr: string }[] }[] };
+  const jobs = new Set<string>();
+  for (const g of rules.groups) for (const r of g.rules) for (const m of parsePromQL(r.expr).matchers) if (m.label === 'job' && m.op === '=') jobs.add(m.value);
+  return jobs;
 }
 
-function validate(doc: Doc): void {
-  const Kind = KINDS[`${doc.apiVersion} ${doc.kind}`];
-  if (Kind === undefined) throw new Error(`no schema registered for ${doc.apiVersion} ${doc.kind}`);
-  new Kind(doc).validate();
+/** The job a monitor's scrape gets: its relabeling of `job`, else the Prometheus Operator's default. */
+function monitorJob(monitor: Doc, endpoint: Doc): string {
+  const relabel = (endpoint.relabelings ?? []).find((r: Doc) => r.targetLabel === 'job' && (r.action ?? 'replace') === 'replace' && (r.sourceLabels ?? []).length === 0);
+  if (relabel !== undefined) return relabel.replacement;
+  return monitor.kind === 'ServiceMonitor' ? '(the Service name)' : `${monitor.metadata.namespace ?? '<namespace>'}/${monitor.metadata.name}`;
 }
 
-function sidecarDeployment(): Doc {
-  return manifests().find((m) => m.doc.kind === 'Deployment')!.doc;
-}
-
-/** The cellgate container of every workload (the sidecar and the StatefulSet's). */
-function cellgateContainers(): { file: string; container: Doc }[] {
-  return manifests()
-    .filter((m) => m.doc.kind === 'Deployment' || m.doc.kind === 'StatefulSet')
-    .map((m) => {
-      const pod = m.doc.spec.template.spec;
-      return { file: m.file, container: [...(pod.initContainers ?? []), ...pod.containers].find((c: Doc) => c.name === 'cellgate') };
-    });
-}
-
-/**
- * The environment as the kubelet gives it: `status.podIP` from the downward API as `podIp`, and
- * `$(NAME)` in a value replaced by an earlier variable's value.
- */
-function kubeletEnv(container: Doc, podIp: string): Record<string, string> {
-  const env: Record<string, string> = {};
-  for (const e of container.env) {
-    if (e.valueFrom?.fieldRef?.fieldPath === 'status.podIP') env[e.name] = podIp;
-    else if (e.value !== undefined) env[e.name] = String(e.value).replace(/\$\((\w+)\)/g, (whole, name: string) => env[name] ?? whole);
-  }
-  return env;
-}
-
-/**
- * Runs an exec probe's command with the metrics port moved to `port`; its exit status (1 for a
- * status line other than 200 or no connection, above 128 when `read -t` gave up waiting).
- * Asynchronously: the port may be served by this process.
- */
-function runProbe(command: string[], port: number): Promise<number | null> {
-  const moved = command.map((a) => a.replace('/dev/tcp/127.0.0.1/9121', `/dev/tcp/127.0.0.1/${port}`));
-  return new Promise((resolve) => {
-    const child = spawn(moved[0], moved.slice(1), { stdio: 'ignore', timeout: 10_000 });
-    child.on('exit', (status) => resolve(status));
+describe('examples/kubernetes', () => {
+  it('one file per topology: a sidecar deciding locally, sidecars on a shared backend, a central service', () => {
+    expect(FILES).toEqual(['central-statefulset.yaml', 'sidecar-local.yaml', 'sidecar-shared-backend.yaml']);
+    expect(workloads('sidecar-local.yaml').map((w) => w.object.kind)).toEqual(['Deployment']);
+    expect(workloads('sidecar-shared-backend.yaml')[0].cellgate.env.map((e: Doc) => e.name)).toContain('CELLGATE_BACKEND');
+    expect(workloads('central-statefulset.yaml').map((w) => w.object.kind)).toEqual(['StatefulSet']);
   });
-}
 
-/** Metric names a PromQL expression uses: identifiers that are not functions, keywords or labels. */
-const PROMQL_WORDS = new Set(['sum', 'by', 'rate', 'histogram_quantile', 'time', 'and', 'or', 'unless', 'without', 'avg', 'max', 'min', 'count', 'irate', 'increase', 'le', 'on', 'ignoring', 'bool']);
-const PROMETHEUS_OWN = new Set(['up']);
+  it('every object validates against its schema (kubernetes-models; @kubernetes-models/prometheus-operator for the monitors)', () => {
+    const kinds = FILES.flatMap((f) => objectsOf(f).map((o) => `${f} ${o.kind} ${o.metadata.name}`));
+    for (const f of FILES) for (const o of objectsOf(f)) expect(() => validate(o), `${f} ${o.kind} ${o.metadata.name}`).not.toThrow();
+    for (const f of FILES) {
+      for (const kind of ['Secret', 'Service', 'PodDisruptionBudget', 'NetworkPolicy']) expect(kinds.some((k) => k.startsWith(`${f} ${kind} `)), `${f} ${kind}`).toBe(true);
+      expect(kinds.some((k) => k.startsWith(`${f} PodMonitor `) || k.startsWith(`${f} ServiceMonitor `)), `${f} monitor`).toBe(true);
+    }
+  });
 
-function metricsIn(expr: string): string[] {
-  const stripped = expr.replace(/"[^"]*"/g, '""').replace(/\{[^}]*\}/g, '{}').replace(/\[[^\]]*\]/g, '[]').replace(/\b(by|without|on|ignoring)\s*\([^)]*\)/g, '');
-  return [...new Set((stripped.match(/[a-zA-Z_:][a-zA-Z0-9_:]*/g) ?? []).filter((w) => !PROMQL_WORDS.has(w) && !/^\$/.test(w)))];
-}
+  it('the validator is not a no-op: a wrong type or a missing required field is refused, monitors included', () => {
+    const [deployment] = workloads('sidecar-local.yaml');
+    const badPort = structuredClone(deployment.object);
+    badPort.spec.template.spec.initContainers[0].ports[0].containerPort = '6379';
+    expect(() => validate(badPort)).toThrow(/containerPort must be integer/);
+    const noSelector = structuredClone(deployment.object);
+    delete noSelector.spec.selector;
+    expect(() => validate(noSelector)).toThrow(/selector/);
+    const monitor = structuredClone(objectsOf('sidecar-local.yaml').find((o) => o.kind === 'PodMonitor'));
+    monitor.spec.podMetricsEndpoints = 'metrics';
+    expect(() => validate(monitor)).toThrow(/podMetricsEndpoints must be array/);
+    const pdb = structuredClone(objectsOf('central-statefulset.yaml').find((o) => o.kind === 'PodDisruptionBudget'));
+    pdb.spec.selector = 'cellgate';
+    expect(() => validate(pdb)).toThrow(/selector must be object/);
+  });
 
-/** Label names an expression filters or groups on. */
-function labelsIn(expr: string): string[] {
-  const names: string[] = [];
-  for (const m of expr.matchAll(/\{([^}]*)\}/g)) for (const l of m[1].matchAll(/([a-zA-Z_]\w*)\s*(=~|!=|!~|=)/g)) names.push(l[1]);
-  for (const m of expr.matchAll(/\b(?:by|without)\s*\(([^)]*)\)/g)) names.push(...m[1].split(',').map((s) => s.trim()).filter(Boolean));
-  return names;
-}
-
-function balanced(expr: string): boolean {
-  let depth = 0;
-  for (const c of expr) {
-    if ('({['.includes(c)) depth++;
-    if (')}]'.includes(c)) depth--;
-    if (depth < 0) return false;
-  }
-  return depth === 0;
-}
-
-/** Checks every metric and label an expression names against a real scrape. */
-function checkExpr(expr: string, scrape: Exposition, where: string): void {
-  expect(balanced(expr), `${where}: brackets`).toBe(true);
-  const used = metricsIn(expr);
-  expect(used.length, `${where}: names a metric`).toBeGreaterThan(0);
-  const labels = new Set(['job', 'instance']);
-  for (const name of used) {
-    if (PROMETHEUS_OWN.has(name)) continue;
-    const samples = scrape.samples.filter((s) => s.name === name);
-    expect(samples.length, `${where}: ${name} is exported by cellgate`).toBeGreaterThan(0);
-    for (const s of samples) for (const l of Object.keys(s.labels)) labels.add(l);
-  }
-  for (const l of labelsIn(expr)) expect(labels.has(l), `${where}: label ${l} on ${used.join(', ')}`).toBe(true);
-}
-
-describe('image tags', () => {
-  it("every cellgate image an example names is tagged with the package's version", () => {
-    const version = (JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { version: string }).version;
-    const files = ['examples/docker-compose.yml', 'examples/replicas/docker-compose.yml', ...readdirSync(K8S_DIR).filter((f) => f.endsWith('.yaml')).map((f) => `examples/kubernetes/${f}`)];
-    const images = files.flatMap((f) => [...readFileSync(join(ROOT, f), 'utf8').matchAll(/image:\s*"?(cellgate[\w-]*):([\w.-]+)/g)].map((m) => `${f} ${m[1]}:${m[2]}`));
-    expect(images.length).toBeGreaterThanOrEqual(4);
-    for (const image of images) expect(image).toMatch(new RegExp(`:${version.replace(/\./g, '\\.')}$`));
+  it(`images: the repository's own, under the ${REGISTRY} placeholder docs/deploy.md explains, tagged with the package's version`, () => {
+    const deployDoc = readFileSync(join(ROOT, 'docs/deploy.md'), 'utf8');
+    expect(deployDoc).toContain(`${REGISTRY}/cellgate:$VERSION`);
+    expect(deployDoc).toContain(`\`${REGISTRY}\` is a placeholder`);
+    for (const f of FILES) {
+      for (const w of workloads(f)) {
+        for (const c of w.containers) {
+          const m = new RegExp(`^${REGISTRY.replace(/\./g, '\\.')}/([\\w-]+):([\\w.-]+)$`).exec(c.image);
+          expect(m, `${f} ${c.name}: ${c.image}`).not.toBeNull();
+          expect(Object.keys(BUILT_IMAGES), `${f} ${c.name}`).toContain(m![1]);
+          expect(m![2], `${f} ${c.name}`).toBe(VERSION);
+        }
+      }
+    }
+    // The compose examples name the same images, built locally (no registry).
+    for (const f of ['examples/docker-compose.yml', 'examples/replicas/docker-compose.yml']) {
+      for (const m of readFileSync(join(ROOT, f), 'utf8').matchAll(/image:\s*"?(cellgate[\w-]*):([\w.-]+)/g)) {
+        expect(Object.keys(BUILT_IMAGES), f).toContain(m[1]);
+        expect(m[2], f).toBe(VERSION);
+      }
+    }
   });
 });
 
-describe('examples/kubernetes', () => {
-  it('every manifest validates against the Kubernetes API schema (kubernetes-models)', () => {
-    const all = manifests();
-    expect(all.map((m) => `${m.file} ${m.doc.kind}`).sort()).toEqual([
-      'cellgate-sidecar.yaml Deployment', 'cellgate-sidecar.yaml Secret', 'cellgate-sidecar.yaml Service',
-      'pvc-statefulset.yaml Service', 'pvc-statefulset.yaml StatefulSet',
-    ]);
-    for (const { file, doc } of all) expect(() => validate(doc), `${file} ${doc.kind}`).not.toThrow();
-  });
+for (const file of FILES) {
+  describe(`examples/kubernetes/${file}`, () => {
+    const objects = objectsOf(file);
+    const [workload] = workloads(file);
+    const services = objects.filter((o) => o.kind === 'Service');
 
-  it('the validator is not a no-op: a wrong type or a missing required field is refused', () => {
-    const bad = structuredClone(sidecarDeployment());
-    bad.spec.template.spec.initContainers[0].ports[0].containerPort = '6379';
-    expect(() => validate(bad)).toThrow(/containerPort must be integer/);
-    const noImage = structuredClone(sidecarDeployment());
-    delete noImage.spec.selector;
-    expect(() => validate(noImage)).toThrow(/selector/);
-  });
+    it('every Secret and ConfigMap its pods use is defined in the file, with the keys they read', () => {
+      const uses: string[] = [];
+      for (const c of workload.containers) {
+        for (const e of c.env ?? []) {
+          const ref = e.valueFrom?.secretKeyRef ?? e.valueFrom?.configMapKeyRef;
+          if (ref === undefined) continue;
+          const kind = e.valueFrom.secretKeyRef !== undefined ? 'Secret' : 'ConfigMap';
+          expect(() => dataOf(file, kind, ref.name, ref.key), `${c.name} ${e.name}`).not.toThrow();
+          uses.push(`${kind} ${ref.name}`);
+        }
+        expect(c.envFrom, c.name).toBeUndefined();
+      }
+      for (const v of workload.pod.volumes ?? []) {
+        if (v.secret !== undefined) uses.push(`Secret ${v.secret.secretName}`);
+        if (v.configMap !== undefined) uses.push(`ConfigMap ${v.configMap.name}`);
+      }
+      expect(uses.length).toBeGreaterThan(0);
+      for (const u of uses) expect(objects.some((o) => `${o.kind} ${o.metadata.name}` === u), u).toBe(true);
+    });
 
-  it('cellgate is a native sidecar probed on /healthz and /readyz, with its password from the Secret through requirepass-file', () => {
-    const all = manifests();
-    const pod = sidecarDeployment().spec.template.spec;
-    const sidecar = pod.initContainers.find((c: Doc) => c.name === 'cellgate');
-    expect(sidecar.restartPolicy).toBe('Always');
-    const metricsPort = sidecar.ports.find((p: Doc) => p.name === 'metrics').containerPort;
-    expect(sidecar.args.join(' ')).toContain(`--metrics-port ${metricsPort}`);
-    const env = Object.fromEntries(sidecar.env.map((e: Doc) => [e.name, e.value]));
-    const mount = sidecar.volumeMounts.find((m: Doc) => env.CELLGATE_REQUIREPASS_FILE.startsWith(`${m.mountPath}/`));
-    const volume = pod.volumes.find((v: Doc) => v.name === mount.name);
-    const secret = all.find((m) => m.doc.kind === 'Secret')!.doc;
-    expect(volume.secret.secretName).toBe(secret.metadata.name);
-    expect(Object.keys(secret.stringData)).toContain(env.CELLGATE_REQUIREPASS_FILE.slice(mount.mountPath.length + 1));
-    expect(pod.volumes.find((v: Doc) => v.name === 'cellgate-data').emptyDir).toBeDefined();
-    // The app talks to the sidecar over loopback with the same Secret.
-    const app = pod.containers.find((c: Doc) => c.name === 'app');
-    expect(app.env.find((e: Doc) => e.name === 'CELLGATE_PASSWORD').valueFrom.secretKeyRef).toEqual({ name: secret.metadata.name, key: 'password' });
-    // The image exposes the same metrics port.
-    expect(readFileSync(join(ROOT, 'Dockerfile'), 'utf8')).toMatch(new RegExp(`^EXPOSE 6379 ${metricsPort}$`, 'm'));
-  });
+    it('every container is hardened (non-root, read-only root filesystem, no privilege escalation, no capabilities, RuntimeDefault seccomp), and cellgate writes only to a volume', () => {
+      expect(workload.pod.securityContext).toMatchObject({ runAsNonRoot: true, runAsUser: 1000, runAsGroup: 1000, fsGroup: 1000, seccompProfile: { type: 'RuntimeDefault' } });
+      expect(workload.pod.automountServiceAccountToken).toBe(false);
+      for (const c of workload.containers) {
+        expect(c.securityContext, c.name).toEqual({
+          runAsNonRoot: true, allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: { drop: ['ALL'] }, seccompProfile: { type: 'RuntimeDefault' },
+        });
+        expect(c.resources?.limits?.memory, c.name).toBeDefined();
+      }
+      // The image's dir (/data) is a mounted emptyDir or claim: the only place cellgate writes.
+      const data = workload.cellgate.volumeMounts.find((m: Doc) => m.mountPath === '/data');
+      expect(data).toBeDefined();
+      const volume = workload.pod.volumes?.find((v: Doc) => v.name === data.name);
+      const claim = workload.object.spec.volumeClaimTemplates?.find((t: Doc) => t.metadata.name === data.name);
+      expect(volume?.emptyDir ?? claim, data.name).toBeDefined();
+      expect(data.readOnly).not.toBe(true);
+    });
 
-  it('probes ask /healthz and /readyz on loopback from inside the container (exec), where nobody outside the pod can hold the port; Prometheus scrapes the pod address', () => {
-    const found = cellgateContainers();
-    expect(found.map((f) => f.file).sort()).toEqual(['cellgate-sidecar.yaml', 'pvc-statefulset.yaml']);
-    for (const { file, container } of found) {
-      const metricsPort = container.ports.find((p: Doc) => p.name === 'metrics').containerPort;
-      const probes = { startupProbe: '/healthz', livenessProbe: '/healthz', readinessProbe: '/readyz' };
-      for (const [kind, path] of Object.entries(probes)) {
-        const probe = container[kind];
-        if (probe === undefined && kind === 'startupProbe' && file !== 'cellgate-sidecar.yaml') continue;
-        expect(probe, `${file} ${kind}`).toBeDefined();
+    it("cellgate's probes ask its own /healthz and /readyz on the metrics port, over loopback from inside the container", () => {
+      const c = workload.cellgate;
+      const metricsPort = c.ports.find((p: Doc) => p.name === 'metrics').containerPort;
+      expect(c.args.join(' ')).toContain(`--metrics-port ${metricsPort}`);
+      for (const [kind, path] of Object.entries({ startupProbe: '/healthz', livenessProbe: '/healthz', readinessProbe: '/readyz' })) {
+        const probe = c[kind];
+        expect(probe, kind).toBeDefined();
         // No httpGet or tcpSocket: those come from the node, to an address others reach too.
-        expect(Object.keys(probe).filter((k) => ['httpGet', 'tcpSocket', 'grpc'].includes(k)), `${file} ${kind}`).toEqual([]);
-        const script = probe.exec.command.join(' ');
+        expect(Object.keys(probe).filter((k) => ['httpGet', 'tcpSocket', 'grpc'].includes(k)), kind).toEqual([]);
         expect(probe.exec.command.slice(0, 2)).toEqual(['bash', '-c']);
+        const script = probe.exec.command[2];
         expect(script).toContain(`/dev/tcp/127.0.0.1/${metricsPort} `);
         expect(script).toContain(`GET ${path} HTTP/1.0`);
         // The kubelet's timeout leaves room for the command's own 2 s read timeout.
-        expect(probe.timeoutSeconds, `${file} ${kind}`).toBeGreaterThan(2);
+        expect(probe.timeoutSeconds, kind).toBeGreaterThan(2);
       }
-      // The metrics port listens on loopback (the probes) and on the pod's address (Prometheus).
-      const env = kubeletEnv(container, '10.1.2.3');
-      expect(env.CELLGATE_METRICS_BIND, file).toBe('127.0.0.1 10.1.2.3');
-      expect(container.args.join(' ')).toContain(`--metrics-port ${metricsPort}`);
-    }
-  });
-});
+      // A native sidecar: started before the app, restarted on its own, stopped after it.
+      if (workload.object.kind === 'Deployment') expect(workload.pod.initContainers.find((x: Doc) => x.name === 'cellgate').restartPolicy).toBe('Always');
+    });
 
-describe('the sidecar configuration on a real cellgate; the dashboard and alerts against its scrape', () => {
-  let server: RunningServer;
-  let metricsPort: number;
-  let scrape: Exposition;
-  let dir: string;
-  // The same sidecar on a shared Redis (--backend), for the panels and alerts about the backend.
-  let redisNode: RedisNode;
-  let backendServer: RunningServer;
-  let backendScrape: Exposition;
-  /** The scrape an expression is checked against: the backend sidecar's for the backend metrics. */
-  const scrapeFor = (expr: string): Exposition => (expr.includes('cellgate_backend_') ? backendScrape : scrape);
-
-  beforeAll(async () => {
-    const sidecar = sidecarDeployment().spec.template.spec.initContainers[0];
-    dir = mkdtempSync(join(tmpdir(), 'cellgate-k8s-'));
-    const passwordFile = join(dir, 'password');
-    writeFileSync(passwordFile, 'hunter2-from-a-secret\n');
-    metricsPort = await freePort();
-    // The manifest's own arguments, the metrics port moved to a free one and the addresses kept on
-    // loopback (the test's network).
-    // The pod address is 127.0.0.2 (a loopback address other than 127.0.0.1, as a pod's is).
-    const args = (sidecar.args as string[]).map((a, i, all) => (all[i - 1] === '--metrics-port' ? String(metricsPort) : a));
-    const env = kubeletEnv(sidecar, '127.0.0.2');
-    server = await startServer({ args, env: { ...env, CELLGATE_REQUIREPASS_FILE: passwordFile } });
-    const r = new Redis({ port: server.port, host: '127.0.0.1', protocol: 2, password: 'hunter2-from-a-secret' });
-    try {
-      // One call of each kind the panels break down by, so their series exist in the scrape.
-      await r.call('CL.THROTTLE', 'k8s', '0', '1', '60');
-      await r.call('CL.THROTTLE', 'k8s', '0', '1', '60');
-      await r.call('RL.FIXEDWINDOW', 'k8s:f', '5', '1000');
-    } finally {
-      r.disconnect();
-    }
-    scrape = parseExposition(await (await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).text());
-    redisNode = await RedisNode.start();
-    const backendMetricsPort = await freePort();
-    backendServer = await startServer({ args: ['--backend', redisNode.url, '--metrics-port', String(backendMetricsPort)] });
-    const b = new Redis({ port: backendServer.port, host: '127.0.0.1', protocol: 2 });
-    try {
-      // Up first: a call before the backend connection is up is answered by the policy.
-      await waitFor(async () => String(await b.call('INFO', 'backend')).includes('backend_state:up'), 'backend_state up');
-      await b.call('RL.FIXEDWINDOW', 'k8s:b', '5', '1000');
-    } finally {
-      b.disconnect();
-    }
-    backendScrape = parseExposition(await (await fetch(`http://127.0.0.1:${backendMetricsPort}/metrics`)).text());
-  }, 60_000);
-  afterAll(async () => {
-    await backendServer?.stop();
-    await redisNode?.destroy();
-    await server?.stop();
-    rmSync(dir, { recursive: true, force: true });
-  });
-
-  it('starts with the manifest arguments and the password file; the probes answer 200', async () => {
-    expect((await fetch(`http://127.0.0.1:${metricsPort}/healthz`)).status).toBe(200);
-    expect((await fetch(`http://127.0.0.1:${metricsPort}/readyz`)).status).toBe(200);
-    // Prometheus's way in: the pod address (127.0.0.2 here).
-    expect((await fetch(`http://127.0.0.2:${metricsPort}/metrics`)).status).toBe(200);
-    const noAuth = new Redis({ port: server.port, host: '127.0.0.1', protocol: 2, lazyConnect: true, maxRetriesPerRequest: 0, enableReadyCheck: false });
-    try {
-      await noAuth.connect();
-      await expect(noAuth.call('CL.THROTTLE', 'x', '1', '1', '1')).rejects.toThrow(/NOAUTH/);
-    } finally {
-      noAuth.disconnect();
-    }
-  });
-
-  it('with a backend, cellgate_keys is not exported (the keys are in Redis) and the backend families are', () => {
-    expect(scrape.samples.some((s) => s.name === 'cellgate_keys')).toBe(true);
-    expect(backendScrape.samples.some((s) => s.name === 'cellgate_keys')).toBe(false);
-    expect(backendScrape.samples.find((s) => s.name === 'cellgate_backend_up')?.value).toBe(1);
-  });
-
-  it('the manifests\' probe commands pass against it, and fail against a port that answers 503 or nothing', async () => {
-    const sidecar = sidecarDeployment().spec.template.spec.initContainers[0];
-    for (const kind of ['startupProbe', 'livenessProbe', 'readinessProbe']) expect(await runProbe(sidecar[kind].exec.command, metricsPort), kind).toBe(0);
-    const unavailable = http.createServer((_req, res) => res.writeHead(503).end('not ready: loading the snapshot\n'));
-    await new Promise<void>((resolve) => unavailable.listen(0, '127.0.0.1', resolve));
-    try {
-      const port = (unavailable.address() as AddressInfo).port;
-      // Failed for the answer (503: exit 1), not for want of one (read's timeout: above 128).
-      for (const kind of ['livenessProbe', 'readinessProbe']) expect(await runProbe(sidecar[kind].exec.command, port), kind).toBe(1);
-    } finally {
-      await new Promise((resolve) => unavailable.close(resolve));
-    }
-    expect(await runProbe(sidecar.livenessProbe.exec.command, await freePort())).toBe(1);
-  });
-
-  it('examples/grafana/cellgate.json: a dashboard whose panels query metrics and labels cellgate exports', () => {
-    const dash = JSON.parse(readFileSync(join(ROOT, 'examples/grafana/cellgate.json'), 'utf8'));
-    expect(dash).toMatchObject({ title: expect.any(String), uid: 'cellgate', schemaVersion: expect.any(Number), panels: expect.any(Array) });
-    expect(dash.templating.list.map((v: Doc) => v.name)).toEqual(['datasource', 'job', 'instance']);
-    const ids = new Set<number>();
-    const exprs: string[] = [];
-    for (const p of dash.panels) {
-      expect(ids.has(p.id), `panel id ${p.id} unique`).toBe(false);
-      ids.add(p.id);
-      expect(['timeseries', 'stat', 'gauge', 'table', 'bargauge']).toContain(p.type);
-      expect(p.title).toMatch(/\S/);
-      const { x, y, w, h } = p.gridPos;
-      for (const n of [x, y, w, h]) expect(Number.isInteger(n) && n >= 0).toBe(true);
-      expect(x + w, p.title).toBeLessThanOrEqual(24);
-      expect(p.datasource).toEqual({ type: 'prometheus', uid: '${datasource}' });
-      expect(p.targets.length, p.title).toBeGreaterThan(0);
-      expect(new Set(p.targets.map((t: Doc) => t.refId)).size).toBe(p.targets.length);
-      for (const t of p.targets) {
-        checkExpr(t.expr, scrapeFor(t.expr), `${p.title} ${t.refId}`);
-        exprs.push(t.expr);
+    it('a PodDisruptionBudget and a NetworkPolicy select its pods; only Prometheus reaches the metrics port; a sidecar\'s RESP port is admitted from nowhere', () => {
+      const pdbs = objects.filter((o) => o.kind === 'PodDisruptionBudget' && selects(o.spec.selector, workload.podLabels));
+      expect(pdbs).toHaveLength(1);
+      const replicas = workload.object.spec.replicas;
+      expect(pdbs[0].spec.maxUnavailable, 'maxUnavailable').toBe(replicas > 1 ? 1 : 0);
+      const policies = objects.filter((o) => o.kind === 'NetworkPolicy' && selects(o.spec.podSelector, workload.podLabels));
+      expect(policies).toHaveLength(1);
+      expect(policies[0].spec.policyTypes).toContain('Ingress');
+      const rules: Doc[] = policies[0].spec.ingress;
+      const portsOf = (r: Doc): string[] => (r.ports ?? []).map((p: Doc) => String(p.port));
+      for (const r of rules.filter((r) => portsOf(r).includes('metrics'))) {
+        expect(portsOf(r)).toEqual(['metrics']);
+        expect(r.from.map((f: Doc) => f.podSelector?.matchLabels?.['app.kubernetes.io/name'])).toEqual(['prometheus']);
       }
-    }
-    const all = exprs.join('\n');
-    // What the dashboard is for: decisions per command and result, latency quantiles from the
-    // histogram, keys, memory, snapshot age, the backend state.
-    for (const needed of ['cellgate_limiter_decisions_total', 'histogram_quantile(0.99', 'cellgate_command_duration_seconds_bucket', 'cellgate_keys', 'cellgate_memory_used_bytes', 'cellgate_snapshot_last_save_timestamp_seconds', 'cellgate_loading',
-      'cellgate_backend_up', 'cellgate_backend_calls_total', 'cellgate_backend_errors_total', 'cellgate_backend_timeouts_total', 'cellgate_backend_policy_decisions_total', 'cellgate_backend_cache_hits_total']) {
-      expect(all).toContain(needed);
-    }
-  });
-
-  it('examples/prometheus/alerts.yml: rule groups whose expressions name metrics cellgate exports', () => {
-    const rules = parseYaml(readFileSync(join(ROOT, 'examples/prometheus/alerts.yml'), 'utf8'));
-    expect(Object.keys(rules)).toEqual(['groups']);
-    const names = new Set<string>();
-    const exprs: string[] = [];
-    for (const g of rules.groups) {
-      expect(g.name).toMatch(/\S/);
-      for (const r of g.rules) {
-        expect(Object.keys(r).sort()).toEqual(['alert', 'annotations', 'expr', 'for', 'labels']);
-        expect(r.alert).toMatch(/^[A-Z][A-Za-z]+$/);
-        expect(names.has(r.alert)).toBe(false);
-        names.add(r.alert);
-        expect(r.for).toMatch(/^\d+[smh]$/);
-        expect(['critical', 'warning', 'info']).toContain(r.labels.severity);
-        expect(r.annotations.summary).toMatch(/\S/);
-        checkExpr(r.expr, scrapeFor(r.expr), r.alert);
-        exprs.push(r.expr);
+      expect(rules.some((r) => portsOf(r).includes('metrics'))).toBe(true);
+      // Every rule names its ports (none opens the whole pod), and each port is a named port of a container.
+      const named = new Set(workload.containers.flatMap((c) => (c.ports ?? []).map((p: Doc) => p.name)));
+      for (const r of rules) {
+        expect(portsOf(r).length).toBeGreaterThan(0);
+        for (const p of portsOf(r)) expect(named, p).toContain(p);
       }
-    }
-    expect(names.size).toBeGreaterThanOrEqual(5);
-    // The shared backend's health is alerted on too.
-    for (const needed of ['cellgate_backend_up', 'cellgate_backend_policy_decisions_total', 'cellgate_backend_timeouts_total']) expect(exprs.join('\n')).toContain(needed);
+      if (workload.object.kind === 'Deployment') {
+        expect(rules.flatMap(portsOf)).not.toContain('resp');
+      } else {
+        for (const r of rules.filter((r) => portsOf(r).includes('resp') || portsOf(r).includes('grpc'))) expect(r.from?.length, 'clients only').toBeGreaterThan(0);
+      }
+    });
+
+    it('a PodMonitor or ServiceMonitor scrapes the metrics port with job="cellgate", the job the alert rules select on', () => {
+      const jobs = alertJobs();
+      expect([...jobs]).toEqual(['cellgate']);
+      const monitors = objects.filter((o) => o.kind === 'PodMonitor' || o.kind === 'ServiceMonitor');
+      expect(monitors).toHaveLength(1);
+      const [monitor] = monitors;
+      const endpoints: Doc[] = monitor.kind === 'PodMonitor' ? monitor.spec.podMetricsEndpoints : monitor.spec.endpoints;
+      expect(endpoints).toHaveLength(1);
+      expect(endpoints[0]).toMatchObject({ port: 'metrics', path: '/metrics' });
+      expect(monitorJob(monitor, endpoints[0])).toBe('cellgate');
+      if (monitor.kind === 'PodMonitor') {
+        expect(selects(monitor.spec.selector, workload.podLabels)).toBe(true);
+        expect(workload.cellgate.ports.map((p: Doc) => p.name)).toContain('metrics');
+      } else {
+        const service = services.find((s) => selects(monitor.spec.selector, s.metadata.labels));
+        expect(service).toBeDefined();
+        expect(service.spec.ports.map((p: Doc) => p.name)).toContain('metrics');
+      }
+    });
+
+    it('its Services select its pods on named ports; a StatefulSet\'s is headless and is its serviceName (pods addressed one by one)', () => {
+      for (const s of services) {
+        expect(Object.entries(s.spec.selector).every(([k, v]) => workload.podLabels[k] === v), s.metadata.name).toBe(true);
+        const names = new Set(workload.containers.flatMap((c) => (c.ports ?? []).map((p: Doc) => p.name)));
+        for (const p of s.spec.ports) expect(names, `${s.metadata.name} ${p.name}`).toContain(p.targetPort);
+      }
+      if (workload.object.kind === 'StatefulSet') {
+        const governing = services.find((s) => s.metadata.name === workload.object.spec.serviceName);
+        expect(governing?.spec.clusterIP).toBe('None');
+      }
+    });
   });
-});
+}
