@@ -1,5 +1,7 @@
-# cellgate as a container image (README "Run it as a container"): multi-stage build, non-root, VOLUME /data, PING health check,
-# node as PID 1 so SIGTERM reaches the server (exec-form ENTRYPOINT, no shell in between).
+# cellgate as a container image (docs/deploy.md: building, tagging, pushing, Kubernetes): multi-stage
+# build on Node 24 (LTS), non-root, VOLUME /data, PING health check, node as PID 1 so SIGTERM reaches
+# the server (exec-form ENTRYPOINT, no shell in between). The build context is chosen by .dockerignore;
+# test/build/dockerfiles.test.ts fails when a file copied here, or read by the build, is left out.
 #
 #   docker build -t cellgate .
 #   docker run -d -p 6379:6379 -e CELLGATE_REQUIREPASS=s3cret -v cellgate-data:/data cellgate
