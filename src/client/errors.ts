@@ -58,11 +58,54 @@ export class CellgateReplyError extends CellgateError {
 const UNAVAILABLE_REPLY = /^(?:LOADING|BUSY|MASTERDOWN|CLUSTERDOWN|TRYAGAIN|NOREPLICAS)\b|^ERR max number of clients reached/;
 
 /**
+ * What the connection libraries say when they cannot carry a call, in cellgate's words: an
+ * application's log should say that cellgate is not connected, not that "enableOfflineQueue options
+ * is false". The library's error stays the `cause`.
+ */
+const LIBRARY_TEXTS: [RegExp, string][] = [
+  // ioredis, with the offline queue off (connect() and the middleware turn it off to fail fast).
+  [/^Stream isn't writeable/, 'not connected to cellgate'],
+  [/^Connection is closed/, 'the connection to cellgate is closed'],
+  [/^Reached the max retries per request limit/, 'the connection to cellgate was lost during the call'],
+  // node-redis.
+  [/^The client is offline/, 'not connected to cellgate'],
+  [/^The client is closed/, 'the connection to cellgate is closed'],
+  [/^Socket closed unexpectedly/, 'the connection to cellgate was lost during the call'],
+];
+/** node:net's errors, as either library passes them on: the message (address, errno) is kept after ours. */
+const SOCKET_TEXTS: [RegExp, string][] = [
+  [/\bECONNREFUSED\b/, 'cellgate refused the connection (nothing listens there)'],
+  [/\bECONNRESET\b|\bEPIPE\b/, 'the connection to cellgate was reset'],
+  [/\bETIMEDOUT\b/, 'connecting to cellgate timed out'],
+  [/\bENOTFOUND\b|\bEAI_AGAIN\b/, "cellgate's host name does not resolve"],
+  [/\bENOENT\b/, "cellgate's unix socket does not exist"],
+];
+
+/** A connection library's or node:net's message in cellgate's words (unknown texts as they are). */
+export function connectionText(message: string): string {
+  const phrase = LIBRARY_TEXTS.find(([pattern]) => pattern.test(message));
+  if (phrase !== undefined) return phrase[1];
+  const socket = SOCKET_TEXTS.find(([pattern]) => pattern.test(message));
+  return socket === undefined ? message : `${socket[1]}: ${message}`;
+}
+
+/**
+ * The message of a `CellgateUnavailableError` for the library's `message`, with `lastConnectError`
+ * (the connection's last failed attempt, when the client knows it) saying why it is not connected.
+ */
+export function unavailableMessage(message: string, lastConnectError?: string): string {
+  const text = connectionText(message);
+  const why = lastConnectError !== undefined && lastConnectError !== message ? ` (last connection attempt: ${connectionText(lastConnectError)})` : '';
+  return `cellgate unavailable: ${text}${why}`;
+}
+
+/**
  * Turns whatever the connection library rejected with into one of the classes above. An error reply
  * arrives as the library's reply error (ioredis `ReplyError`, node-redis `ErrorReply`); everything
  * else (closed stream, refused connection, offline queue disabled) means the server is unavailable.
+ * `lastConnectError`: the message of the connection's last failed attempt, when known.
  */
-export function toCellgateError(err: unknown): CellgateError {
+export function toCellgateError(err: unknown, lastConnectError?: string): CellgateError {
   if (err instanceof CellgateError) return err;
   const message = err instanceof Error ? err.message : String(err);
   // node-redis's reply errors keep the name "Error": their class tells them apart.
@@ -74,5 +117,5 @@ export function toCellgateError(err: unknown): CellgateError {
     if (invalid) return new CellgateArgumentError(invalid[1], message);
     return new CellgateReplyError(message);
   }
-  return new CellgateUnavailableError(`cellgate unavailable: ${message}`, { cause: err });
+  return new CellgateUnavailableError(unavailableMessage(message, lastConnectError), { cause: err });
 }

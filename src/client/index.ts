@@ -92,6 +92,13 @@ export interface NodeRedisLike {
 
 export type Connection = IoredisLike | NodeRedisLike;
 
+/** A connection the client created and closes (`connect()`, `open()`), and what it knows of its failures. */
+export interface OwnedConnection {
+  quit(): Promise<unknown> | void;
+  /** The message of the connection's last failed attempt, while it is not connected. */
+  lastConnectError?(): string | undefined;
+}
+
 export interface ClientOptions {
   /** Milliseconds a call may take before it rejects with `CellgateTimeoutError` (default 1000). */
   timeoutMs?: number;
@@ -114,7 +121,9 @@ const BURST_LIST = `${BURST_ALGORITHMS.slice(0, -1).join(', ')} and ${BURST_ALGO
 export class CellgateClient {
   readonly timeoutMs: number;
   private readonly send: (args: string[]) => Promise<unknown>;
-  private readonly owned: { quit(): Promise<unknown> | void } | undefined;
+  private readonly owned: OwnedConnection | undefined;
+  /** The connection's events, when it has them (ioredis, node-redis): ready() waits for its 'ready'. */
+  private readonly events: EventSourceLike | undefined;
   /**
    * Settles when a connection that was still being opened is first ready, or first fails: until then
    * a call waits for it (within its timeout) instead of failing on a stream that is not writeable yet.
@@ -129,7 +138,7 @@ export class CellgateClient {
    * fail fast (the client's timeout bounds the wait either way). To let the client create and own a
    * connection with those settings, use `connect(url)`.
    */
-  constructor(connection: Connection, options: ClientOptions = {}, owned?: { quit(): Promise<unknown> | void }) {
+  constructor(connection: Connection, options: ClientOptions = {}, owned?: OwnedConnection) {
     this.timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
     checkInt('timeoutMs', this.timeoutMs, 1);
     this.owned = owned;
@@ -142,24 +151,58 @@ export class CellgateClient {
     } else {
       throw new CellgateArgumentError('connection', 'connection must be an ioredis or node-redis client');
     }
+    this.events = typeof (connection as EventSourceLike).once === 'function' ? connection as EventSourceLike : undefined;
     this.opening = stillOpening(connection as EventSourceLike);
     this.opening?.then(() => { this.opening = null; });
   }
 
   /**
-   * Resolves once cellgate answers on this connection (a `PING`), waiting for a connection that is
-   * still being opened; rejects with `CellgateTimeoutError` or `CellgateUnavailableError` when it
-   * does not answer within `timeoutMs` (default 1000: opening a connection takes longer than a call).
+   * Resolves once cellgate answers on this connection (a `PING`), for up to `timeoutMs` (default
+   * 1000: opening a connection takes longer than a call): a connection still being opened is waited
+   * for, and one that failed (cellgate not listening yet, restarting) is tried again as it reconnects,
+   * so an application started beside a cellgate that is still starting waits for it instead of
+   * failing at its first refused connection. Rejects after `timeoutMs` with `CellgateTimeoutError`
+   * (nothing answered in time) or `CellgateUnavailableError` (the last attempt's reason); a reply
+   * error (a wrong password...) rejects at once.
    */
   async ready(timeoutMs = DEFAULT_TIMEOUT_MS): Promise<void> {
     checkInt('timeoutMs', timeoutMs, 1);
-    try {
-      await this.call(['PING'], timeoutMs);
-    } catch (err) {
-      // An ACL user without PING is still answered: the server is up.
-      if (err instanceof CellgateReplyError && err.code === 'NOPERM') return;
-      throw err;
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const left = deadline - Date.now();
+      let failure: CellgateUnavailableError;
+      try {
+        await this.call(['PING'], Math.max(1, left));
+        return;
+      } catch (err) {
+        // An ACL user without PING is still answered: the server is up.
+        if (err instanceof CellgateReplyError && err.code === 'NOPERM') return;
+        if (err instanceof CellgateTimeoutError) throw new CellgateTimeoutError('PING', timeoutMs);
+        if (!(err instanceof CellgateUnavailableError)) throw err;
+        failure = err;
+      }
+      if (Date.now() >= deadline) {
+        throw new CellgateUnavailableError(`${failure.message} (waited ${timeoutMs} ms for cellgate to answer)`, { cause: failure });
+      }
+      await this.reconnected(deadline);
     }
+  }
+
+  /**
+   * Settles at the connection's next 'ready', after at most 100 ms (the library may reconnect
+   * without an event this client sees), or at `deadline`, whichever comes first.
+   */
+  private reconnected(deadline: number): Promise<void> {
+    return new Promise<void>((resolve) => {
+      const events = this.events;
+      const done = (): void => {
+        clearTimeout(timer);
+        events?.off?.('ready', done);
+        resolve();
+      };
+      const timer = setTimeout(done, Math.max(1, Math.min(100, deadline - Date.now())));
+      events?.once?.('ready', done);
+    });
   }
 
   /** `CL.THROTTLE key max_burst count_per_period period [quantity]` (redis-cell; period in seconds). */
@@ -312,12 +355,12 @@ export class CellgateClient {
       pending = this.send(args);
     } catch (err) {
       clearTimeout(timer);
-      reject(toCellgateError(err));
+      reject(toCellgateError(err, this.owned?.lastConnectError?.()));
       return;
     }
     pending.then(
       (reply) => { clearTimeout(timer); resolve(reply); },
-      (err: unknown) => { clearTimeout(timer); reject(toCellgateError(err)); },
+      (err: unknown) => { clearTimeout(timer); reject(toCellgateError(err, this.owned?.lastConnectError?.())); },
     );
   }
 }
@@ -372,16 +415,19 @@ export async function open(url: string, options: ConnectOptions = {}): Promise<C
   } catch (err) {
     throw new CellgateError('cellgate/client connect() needs the ioredis package (npm install ioredis), or pass your own connection to new CellgateClient()', { cause: err });
   }
-  const Redis = (mod.Redis ?? mod.default) as new (url: string, opts: object) => IoredisLike & { on(e: string, f: (err: Error) => void): void; quit(): Promise<unknown>; disconnect(): void };
+  const Redis = (mod.Redis ?? mod.default) as new (url: string, opts: object) => IoredisLike & { on(e: string, f: (err?: Error) => void): void; quit(): Promise<unknown>; disconnect(): void };
   const redis = new Redis(url, {
     enableOfflineQueue: false,
     maxRetriesPerRequest: 0,
     connectTimeout: options.connectTimeoutMs ?? 1000,
     retryStrategy: (times: number) => Math.min(times * 100, 1000),
   });
-  // Without a listener ioredis prints every failed reconnection attempt; calls report the outage.
-  redis.on('error', () => {});
-  return new CellgateClient(redis, options, { quit: () => redis.disconnect() });
+  // Without a listener ioredis prints every failed reconnection attempt; calls report the outage,
+  // with the last attempt's reason.
+  let lastConnectError: string | undefined;
+  redis.on('error', (err) => { lastConnectError = err?.message; });
+  redis.on('ready', () => { lastConnectError = undefined; });
+  return new CellgateClient(redis, options, { quit: () => redis.disconnect(), lastConnectError: () => lastConnectError });
 }
 
 /**
@@ -391,8 +437,8 @@ export async function open(url: string, options: ConnectOptions = {}): Promise<C
  * call says what happened). `url` as ioredis takes it: `redis://[:password@]host:port`.
  *
  * Resolves once cellgate answers on the new connection; rejects (and closes it) when it does not
- * within `connectTimeoutMs` (default 1000), so the first call after `await connect(url)` is sent on
- * a ready connection.
+ * within `connectTimeoutMs` (default 1000; a cellgate still starting is waited for, as `ready()`
+ * does), so the first call after `await connect(url)` is sent on a ready connection.
  */
 export async function connect(url: string, options: ConnectOptions = {}): Promise<CellgateClient> {
   const client = await open(url, options);
