@@ -6,13 +6,16 @@
  * Beside this file: the default key (keys.ts), the policies (policies.ts), the header fields
  * (headers.ts: the IETF RateLimit header fields draft 11 by default, or drafts 7 or 6, and
  * X-RateLimit-*), and a refusal's `application/problem+json` body (problem.ts, RFC 9457). A refusal
- * is `429` with `Retry-After`. The guide with every option: README.md ("Use it").
+ * is `429` with `Retry-After`. The guide with every option: docs/middleware.md.
  *
  * Two kinds of failure, never mixed: cellgate unavailable (timeout, connection, a server that says
- * it cannot serve now) is answered by `onUnavailable`; anything else (a `key`, `cost` or `policy`
- * function that throws or returns an invalid value, a command refused for a wrong setup such as
- * NOPERM or CROSSSLOT) is the application's bug: `check()` rejects, after one log line, and the
- * adapter hands the error to the framework's error path.
+ * it cannot serve now) is answered by `onUnavailable` (let through, refused with 503, or decided by
+ * the in-process insurance limiter, insurance.ts), with one log line when the outage starts and one
+ * when cellgate answers again; anything else (a `key`, `cost` or `policy` function that throws or
+ * returns an invalid value, a command refused for a wrong setup such as NOPERM or CROSSSLOT) is the
+ * application's bug: `check()` rejects, after one log line, and the adapter hands the error to the
+ * framework's error path. Either way a request that was not skipped gets its `RateLimitInfo`, whose
+ * `source` says who decided.
  */
 import {
   CellgateArgumentError,
@@ -26,6 +29,7 @@ import {
 } from '../client/index.js';
 import { toCellgateError } from '../client/errors.js';
 import { DRAFTS, pushRateLimitHeaders, retryAfterField, type HeaderDraft } from './headers.js';
+import { INSURANCE_MAX_KEYS, InsuranceLimiter } from './insurance.js';
 import { defaultKey, type RequestLike } from './keys.js';
 import { describe, resolvePolicies, type Policy, type PolicySet, type ResolvedPolicy } from './policies.js';
 import { refusalProblem, unavailableProblem, type ProblemDetails } from './problem.js';
@@ -57,8 +61,14 @@ export interface RateLimitOptions<Req = RequestLike> {
   ipv6Subnet?: number | false;
   /** Prefix of every cellgate key (default none: a `--backend` cellgate adds its own `backend-prefix`). */
   prefix?: string;
-  /** When cellgate does not answer in `timeoutMs` or is unreachable: let the request through ('allow', default) or refuse it with 503 ('deny'). */
-  onUnavailable?: 'allow' | 'deny';
+  /**
+   * When cellgate does not answer in `timeoutMs`, is unreachable or cannot serve: let the request
+   * through ('allow', default), refuse it with 503 ('deny'), or decide it in this process with the
+   * same policies ('insurance': each replica then enforces the whole limit; see insurance.ts).
+   */
+  onUnavailable?: 'allow' | 'deny' | 'insurance';
+  /** The insurance limiter's bounds (with `onUnavailable: 'insurance'`): `maxKeys` (default 10000) keys per policy and key kept at most. */
+  insurance?: { maxKeys?: number };
   /** Milliseconds to wait for cellgate (default 50), the connection included while it is being opened. */
   timeoutMs?: number;
   /** Requests that are not counted at all (no fields, no call). */
@@ -89,8 +99,10 @@ export interface LimiterStats {
   allowed: number;
   limited: number;
   skipped: number;
-  /** Requests answered by `onUnavailable` because cellgate timed out, was unreachable or could not serve. */
+  /** Requests answered by `onUnavailable` because cellgate timed out, was unreachable or could not serve (insurance's included). */
   unavailable: number;
+  /** Of those, the requests the insurance limiter decided (`onUnavailable: 'insurance'`): allowed or limited. */
+  insurance: number;
   /** Requests handed to the framework's error path (a key/cost/policy function's bug, a wrong setup). */
   errors: number;
   /** Requests whose units were given back (`skipFailedRequests` / `skipSuccessfulRequests`). */
@@ -111,7 +123,17 @@ export interface PolicyState {
   limited: boolean;
 }
 
-/** What downstream handlers see as `req.rateLimit` (Fastify: `request.rateLimit`). */
+/**
+ * Who decided a request: cellgate; `onUnavailable` ('allow' let it through, 'deny' refused it, while
+ * cellgate was unavailable: the figures are then the policies' quotas, nothing is known of what was
+ * spent); or the in-process insurance limiter.
+ */
+export type DecisionSource = 'cellgate' | 'onUnavailable' | 'insurance';
+
+/**
+ * What downstream handlers see as `req.rateLimit` (Fastify: `request.rateLimit`): set on every
+ * request the middleware did not skip, whoever decided it.
+ */
 export interface RateLimitInfo {
   /** The key the request was counted under (without prefix and policy). */
   key: string;
@@ -123,6 +145,8 @@ export interface RateLimitInfo {
   /** How long until the refused request would pass; -1 when allowed or when it never can. */
   retryAfterMs: number;
   policies: PolicyState[];
+  /** Who decided: 'cellgate', 'onUnavailable' or 'insurance'. */
+  source: DecisionSource;
 }
 
 export interface Outcome {
@@ -131,7 +155,7 @@ export interface Outcome {
   status: number;
   headers: [string, string][];
   body: ProblemDetails | Record<string, unknown> | undefined;
-  /** Undefined when the request was skipped or cellgate was unavailable. */
+  /** Undefined only when the request was skipped. */
   info: RateLimitInfo | undefined;
   /**
    * Set when the request spent units that `skipFailedRequests` / `skipSuccessfulRequests` may give
@@ -180,7 +204,7 @@ export interface SharedClient {
 
 /** Every option of every adapter (`handler` is read by the adapters). */
 const KNOWN_OPTIONS: ReadonlySet<string> = new Set([
-  'client', 'policy', 'cost', 'key', 'ipv6Subnet', 'prefix', 'onUnavailable', 'timeoutMs', 'skip',
+  'client', 'policy', 'cost', 'key', 'ipv6Subnet', 'prefix', 'onUnavailable', 'insurance', 'timeoutMs', 'skip',
   'standardHeaders', 'legacyHeaders', 'statusCode', 'message', 'log', 'handler',
   'skipFailedRequests', 'skipSuccessfulRequests',
 ]);
@@ -216,7 +240,9 @@ export function createLimiter<Req extends RequestLike>(options: RateLimitOptions
   const timeoutMs = options.timeoutMs ?? 50;
   if (!Number.isSafeInteger(timeoutMs) || timeoutMs < 1) throw new CellgateArgumentError('timeoutMs', `timeoutMs must be an integer >= 1, not ${String(timeoutMs)}`);
   const onUnavailable = options.onUnavailable ?? 'allow';
-  if (onUnavailable !== 'allow' && onUnavailable !== 'deny') throw new CellgateArgumentError('onUnavailable', `onUnavailable must be 'allow' or 'deny', not ${String(onUnavailable)}`);
+  if (onUnavailable !== 'allow' && onUnavailable !== 'deny' && onUnavailable !== 'insurance') throw new CellgateArgumentError('onUnavailable', `onUnavailable must be 'allow', 'deny' or 'insurance', not ${describe(onUnavailable)}`);
+  const insurance = onUnavailable === 'insurance' ? new InsuranceLimiter(insuranceMaxKeys(options.insurance)) : undefined;
+  if (options.insurance !== undefined && insurance === undefined) throw new CellgateArgumentError('insurance', "the insurance option applies with onUnavailable: 'insurance'");
   const draft = options.standardHeaders ?? 'draft-11';
   if (!DRAFTS.includes(draft)) throw new CellgateArgumentError('standardHeaders', `standardHeaders must be one of 'draft-11', 'draft-8', 'draft-7', 'draft-6' or false, not ${String(draft)}`);
   const statusCode = options.statusCode ?? 429;
@@ -243,20 +269,28 @@ export function createLimiter<Req extends RequestLike>(options: RateLimitOptions
   const legacy = options.legacyHeaders === true;
   const log = options.log ?? ((line: string) => console.error(line));
   const connection = shared ?? shareClient(options.client);
-  const stats: LimiterStats = { allowed: 0, limited: 0, skipped: 0, unavailable: 0, errors: 0, refunded: 0, refundErrors: 0, lastError: undefined };
+  const stats: LimiterStats = newStats();
+  /** The outage in progress (since its first failed call), or undefined while cellgate answers. */
+  let outage: CellgateError | undefined;
 
   /**
    * The settle function of an allowed request that spent `units` on each of `policies` under
    * `tagged`: when the response's result is one the options skip, one REFUND per policy key, with
    * the parameters it was spent with, not awaited by anyone.
    */
-  function settleFor(tagged: string, policies: ResolvedPolicy[], units: number): (status: number | undefined) => void {
+  function settleFor(tagged: string, policies: ResolvedPolicy[], units: number, source: DecisionSource): (status: number | undefined) => void {
     let settled = false;
     return (status) => {
       if (settled) return;
       settled = true;
       const failed = status === undefined || status >= 400;
       if (failed ? !skipFailed : !skipSuccessful) return;
+      if (source === 'insurance') {
+        // Spent in this process: given back here (after an outage that ended, there is nothing to give back).
+        insurance?.refund(tagged, policies, units);
+        stats.refunded++;
+        return;
+      }
       connection.client.then(
         (c) => Promise.all(policies.map((p) => c.reward(tagged + p.name, units, { algorithm: p.algorithm, limit: p.limit, periodMs: p.periodMs, burst: p.burst, timeoutMs }))),
       ).then(
@@ -308,16 +342,52 @@ export function createLimiter<Req extends RequestLike>(options: RateLimitOptions
     return { who, units: units as number, set };
   }
 
-  function unavailable(err: CellgateError): Outcome {
+  /** The first failure of an outage is logged, with what the requests get meanwhile. */
+  function outageStarts(err: CellgateError): void {
+    if (outage !== undefined) return;
+    outage = err;
+    const meanwhile = onUnavailable === 'allow' ? 'requests are let through' : onUnavailable === 'deny' ? 'requests are refused with 503' : 'the insurance limiter decides in this process';
+    log(`cellgate rate limiter: ${err.message}; ${meanwhile} (onUnavailable: '${onUnavailable}') until cellgate answers again`);
+  }
+
+  /** cellgate answered: an outage in progress ends (logged), and insurance forgets what it held. */
+  function answered(): void {
+    if (outage === undefined) return;
+    outage = undefined;
+    insurance?.clear();
+    log('cellgate rate limiter: cellgate answers again');
+  }
+
+  function unavailable(err: CellgateError, who: string, units: number, set: PolicySet, tagged: string): Outcome {
     stats.unavailable++;
     stats.lastError = err;
-    if (onUnavailable === 'allow') return { proceed: true, status: 200, headers: [], body: undefined, info: undefined };
+    outageStarts(err);
+    if (insurance !== undefined) {
+      stats.insurance++;
+      const { limited, results } = insurance.decide(tagged, set.list, units);
+      return decided(who, units, set, tagged, results, limited, 'insurance');
+    }
+    // Nothing is known of what was spent: the figures are the quotas, the tightest first.
+    let tight = 0;
+    for (let i = 1; i < set.list.length; i++) if (set.list[i].capacity < set.list[tight].capacity) tight = i;
+    const deny = onUnavailable === 'deny';
+    const info: RateLimitInfo = {
+      key: who,
+      limited: deny,
+      limit: set.list[tight].capacity,
+      remaining: set.list[tight].capacity,
+      resetAfterMs: 0,
+      retryAfterMs: deny ? 1000 : -1,
+      policies: set.list.map((p) => ({ name: p.name, limit: p.capacity, remaining: p.capacity, resetAfterMs: 0, limited: false })),
+      source: 'onUnavailable',
+    };
+    if (!deny) return { proceed: true, status: 200, headers: [], body: undefined, info };
     return {
       proceed: false,
       status: 503,
       headers: [['Retry-After', '1'], ['Content-Type', 'application/problem+json']],
       body: unavailableProblem(),
-      info: undefined,
+      info,
     };
   }
 
@@ -365,11 +435,17 @@ export function createLimiter<Req extends RequestLike>(options: RateLimitOptions
       }
     } catch (err) {
       const e = toCellgateError(err);
-      if (e instanceof CellgateTimeoutError || e instanceof CellgateUnavailableError) return unavailable(e);
+      if (e instanceof CellgateTimeoutError || e instanceof CellgateUnavailableError) return unavailable(e, who, units, set, tagged);
       // An argument or reply error (NOPERM, WRONGTYPE, CROSSSLOT...) is a setup to fix, not an outage.
       return misuse(e);
     }
+    answered();
+    return decided(who, units, set, tagged, results, limited, 'cellgate');
+  }
 
+  /** The outcome of a decision (cellgate's or insurance's): header fields, `info`, and a refusal's answer. */
+  function decided(who: string, units: number, set: PolicySet, tagged: string, results: Decision[], limited: boolean, source: DecisionSource): Outcome {
+    const policies = set.list;
     const headers: [string, string][] = [];
     let tight = 0;
     for (let i = 1; i < results.length; i++) if (results[i].remaining < results[tight].remaining) tight = i;
@@ -382,11 +458,12 @@ export function createLimiter<Req extends RequestLike>(options: RateLimitOptions
       resetAfterMs: results[tight].resetAfterMs,
       retryAfterMs: -1,
       policies: results.map((d, i) => ({ name: policies[i].name, limit: d.limit, remaining: d.remaining, resetAfterMs: d.resetAfterMs, limited: d.limited })),
+      source,
     };
     if (!limited) {
       stats.allowed++;
       const outcome: Outcome = { proceed: true, status: 200, headers, body: undefined, info };
-      if ((skipFailed || skipSuccessful) && units > 0) outcome.settle = settleFor(tagged, policies, units);
+      if ((skipFailed || skipSuccessful) && units > 0) outcome.settle = settleFor(tagged, policies, units, source);
       return outcome;
     }
     stats.limited++;
@@ -430,6 +507,20 @@ export function createLimiter<Req extends RequestLike>(options: RateLimitOptions
       await c?.close();
     },
   };
+}
+
+/** Counters at zero. */
+export function newStats(): LimiterStats {
+  return { allowed: 0, limited: 0, skipped: 0, unavailable: 0, insurance: 0, errors: 0, refunded: 0, refundErrors: 0, lastError: undefined };
+}
+
+function insuranceMaxKeys(options: unknown): number {
+  if (options === undefined) return INSURANCE_MAX_KEYS;
+  if (options === null || typeof options !== 'object') throw new CellgateArgumentError('insurance', `insurance must be an object ({ maxKeys }), not ${describe(options)}`);
+  for (const name of Object.keys(options)) if (name !== 'maxKeys') throw new CellgateArgumentError('insurance', `unknown insurance option '${name}' (the options: maxKeys)`);
+  const maxKeys = (options as { maxKeys?: unknown }).maxKeys ?? INSURANCE_MAX_KEYS;
+  if (typeof maxKeys !== 'number' || !Number.isSafeInteger(maxKeys) || maxKeys < 1) throw new CellgateArgumentError('insurance', `insurance.maxKeys must be an integer >= 1, not ${describe(maxKeys)}`);
+  return maxKeys;
 }
 
 function checkCost(units: unknown): void {

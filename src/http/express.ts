@@ -42,7 +42,8 @@ export function rateLimit<R extends Req = Req>(options: ExpressRateLimitOptions<
           settleWhenDone(res, outcome);
           return next();
         }
-        if (handler !== undefined && outcome.info !== undefined) {
+        // The handler answers the limit's refusals; a 503 of onUnavailable: 'deny' is the middleware's own.
+        if (handler !== undefined && outcome.info !== undefined && outcome.info.source !== 'onUnavailable') {
           res.removeHeader('Content-Type');
           try {
             return handler(req as R, res, next, outcome.info);

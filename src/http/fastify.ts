@@ -15,7 +15,7 @@
  * error handler answers it (500).
  */
 import type { IncomingHttpHeaders } from 'node:http';
-import { createLimiter, settleWhenDone, shareClient, type LimiterStats, type ResponseEvents, type RateLimitInfo, type RateLimitOptions, type RequestLike, type SharedClient } from './core.js';
+import { createLimiter, newStats, settleWhenDone, shareClient, type LimiterStats, type ResponseEvents, type RateLimitInfo, type RateLimitOptions, type RequestLike, type SharedClient } from './core.js';
 
 export { defaultKey, ipKey, type Policy, type RateLimitOptions, type LimiterStats, type ProblemDetails, type RateLimitInfo, type PolicyState, type HeaderDraft } from './core.js';
 
@@ -75,7 +75,8 @@ function hookFor<R extends FastifyRequestLike>(options: FastifyRateLimitOptions<
       if (outcome.settle !== undefined && res.raw !== undefined) settleWhenDone(res.raw, outcome);
       return;
     }
-    if (handler !== undefined && outcome.info !== undefined) {
+    // The handler answers the limit's refusals; a 503 of onUnavailable: 'deny' is the middleware's own.
+    if (handler !== undefined && outcome.info !== undefined && outcome.info.source !== 'onUnavailable') {
       await handler(request as R, res, outcome.info);
       return;
     }
@@ -130,7 +131,7 @@ export async function cellgatePlugin(app: FastifyInstanceLike, options: Cellgate
   const shared = shareClient(options.client);
   const global = options.policy !== undefined ? hookFor(options as FastifyRateLimitOptions, shared) : undefined;
   if (!app.hasRequestDecorator('rateLimit')) app.decorateRequest('rateLimit', null);
-  const stats: LimiterStats = global?.stats ?? { allowed: 0, limited: 0, skipped: 0, unavailable: 0, errors: 0, refunded: 0, refundErrors: 0, lastError: undefined };
+  const stats: LimiterStats = global?.stats ?? newStats();
   const handle: CellgateHandle = {
     stats,
     ready: async (waitMs?: number) => { await (await shared.client).ready(waitMs ?? 1000); },

@@ -49,7 +49,8 @@ export function createRateLimiter<R extends Req = Req>(options: HttpRateLimitOpt
       settleWhenDone(res, outcome);
       return true;
     }
-    if (handler !== undefined && outcome.info !== undefined) {
+    // The handler answers the limit's refusals; a 503 of onUnavailable: 'deny' is the middleware's own.
+    if (handler !== undefined && outcome.info !== undefined && outcome.info.source !== 'onUnavailable') {
       res.removeHeader('Content-Type');
       handler(req as R, res, outcome.info);
       return false;
