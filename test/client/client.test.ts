@@ -4,6 +4,8 @@
  * RESP3), typed errors naming the argument, a bounded wait, and a package whose main is a library.
  */
 import { spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Redis, ReplyError } from 'ioredis';
@@ -239,27 +241,45 @@ describe('which replies are an outage', () => {
 
 describe('the package', () => {
   it('importing it by name gives the client and starts no server', () => {
-    // The package's self-reference resolves through package.json "exports", as for a user.
+    // `cellgate` is the workspace package packages/cellgate (linked by npm ci), resolved through its
+    // package.json "exports", as for a user.
     const r = spawnSync(process.execPath, ['--input-type=module', '-e',
       "const m = await import('cellgate'); const c = await import('cellgate/client'); const e = await import('cellgate/express');" +
-      "const f = await import('cellgate/fastify'); const h = await import('cellgate/http');" +
-      "console.log(typeof m.CellgateClient, m.CellgateClient === c.CellgateClient, typeof e.rateLimit, typeof f.rateLimit, typeof h.createRateLimiter)"],
+      "const f = await import('cellgate/fastify'); const h = await import('cellgate/http'); const s = await import('cellgate/express-rate-limit');" +
+      "console.log(typeof m.CellgateClient, m.CellgateClient === c.CellgateClient, typeof e.rateLimit, typeof f.rateLimit, typeof h.createRateLimiter, typeof s.CellgateStore)"],
       { cwd: ROOT, encoding: 'utf8', timeout: 20_000 });
     expect(r.signal).toBeNull(); // a server would keep the process alive until the timeout kills it
-    expect(r.stdout.trim()).toBe('function true function function function');
+    expect(r.stdout.trim()).toBe('function true function function function function');
     expect(r.status).toBe(0);
   });
 
-  it('npm pack ships the built files, docs and changelog, not src/ or test/', () => {
-    const r = spawnSync('npm', ['pack', '--dry-run', '--json', '--ignore-scripts'], { cwd: ROOT, encoding: 'utf8', timeout: 60_000 });
+  /** The files `npm pack` would publish from `dir`, and the manifest it would publish. */
+  function packed(dir: string): { files: string[]; manifest: Record<string, unknown> } {
+    const r = spawnSync('npm', ['pack', '--dry-run', '--json', '--ignore-scripts'], { cwd: join(ROOT, dir), encoding: 'utf8', timeout: 60_000 });
     expect(r.status).toBe(0);
     const files = (JSON.parse(r.stdout) as { files: { path: string }[] }[])[0].files.map((f) => f.path);
+    return { files, manifest: JSON.parse(readFileSync(join(ROOT, dir, 'package.json'), 'utf8')) as Record<string, unknown> };
+  }
+
+  it('npm pack of the server (cellgate-server) ships the server, its docs and changelog, not the application package, src/ or test/', () => {
+    const { files, manifest } = packed('.');
+    expect(manifest.name).toBe('cellgate-server');
     expect(files).toContain('dist/main.js');
-    expect(files).toContain('dist/client/index.d.ts');
-    expect(files).toContain('dist/http/express.d.ts');
     expect(files).toContain('CHANGELOG.md');
     expect(files).toContain('README.md');
     expect(files).toContain('LICENSE');
-    expect(files.filter((f) => /^(src|test|bench|scripts|examples)\//.test(f) || f.endsWith('.map'))).toEqual([]);
+    expect(files.filter((f) => /^(src|test|bench|scripts|examples|packages|dist\/client|dist\/http)\//.test(f) || f.endsWith('.map'))).toEqual([]);
+  });
+
+  it('npm pack of the application package (cellgate) ships the client and middleware with their types, no server, no dependency and no install script', () => {
+    const { files, manifest } = packed('packages/cellgate');
+    expect(manifest.name).toBe('cellgate');
+    for (const f of ['dist/client/index.js', 'dist/client/index.d.ts', 'dist/http/express.d.ts', 'dist/http/fastify.js', 'dist/http/node.js', 'dist/http/express-rate-limit.js', 'README.md', 'LICENSE', 'package.json']) expect(files).toContain(f);
+    expect(files.filter((f) => !/^dist\/(client|http)\/[\w.-]+\.(js|d\.ts)$/.test(f) && !['README.md', 'LICENSE', 'package.json'].includes(f))).toEqual([]);
+    expect(manifest.dependencies).toBeUndefined();
+    expect(Object.keys(manifest.scripts as object).filter((s) => /^(pre|post)?(install|prepare)$/.test(s))).toEqual([]);
+    // Released together: one version for both packages, and the same license text.
+    expect(manifest.version).toBe((JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { version: string }).version);
+    expect(readFileSync(join(ROOT, 'packages/cellgate/LICENSE'), 'utf8')).toBe(readFileSync(join(ROOT, 'LICENSE'), 'utf8'));
   });
 });

@@ -1,8 +1,9 @@
 /**
- * The package as a user gets it: `npm pack`, the tarball installed into a project of its own (its
- * dependencies from the npm registry or npm's cache), then imported by name as ESM, with require()
- * (CommonJS), and from TypeScript with moduleResolution node10 (typesVersions), node16 and bundler
- * (exports). No server is needed: importing must not start one.
+ * The application package as a user gets it: `npm pack` of packages/cellgate, the tarball installed
+ * into a project of its own, then imported by name as ESM, with require() (CommonJS), and from
+ * TypeScript with moduleResolution node10 (typesVersions), node16 and bundler (exports). It brings
+ * nothing else into the project (no server dependency: grpc-js, protobufjs, yaml), and no server is
+ * needed: importing must not start one.
  */
 import { spawnSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
@@ -24,8 +25,8 @@ function run(command: string, args: string[], cwd: string): string {
 
 beforeAll(() => {
   dir = mkdtempSync(join(tmpdir(), 'cellgate-pack-'));
-  // dist/ is what `npm run build` made (the test run builds first); prepare would build it again.
-  run('npm', ['pack', '--pack-destination', dir, '--ignore-scripts', '--silent'], ROOT);
+  // dist/ is what `npm run build:packages` made (the test run builds first); prepack would build it again.
+  run('npm', ['pack', '--pack-destination', dir, '--ignore-scripts', '--silent'], join(ROOT, 'packages', 'cellgate'));
   const tarball = readdirSync(dir).find((f) => f.endsWith('.tgz'))!;
   project = join(dir, 'app');
   mkdirSync(project);
@@ -37,6 +38,10 @@ afterAll(() => {
 });
 
 describe('the packed package, installed', () => {
+  it('installs alone: no dependency of its own', () => {
+    expect(readdirSync(join(project, 'node_modules')).filter((f) => !f.startsWith('.'))).toEqual(['cellgate']);
+  });
+
   it('imports as ESM: the client and the three middleware entry points', () => {
     writeFileSync(join(project, 'esm.mjs'), `
       import { CellgateClient, connect } from 'cellgate';
@@ -44,20 +49,22 @@ describe('the packed package, installed', () => {
       import { rateLimit } from 'cellgate/express';
       import { rateLimit as hook, cellgatePlugin } from 'cellgate/fastify';
       import { createRateLimiter } from 'cellgate/http';
-      console.log([typeof CellgateClient, typeof connect, typeof client.open, typeof rateLimit, typeof hook, typeof cellgatePlugin, typeof createRateLimiter].join(' '));
+      import { CellgateStore } from 'cellgate/express-rate-limit';
+      console.log([typeof CellgateClient, typeof connect, typeof client.open, typeof rateLimit, typeof hook, typeof cellgatePlugin, typeof createRateLimiter, typeof CellgateStore].join(' '));
     `);
-    expect(run(process.execPath, ['esm.mjs'], project).trim()).toBe('function function function function function function function');
+    expect(run(process.execPath, ['esm.mjs'], project).trim()).toBe('function function function function function function function function');
   });
 
   it('loads with require() (CommonJS)', () => {
     writeFileSync(join(project, 'cjs.cjs'), `
       const { CellgateClient } = require('cellgate/client');
       const { rateLimit } = require('cellgate/express');
-      console.log(typeof CellgateClient, typeof rateLimit);
+      const { CellgateStore } = require('cellgate/express-rate-limit');
+      console.log(typeof CellgateClient, typeof rateLimit, typeof CellgateStore);
     `);
     const r = spawnSync(process.execPath, ['--no-warnings', 'cjs.cjs'], { cwd: project, encoding: 'utf8' });
     expect(r.stderr).toBe('');
-    expect(r.stdout.trim()).toBe('function function');
+    expect(r.stdout.trim()).toBe('function function function');
   });
 
   for (const [module, moduleResolution] of [['commonjs', 'node10'], ['node16', 'node16'], ['esnext', 'bundler']] as const) {
@@ -71,13 +78,18 @@ describe('the packed package, installed', () => {
         import { rateLimit, type RateLimitInfo } from 'cellgate/express';
         import { createRateLimiter } from 'cellgate/http';
         import { cellgatePlugin } from 'cellgate/fastify';
+        import { CellgateStore } from 'cellgate/express-rate-limit';
+        const store = new CellgateStore({ client: 'redis://127.0.0.1:6379', prefix: 'api:' });
         const limiter = rateLimit({ client: 'redis://127.0.0.1:6379', policy: { limit: 10, periodMs: 10_000 } });
         const d: Decision | undefined = undefined;
         const info: RateLimitInfo | undefined = undefined;
         // A wrong option must not type-check: the types are really there, not 'any'.
         // @ts-expect-error periodMs is a number
         createRateLimiter({ client: 'redis://x', policy: { limit: 1, periodMs: '1s' } });
-        export { CellgateClient, limiter, d, info, cellgatePlugin };
+        // @ts-expect-error onUnavailable is one of three words
+        createRateLimiter({ client: 'redis://x', policy: { limit: 1, periodMs: 1 }, onUnavailable: 'maybe' });
+        const source: 'cellgate' | 'onUnavailable' | 'insurance' | undefined = (info as RateLimitInfo | undefined)?.source;
+        export { CellgateClient, limiter, d, info, cellgatePlugin, store, source };
       `);
       writeFileSync(join(sub, 'tsconfig.json'), JSON.stringify({
         compilerOptions: {
