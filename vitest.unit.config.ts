@@ -33,6 +33,7 @@ export default defineConfig({
       'test/rls/examples.test.ts',
       'test/build/commands-doc.test.ts',
       'test/backend/batch-units.test.ts',
+      'test/http/insurance.test.ts',
     ],
     testTimeout: 60_000,
     reporters: ['default', './test/helpers/summary-reporter.ts'],
