@@ -5,8 +5,9 @@
 //   PORT=3000 CELLGATE_URL=redis://127.0.0.1:6379 API_KEYS=key-a,key-b node examples/express/server.mjs
 //
 // CELLGATE_UNAVAILABLE: what to do when cellgate does not answer within CELLGATE_TIMEOUT_MS (default 50): `allow` (default)
-// lets requests through, `deny` answers 503. Inside this repository `cellgate/express` resolves to
-// the package itself (build it first: npm run build); elsewhere, install the package (README.md, "Install").
+// lets requests through, `deny` answers 503, `insurance` decides in this process until cellgate is back
+// (docs/middleware.md). Inside this repository `cellgate/express` is the workspace package packages/cellgate
+// (npm ci builds it); elsewhere, install the `cellgate` package (docs/middleware.md, "Install").
 // HOST (default 127.0.0.1) is the address it listens on: 0.0.0.0 in a container
 // (examples/replicas runs two of them, each with its own cellgate sidecar, sharing one limit).
 import { createHash } from 'node:crypto';
@@ -25,13 +26,14 @@ const limiter = rateLimit({
     const apiKey = req.get('x-api-key');
     return apiKey !== undefined && apiKeys.has(apiKey) ? `apikey:${createHash('sha256').update(apiKey).digest('hex').slice(0, 32)}` : defaultKey(req);
   },
-  onUnavailable: process.env.CELLGATE_UNAVAILABLE === 'deny' ? 'deny' : 'allow',
+  onUnavailable: process.env.CELLGATE_UNAVAILABLE ?? 'allow',
   timeoutMs: Number(process.env.CELLGATE_TIMEOUT_MS ?? 50),
 });
 
 const app = express();
 app.get('/api/hello', limiter, (req, res) => {
-  res.json({ hello: 'world', remaining: req.rateLimit?.remaining });
+  // req.rateLimit is set on every request the limiter did not skip, whoever decided (req.rateLimit.source).
+  res.json({ hello: 'world', remaining: req.rateLimit.remaining });
 });
 // How often cellgate was unreachable, for a metrics scraper.
 app.get('/stats', (req, res) => res.json({ ...limiter.stats, lastError: limiter.stats.lastError?.message }));

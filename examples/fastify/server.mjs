@@ -5,8 +5,9 @@
 //   PORT=3000 CELLGATE_URL=redis://127.0.0.1:6379 API_KEYS=key-a,key-b node examples/fastify/server.mjs
 //
 // CELLGATE_UNAVAILABLE: what to do when cellgate does not answer within CELLGATE_TIMEOUT_MS (default 50): `allow` (default)
-// lets requests through, `deny` answers 503. Inside this repository `cellgate/fastify` resolves to
-// the package itself (build it first: npm run build); elsewhere, install the package (README.md, "Install").
+// lets requests through, `deny` answers 503, `insurance` decides in this process until cellgate is back
+// (docs/middleware.md). Inside this repository `cellgate/fastify` is the workspace package packages/cellgate
+// (npm ci builds it); elsewhere, install the `cellgate` package (docs/middleware.md, "Install").
 import { createHash } from 'node:crypto';
 import Fastify from 'fastify';
 import { cellgatePlugin, defaultKey } from 'cellgate/fastify';
@@ -23,11 +24,12 @@ await app.register(cellgatePlugin, {
     const apiKey = request.headers['x-api-key'];
     return typeof apiKey === 'string' && apiKeys.has(apiKey) ? `apikey:${createHash('sha256').update(apiKey).digest('hex').slice(0, 32)}` : defaultKey(request);
   },
-  onUnavailable: process.env.CELLGATE_UNAVAILABLE === 'deny' ? 'deny' : 'allow',
+  onUnavailable: process.env.CELLGATE_UNAVAILABLE ?? 'allow',
   timeoutMs: Number(process.env.CELLGATE_TIMEOUT_MS ?? 50),
 });
 
-app.get('/api/hello', async (request) => ({ hello: 'world', remaining: request.rateLimit?.remaining }));
+// request.rateLimit is set on every request the limiter did not skip, whoever decided (request.rateLimit.source).
+app.get('/api/hello', async (request) => ({ hello: 'world', remaining: request.rateLimit.remaining }));
 // How often cellgate was unreachable, for a metrics scraper (not limited).
 app.get('/stats', { config: { rateLimit: false } }, async () => ({ ...app.cellgate.stats, lastError: app.cellgate.stats.lastError?.message }));
 

@@ -1,8 +1,9 @@
 /**
  * The Express and Fastify examples as a user runs them: real processes (cellgate, the example app)
  * and real HTTP requests. One API key gets 10 x 200 then 429s, another is unaffected; with cellgate
- * stopped the app keeps answering by its CELLGATE_UNAVAILABLE policy; when a cellgate comes back on
- * the same port the limits apply again.
+ * stopped the app keeps answering by its CELLGATE_UNAVAILABLE policy (allow: its handler still reads
+ * req.rateLimit; deny: 503; insurance: the limit kept in-process); when a cellgate comes back on the
+ * same port the limits apply again.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
@@ -29,7 +30,7 @@ async function cellgate(port: number): Promise<RunningServer> {
 }
 
 /** Starts an example with PORT=0 and returns its base URL once it says where it listens. */
-function example(framework: string, cellgatePort: number, unavailable: 'allow' | 'deny'): Promise<string> {
+function example(framework: string, cellgatePort: number, unavailable: 'allow' | 'deny' | 'insurance'): Promise<string> {
   const proc = spawn(process.execPath, [`examples/${framework}/server.mjs`], {
     cwd: ROOT,
     env: { ...process.env, PORT: '0', CELLGATE_URL: `redis://127.0.0.1:${cellgatePort}`, CELLGATE_UNAVAILABLE: unavailable, API_KEYS: 'warmup, key-a,key-b,key-c',
@@ -71,8 +72,10 @@ for (const framework of ['express', 'fastify']) {
       let cg = await cellgate(port);
       const allow = await example(framework, port, 'allow');
       const deny = await example(framework, port, 'deny');
+      const insured = await example(framework, port, 'insurance');
       await eventually(async () => (await hello(allow, 'warmup')).headers.get('ratelimit') !== null);
       await eventually(async () => (await hello(deny, 'warmup')).status === 200);
+      await eventually(async () => (await hello(insured, 'warmup')).headers.get('ratelimit') !== null);
 
       for (let i = 0; i < 10; i++) {
         const r = await hello(allow, 'key-a');
@@ -103,12 +106,22 @@ for (const framework of ['express', 'fastify']) {
         const a = await hello(allow, 'key-a'); // answered (by the policy), not hung, not 500
         expect(a.status).toBe(200);
         expect(a.headers.get('ratelimit')).toBeNull();
+        expect(await a.json()).toEqual({ hello: 'world', remaining: 10 }); // the quota: nothing is known of what was spent
         const d = await hello(deny, 'key-a');
         expect(d.status).toBe(503);
         expect(d.headers.get('content-type')).toMatch(/^application\/problem\+json/);
       }
       const stats = (await (await fetch(`${allow}/stats`)).json()) as { unavailable: number };
       expect(stats.unavailable).toBeGreaterThanOrEqual(5);
+      // insurance: the app itself keeps 10 per 10 s for each client while cellgate is away.
+      // (GCRA: one unit back per second, so a slow machine may see one more 200 per second elapsed.)
+      const started = Date.now();
+      const insured12 = await Promise.all(Array.from({ length: 12 }, () => hello(insured, 'key-d')));
+      const passed = insured12.filter((r) => r.status === 200).length;
+      expect(passed).toBeGreaterThanOrEqual(10);
+      expect(passed).toBeLessThanOrEqual(10 + Math.floor((Date.now() - started) / 1000));
+      expect(insured12.filter((r) => r.status === 429).length).toBe(12 - passed);
+      expect(((await (await fetch(`${insured}/stats`)).json()) as { insurance: number }).insurance).toBe(12);
 
       cg = await cellgate(port); // a fresh cellgate: empty keyspace, same port
       expect(await eventually(async () => (await hello(allow, 'key-c')).headers.get('ratelimit') !== null)).toBe(true);
