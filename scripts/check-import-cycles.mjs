@@ -3,7 +3,7 @@
  * Checks the runtime imports among the compiled modules (dist/, so type-only imports, which
  * TypeScript erases, do not count) and exits 1 on either fault:
  *   - an import cycle: modules that import each other, directly or through others;
- *   - a room imported from below: each top folder of src/ is a room (README.md, "Layout"), rooms
+ *   - a room imported from below: each top folder of src/ is a room (docs/development.md, "Layout"), rooms
  *     are ranked, and a module imports only its own room, lower rooms, and never a sibling room of
  *     the same rank.
  * A small script rather than madge or dependency-cruiser: the compiled ESM has one import form to
@@ -42,7 +42,7 @@ for (const file of files) {
  * its parts, which the commands use (the stats, memory, TLS, MULTI state, slow log...), below the
  * commands, and the server proper (every other module there: server, listeners, dispatch, gates,
  * cron, watch-release, client, ordered-replies, metrics, warmup), above them. A module
- * in no room (a new top-level file) is an error until it is given one here and in README.md.
+ * in no room (a new top-level file) is an error until it is given one here and in docs/development.md.
  */
 const RANKS = [
   ['base'],

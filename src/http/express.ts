@@ -1,6 +1,6 @@
 /**
  * `cellgate/express`: rate-limiting middleware for Express (4 and 5). Every option is described in
- * core.ts and README.md ("Use it").
+ * core.ts and docs/middleware.md.
  *
  *   app.use('/api', rateLimit({ client: 'redis://127.0.0.1:6379', policy: { limit: 10, periodMs: 10_000 } }));
  *

@@ -1,6 +1,6 @@
 /**
  * `cellgate/fastify`: rate limiting for Fastify, as a plugin or as an `onRequest` hook. Every option
- * is described in core.ts and README.md ("Use it").
+ * is described in core.ts and docs/middleware.md.
  *
  *   await app.register(cellgatePlugin, { client: 'redis://127.0.0.1:6379', policy: { limit: 10, periodMs: 10_000 } });
  *   app.get('/api/hello', { config: { rateLimit: { policy: { limit: 2, periodMs: 1000 } } } }, handler); // its own policy

@@ -5,7 +5,7 @@
  * because it keeps one timer per key and has no bound on keys, and this one must have both a bound
  * and cellgate's reply shape.
  *
- * What it is, and what it is not (docs: README.md and docs/middleware.md, "Insurance"):
+ * What it is, and what it is not (docs/middleware.md, "Insurance"):
  * - Every policy is decided as GCRA (cellgate's default algorithm) with the policy's limit, period
  *   and capacity: exact for a `gcra` policy; for the others the same long-run rate and the same
  *   largest burst, spread smoothly (a fixed window's whole quota is not available at a window's

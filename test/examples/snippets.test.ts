@@ -1,5 +1,6 @@
 /**
- * The JavaScript code blocks of README.md, docs/*.md and examples/*\/README.md, run as they are
+ * The JavaScript code blocks of README.md, docs/*.md, examples/*\/README.md and packages/*\/README.md
+ * (the npm page of each package), run as they are
  * against a real cellgate, so the documentation cannot drift from the package: each block is an ES
  * module run by node from the repository (where `cellgate/*` resolves to the package itself), with
  * two substitutions only: the cellgate address `127.0.0.1:6379` becomes the test server's, and a
@@ -20,7 +21,9 @@ const MARK = '[snippet] top-level code done';
 
 function docs(): string[] {
   const files = ['README.md', ...readdirSync(join(ROOT, 'docs')).filter((f) => f.endsWith('.md')).map((f) => `docs/${f}`)];
-  for (const d of readdirSync(join(ROOT, 'examples'))) if (existsSync(join(ROOT, 'examples', d, 'README.md'))) files.push(`examples/${d}/README.md`);
+  for (const folder of ['examples', 'packages']) {
+    for (const d of readdirSync(join(ROOT, folder))) if (existsSync(join(ROOT, folder, d, 'README.md'))) files.push(`${folder}/${d}/README.md`);
+  }
   return files;
 }
 
@@ -76,8 +79,12 @@ function run(code: string): Promise<{ code: number | null; signal: string | null
 
 describe('documentation snippets', () => {
   const found = blocks();
-  it('finds the README snippets (the middleware, a checked API key, the client)', () => {
-    expect(found.filter((b) => b.where.startsWith('README.md')).length).toBeGreaterThanOrEqual(3);
+  it('finds the snippets: the README\'s Express app, the middleware guide (a checked API key, insurance, the express-rate-limit store), the client, the package\'s page', () => {
+    const count = (file: string) => found.filter((b) => b.where.startsWith(`${file}:`)).length;
+    expect(count('README.md')).toBeGreaterThanOrEqual(1);
+    expect(count('docs/middleware.md')).toBeGreaterThanOrEqual(4);
+    expect(count('docs/client.md')).toBeGreaterThanOrEqual(1);
+    expect(count('packages/cellgate/README.md')).toBeGreaterThanOrEqual(1);
   });
   for (const { where, code } of found) {
     it(`${where} runs as it is and ends by itself`, async () => {
