@@ -17,7 +17,7 @@
 import type { IncomingHttpHeaders } from 'node:http';
 import { createLimiter, newStats, settleWhenDone, shareClient, type LimiterStats, type ResponseEvents, type RateLimitInfo, type RateLimitOptions, type RequestLike, type SharedClient } from './core.js';
 
-export { defaultKey, ipKey, type Policy, type RateLimitOptions, type LimiterStats, type ProblemDetails, type RateLimitInfo, type PolicyState, type HeaderDraft } from './core.js';
+export { defaultKey, ipKey, type Policy, type RateLimitOptions, type LimiterStats, type ProblemDetails, type RateLimitInfo, type PolicyState, type HeaderDraft, type DecisionSource } from './core.js';
 
 /** What the hook uses of Fastify's request and reply (kept structural: no type dependency on fastify). */
 export interface FastifyRequestLike extends RequestLike {
