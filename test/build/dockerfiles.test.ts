@@ -138,7 +138,8 @@ describe('every image, its stages laid out from the files its Dockerfile copies'
   it('each builds: `npm run build` ran in the files its stage copied', () => {
     expect([...images.keys()].sort()).toEqual([...DOCKERFILES].sort());
     expect(holds(images.get('Dockerfile')!, '/app/dist/main.js')).toBe(true);
-    expect(holds(images.get('examples/replicas/app.Dockerfile')!, '/app/dist/http/express.js')).toBe(true);
+    // The application package, built in the image: the app resolves `cellgate/express` to it.
+    expect(holds(images.get('examples/replicas/app.Dockerfile')!, '/app/packages/cellgate/dist/http/express.js')).toBe(true);
   });
 
   it("a build that reads a file its stage did not copy fails at that step: the ignore file that broke the image", async () => {

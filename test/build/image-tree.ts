@@ -6,9 +6,11 @@
  * but the Dockerfile never copies (or the context leaves out) fails the build here as in Docker.
  *
  * RUN steps this knows (split on `&&`):
- * - `npm ci` / `npm install`: the dependencies. Not reinstalled from the registry: the stage's
- *   node_modules links to the repository's (the dependencies are the lockfile's either way; what is
- *   checked is the stage's own files). Requires package.json and package-lock.json in the stage.
+ * - `npm ci` / `npm install`: the dependencies. Not reinstalled from the registry: each entry of the
+ *   stage's node_modules links to the repository's (the dependencies are the lockfile's either way;
+ *   what is checked is the stage's own files), except the workspace packages (packages/*), which npm
+ *   links to the stage's own copy when the stage has it and leaves out when it has not. Requires
+ *   package.json and package-lock.json in the stage.
  * - `npm run <script>`: run as written, in the stage's working directory.
  * - `npm prune`, `mkdir`, `chown`, `chmod`: skipped (they read nothing from the context; prune would
  *   prune the shared node_modules).
@@ -124,7 +126,7 @@ async function runStep(stage: BuiltStage, input: BuildInput, step: string, line:
     for (const f of ['package.json', 'package-lock.json']) {
       if (!existsSync(join(cwd, f))) throw new Error(`Dockerfile line ${line}: ${step}: no ${f} in ${stage.workdir}`);
     }
-    if (!existsSync(join(cwd, 'node_modules'))) symlinkSync(input.nodeModules, join(cwd, 'node_modules'));
+    if (!existsSync(join(cwd, 'node_modules'))) linkDependencies(input.nodeModules, cwd);
     return;
   }
   const script = /^npm run (\S+)$/.exec(step);
@@ -147,6 +149,24 @@ async function runStep(stage: BuiltStage, input: BuildInput, step: string, line:
   }
   if (/^(npm prune|mkdir|chown|chmod)(\s|$)/.test(step)) return;
   throw new Error(`Dockerfile line ${line}: RUN ${step}: test/build/image-tree.ts does not know what this reads; teach it`);
+}
+
+/**
+ * The stage's node_modules as npm ci would make it from the same lockfile: the repository's installed
+ * packages, and its workspace links (node_modules/<name> -> ../packages/<dir>) pointed at the stage's
+ * own packages/<dir>, so that an app in the image resolves the package the image built, never the
+ * repository's.
+ */
+function linkDependencies(repoModules: string, cwd: string): void {
+  const target = join(cwd, 'node_modules');
+  mkdirSync(target);
+  for (const name of readdirSync(repoModules)) {
+    const from = join(repoModules, name);
+    const link = lstatSync(from).isSymbolicLink() ? readlinkSync(from) : null;
+    const workspace = link === null ? null : /^\.\.\/packages\/([^/]+)$/.exec(link);
+    if (workspace === null) symlinkSync(from, join(target, name));
+    else if (existsSync(join(cwd, 'packages', workspace[1], 'package.json'))) symlinkSync(join('..', 'packages', workspace[1]), join(target, name));
+  }
 }
 
 /** The JSON or shell form of ENTRYPOINT/CMD as an argument list. */
