@@ -2,7 +2,7 @@
  * The JavaScript code blocks of README.md, docs/*.md, examples/*\/README.md and packages/*\/README.md
  * (the npm page of each package), run as they are
  * against a real cellgate, so the documentation cannot drift from the package: each block is an ES
- * module run by node from the repository (where `cellgate/*` resolves to the package itself), with
+ * module run by node from the repository (where `cellgate/*` resolves to the workspace package packages/cellgate), with
  * two substitutions only: the cellgate address `127.0.0.1:6379` becomes the test server's, and a
  * `listen(3000` a free port. A block must finish its top-level code without an error, print nothing
  * on stderr, and end by itself; a block that serves (it handles SIGTERM) gets a SIGTERM once its
