@@ -40,6 +40,7 @@ import { APPENDONLY_WITH_BACKEND, Server } from './server/server.js';
 import { VERSION } from './version.js';
 import { warmUp, WARMUP_ROUNDS } from './server/warmup.js';
 import { metricsExtensions } from './server/metrics.js';
+import { infoExtensions } from './commands/info.js';
 import { OOM_MESSAGE } from './server/memory.js';
 import { RlsRuntime } from './rls/index.js';
 import { StoreDecider } from './rls/store-decider.js';
@@ -189,6 +190,7 @@ async function main(argv: string[]): Promise<void> {
       commit: () => server.journal.commit(),
     }, new StoreDecider(() => server.limiterStore));
     metricsExtensions.push(runtime);
+    infoExtensions.push({ name: 'rls', title: 'Rls', rows: () => runtime.infoRows() });
     try {
       await runtime.start();
     } catch (e) {

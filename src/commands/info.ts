@@ -203,17 +203,27 @@ const TITLES: Record<string, string> = {
 const DEFAULT = ['server', 'clients', 'memory', 'persistence', 'stats', 'replication', 'cpu', 'errorstats', 'cluster', 'limiter', 'backend', 'keyspace'];
 const ALL = [...DEFAULT.slice(0, -1), 'commandstats', 'keyspace'];
 
+/** A section of a room above the commands (the rate limit service's `rls`, src/rls): main.ts registers it at start. */
+export interface InfoExtension {
+  name: string;
+  title: string;
+  rows(): [string, string | number][];
+}
+export const infoExtensions: InfoExtension[] = [];
+
 /** Builds the INFO text for the requested sections (Redis's `default`, `all`, `everything` too). */
 export function infoText(server: CommandServer, nowUs: number, requested: string[]): string {
   let names: string[];
+  const every = requested.length === 0 || requested.includes('default') || requested.includes('all') || requested.includes('everything');
   if (requested.length === 0 || requested.includes('default')) names = DEFAULT;
   else if (requested.includes('all') || requested.includes('everything')) names = ALL;
   else names = ALL.filter((n) => requested.includes(n));
   const parts: string[] = [];
-  for (const name of names) {
-    const rows = SECTIONS[name](server, nowUs);
-    parts.push(`# ${TITLES[name]}\r\n` + rows.map(([k, v]) => `${k}:${v}\r\n`).join(''));
-  }
+  const section = (title: string, rows: [string, string | number][]): void => {
+    parts.push(`# ${title}\r\n` + rows.map(([k, v]) => `${k}:${v}\r\n`).join(''));
+  };
+  for (const name of names) section(TITLES[name], SECTIONS[name](server, nowUs));
+  for (const x of infoExtensions) if (every || requested.includes(x.name)) section(x.title, x.rows());
   return parts.join('\r\n');
 }
 

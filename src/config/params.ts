@@ -120,6 +120,19 @@ export const DEFS: ConfigDef[] = [
   { name: 'rls-key-prefix', kind: { type: 'string' }, default: '', mutable: false, help: 'prefix of the rate limit service\'s cache keys (envoyproxy/ratelimit\'s CACHE_KEY_PREFIX)' },
   { name: 'rls-max-message-bytes', kind: { type: 'memory', min: 4096 }, default: '1048576', mutable: false, help: 'largest gRPC request message the rate limit service accepts' },
   { name: 'rls-max-connections', kind: { type: 'int', min: 1, max: 1_000_000 }, default: '1024', mutable: false, help: 'most gRPC connections open at once; a new one beyond it is closed' },
+  { name: 'rls-force-start', kind: { type: 'bool' }, default: 'no', mutable: false, help: 'count the rate limit service as ready (/readyz, /healthcheck, gRPC health) before a first configuration has loaded; calls are refused until one has (envoyproxy/ratelimit\'s FORCE_START_WITHOUT_INITIAL_CONFIG)' },
+  // The xDS client of the rate limit service (docs/envoy.md, "Configuration over xDS"), as envoyproxy/ratelimit's CONFIG_GRPC_XDS_*.
+  { name: 'rls-xds-server', kind: { type: 'string' }, default: '', mutable: false, help: 'host:port of an xDS management server that pushes the rate limit configuration (state of the world over ADS; empty = none). Never together with rls-config' },
+  { name: 'rls-xds-node-id', kind: { type: 'string' }, default: 'default', mutable: false, help: 'the node id cellgate subscribes with (the xDS server picks the configuration by it)' },
+  { name: 'rls-xds-node-metadata', kind: { type: 'string' }, default: '', mutable: false, help: 'the node\'s metadata, key=value pairs separated by commas (a pair without = is ignored, as envoyproxy/ratelimit does)' },
+  { name: 'rls-xds-tls', kind: { type: 'bool' }, default: 'no', mutable: false, help: 'reach the xDS server over TLS' },
+  { name: 'rls-xds-tls-cert-file', kind: { type: 'string' }, default: '', mutable: false, help: 'client certificate for the xDS server (PEM), re-read when the file changes' },
+  { name: 'rls-xds-tls-key-file', kind: { type: 'string' }, default: '', mutable: false, help: 'its private key (PEM), re-read when the file changes' },
+  { name: 'rls-xds-tls-ca-cert-file', kind: { type: 'string' }, default: '', mutable: false, help: 'CA certificates that sign the xDS server\'s certificate, trusted besides the system\'s (PEM), re-read when the file changes' },
+  { name: 'rls-xds-tls-server-name', kind: { type: 'string' }, default: '', mutable: false, help: 'the name the xDS server\'s certificate must carry (empty = the host of rls-xds-server)' },
+  { name: 'rls-xds-retry-ms', kind: { type: 'int', min: 10, max: 600_000 }, default: '3000', mutable: false, help: 'milliseconds before reconnecting to the xDS server; doubled after each stream that broke within 30 s, up to 60 s' },
+  { name: 'rls-xds-max-message-bytes', kind: { type: 'memory', min: 4096 }, default: '4194304', mutable: false, help: 'largest message accepted from the xDS server; a larger one breaks the stream (logged) and the configuration in force stays' },
+  { name: 'rls-xds-first-response-ms', kind: { type: 'int', min: 100, max: 3_600_000 }, default: '30000', mutable: false, help: 'milliseconds the xDS server has to send its first response on a new stream before it is logged and the stream opened again' },
 ];
 
 export const BY_NAME = new Map(DEFS.map((d) => [d.name, d]));

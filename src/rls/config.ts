@@ -11,7 +11,7 @@
  */
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { isMap, isScalar, isSeq, parseDocument, type Node as YamlNode } from 'yaml';
+import { Document, isMap, isScalar, isSeq, parseDocument, type Node as YamlNode } from 'yaml';
 import { ParamsProblem, type Algorithm } from '../limiters/algorithm.js';
 import { newGcraMsParams } from '../limiters/gcra-ms.js';
 import { MAX_SCALED } from '../limiters/rate-decision.js';
@@ -249,6 +249,40 @@ export function loadRlsConfig(files: { name: string; text: string }[]): RlsConfi
   return config;
 }
 
+/** One domain, validated: what one file (or one pushed resource) holds. */
+export interface RlsDomain {
+  domain: string;
+  /** The file (or resource) it came from, for messages and logs. */
+  source: string;
+  root: DescriptorNode;
+}
+
+/**
+ * One domain's document as a plain value (`{ domain, descriptors: [...] }`, the tree a YAML file
+ * decodes to), for a configuration that arrives already decoded (xDS, src/rls/xds/): it passes
+ * exactly the checks a file passes. Throws RlsConfigError naming `source`.
+ */
+export function rlsDomainFromValue(source: string, value: unknown): RlsDomain {
+  const one = new RlsConfig();
+  new FileLoader(source, one).loadContents(new Document(value, { version: '1.1' }).contents);
+  const [[domain, root]] = one.domains;
+  return { domain, source, root };
+}
+
+/**
+ * The configuration the service uses, from the domains of one source (a directory, or one
+ * subscription): a domain given twice is refused, as envoyproxy/ratelimit refuses it.
+ */
+export function rlsConfigOf(domains: readonly RlsDomain[]): RlsConfig {
+  const config = new RlsConfig();
+  for (const d of domains) {
+    if (config.domains.has(d.domain)) throw new RlsConfigError(`${d.source}: duplicate domain '${d.domain}' in config file (at domain)`);
+    config.domains.set(d.domain, d.root);
+  }
+  config.files = domains.map((d) => d.source);
+  return config;
+}
+
 /** A YAML mapping's entries as [key, value node]; keys that are not strings are refused by validateKeys first. */
 type Fields = Map<string, unknown>;
 
@@ -266,7 +300,10 @@ class FileLoader {
     // YAML 1.1, as envoyproxy/ratelimit's parser (yaml.v2): yes/no/on/off are booleans.
     const doc = parseDocument(text, { version: '1.1', uniqueKeys: true, prettyErrors: false });
     if (doc.errors.length > 0) this.fail(`error loading config file: ${doc.errors[0].message.split('\n')[0]}`, '');
-    const contents = doc.contents;
+    this.loadContents(doc.contents);
+  }
+
+  loadContents(contents: unknown): void {
     if (contents === null || (isScalar(contents) && (contents.value === null || contents.value === ''))) {
       this.fail('config file cannot have empty domain', '');
     }

@@ -15,6 +15,7 @@ import type { RlsDecider } from './decider.js';
 import { RlsGrpcServer } from './grpc.js';
 import { JsonRequestError, parseJsonRequest, responseJson } from './json.js';
 import { RlsService } from './service.js';
+import { XdsSource, xdsRefusal, xdsWanted } from './xds/source.js';
 
 /** What the service needs of the server. */
 export interface RlsHost {
@@ -39,6 +40,8 @@ export class RlsRuntime {
   private watcher: FSWatcher | null = null;
   private debounce: NodeJS.Timeout | null = null;
   readonly dir: string;
+  /** The configuration's source when it is an xDS server instead of rls-config (src/rls/xds/). */
+  xds: XdsSource | null = null;
 
   constructor(
     private readonly host: RlsHost,
@@ -50,24 +53,23 @@ export class RlsRuntime {
 
   /** Whether the configuration asks for the service at all. */
   static wanted(config: Config): boolean {
-    return config.int('rls-port') > 0 || config.get('rls-config') !== '';
+    return config.int('rls-port') > 0 || config.get('rls-config') !== '' || xdsWanted(config);
   }
 
   /** Start-up: a problem that should stop the start, or null. */
   static refusal(config: Config): string | null {
-    if (config.int('rls-port') > 0 && config.get('rls-config') === '') return 'rls-port is set but rls-config is not: name the directory of the rate limit configuration files';
+    const xds = xdsRefusal(config);
+    if (xds !== null) return xds;
+    if (config.int('rls-port') > 0 && config.get('rls-config') === '' && !xdsWanted(config)) {
+      return 'rls-port is set but neither rls-config nor rls-xds-server is: name the directory of the rate limit configuration files, or the xDS server that pushes it';
+    }
     return null;
   }
 
   /** Loads the configuration and watches its directory; listens when rls-port is set. Throws when the port cannot be opened. */
   async start(): Promise<void> {
-    this.reload('start');
-    try {
-      this.watcher = watch(this.dir, { persistent: false }, () => this.changed());
-      this.watcher.on('error', (e) => this.host.log.warning(`rls-config: watching ${this.dir} failed (${e.message}); SIGHUP still reloads`, { dir: this.dir }));
-    } catch (e) {
-      this.host.log.warning(`rls-config: cannot watch ${this.dir} (${(e as NodeJS.ErrnoException).code ?? (e as Error).message}); changes are read on SIGHUP only`, { dir: this.dir });
-    }
+    if (xdsWanted(this.host.config)) await this.startXds();
+    else this.startFiles();
     const port = this.host.config.int('rls-port');
     if (port === 0) return;
     const grpc = new RlsGrpcServer(this.host.config, this.service, {
@@ -78,6 +80,32 @@ export class RlsRuntime {
     await grpc.listen(bind.split(/\s+/), port);
     this.grpc = grpc;
     this.host.log.notice(`rate limit service (gRPC) listening on port ${grpc.port}`, { rls_port: grpc.port, bind });
+  }
+
+  /** The configuration pushed by an xDS server: installed as a loaded set of files is. */
+  private async startXds(): Promise<void> {
+    const stats = this.service.stats;
+    this.xds = new XdsSource(this.host.config, {
+      log: this.host.log,
+      tasks: this.host.tasks,
+      install: (config, from) => {
+        this.service.config = config;
+        stats.configLoadSuccess++;
+        this.host.log.notice(`rls configuration applied: ${from}, ${config.domains.size} domain(s)`, { domains: [...config.domains.keys()], source: from });
+      },
+      refused: () => stats.configLoadError++,
+    });
+    await this.xds.start();
+  }
+
+  private startFiles(): void {
+    this.reload('start');
+    try {
+      this.watcher = watch(this.dir, { persistent: false }, () => this.changed());
+      this.watcher.on('error', (e) => this.host.log.warning(`rls-config: watching ${this.dir} failed (${e.message}); SIGHUP still reloads`, { dir: this.dir }));
+    } catch (e) {
+      this.host.log.warning(`rls-config: cannot watch ${this.dir} (${(e as NodeJS.ErrnoException).code ?? (e as Error).message}); changes are read on SIGHUP only`, { dir: this.dir });
+    }
   }
 
   private changed(): void {
@@ -93,6 +121,10 @@ export class RlsRuntime {
    * the one they started with); a bad one is logged and counted, and the old configuration stays.
    */
   reload(why: string): boolean {
+    if (this.xds !== null) {
+      this.host.log.notice(`${why}: the rate limit configuration comes from the xDS server ${this.xds.settings.server}; nothing to reload`);
+      return false;
+    }
     const stats = this.service.stats;
     try {
       const config = loadRlsConfigDir(this.dir);
@@ -117,7 +149,18 @@ export class RlsRuntime {
 
   /** Readiness (/readyz): not until a configuration loaded. */
   notReadyReason(): string | null {
-    return this.service.config === null ? `no rate limit configuration loaded from rls-config '${this.dir}'` : null;
+    if (this.service.config !== null || this.host.config.bool('rls-force-start')) return null;
+    if (this.xds !== null) return this.xds.waitingReason();
+    return `no rate limit configuration loaded from rls-config '${this.dir}'`;
+  }
+
+  /** INFO's rls section: where the configuration comes from, and the xDS client's state. */
+  infoRows(): [string, string | number][] {
+    return [
+      ['rls_config_source', this.xds !== null ? 'xds' : 'files'],
+      ['rls_config_loaded', this.service.config === null ? 0 : 1],
+      ...(this.xds?.infoRows() ?? []),
+    ];
   }
 
   /** Answers `POST /json` (true), or leaves the request to the metrics port (false). */
@@ -204,6 +247,7 @@ export class RlsRuntime {
       out.push('# HELP cellgate_rls_refused_connections_total gRPC connections closed by the server: rls-max-connections were open, or the peer did not speak HTTP/2.\n# TYPE cellgate_rls_refused_connections_total counter\n');
       out.push(`cellgate_rls_refused_connections_total{reason="max_connections"} ${this.grpc.refusedConnections}\ncellgate_rls_refused_connections_total{reason="not_http2"} ${this.grpc.notHttp2}\n`);
     }
+    if (this.xds !== null) out.push(this.xds.metricsText());
     out.push(`# HELP cellgate_rls_config_loaded Whether a rate limit configuration is in force.\n# TYPE cellgate_rls_config_loaded gauge\ncellgate_rls_config_loaded ${this.service.config === null ? 0 : 1}\n`);
     return out.join('');
   }
@@ -211,6 +255,7 @@ export class RlsRuntime {
   close(): void {
     if (this.debounce !== null) clearTimeout(this.debounce);
     this.watcher?.close();
+    this.xds?.close();
     this.grpc?.close();
   }
 }
