@@ -113,8 +113,9 @@ export class XdsTestServer {
     for (const s of this.streams) s.call.write(bytes);
   }
 
-  /** A response with any fields, to every open stream, bypassing the snapshot. */
+  /** A response with any fields, to every open stream; the test takes over from the snapshot (cleared). */
   sendResponse(fields: Record<string, unknown>): string {
+    this.snapshot = null;
     const nonce = `n${++this.nonce}`;
     for (const s of this.streams) s.call.write({ type_url: TYPE_URL, nonce, ...fields });
     return nonce;

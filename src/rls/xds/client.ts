@@ -13,12 +13,12 @@
  * ends the stream (grpc-js refuses it before decoding); a message that does not decode ends it too
  * (its nonce cannot be read to NACK it); resources are bounded in resources.ts; a stream that sends
  * nothing within rls-xds-first-response-ms is logged and opened again; streams that break soon
- * after they open (a flapping server) reconnect after a doubling delay; handling a response takes at
- * most half of the event loop (the stream pauses for as long as the handling took). Nothing a server
+ * after they open (a flapping server) reconnect after a doubling delay; responses are validated one
+ * at a time off the event loop (validation.ts), the stream paused meanwhile. Nothing a server
  * sends ends the process: every outcome is a state in XdsStatus (INFO, metrics, /readyz, the log).
  */
 import * as grpc from '@grpc/grpc-js';
-import { RlsConfigError } from '../config.js';
+import { RlsConfigError, type RlsConfig } from '../config.js';
 import { ADS_METHOD, decodeDiscoveryResponse, encodeDiscoveryRequest, RATE_LIMIT_CONFIG_TYPE, type AnyMessage, type DiscoveryRequest } from './protos.js';
 import { XdsResourceError } from './resources.js';
 
@@ -28,8 +28,6 @@ export const STABLE_STREAM_MS = 30_000;
 export const MAX_BACKOFF_MS = 60_000;
 /** error_detail's code in a NACK: the resource is invalid. */
 const INVALID_ARGUMENT = 3;
-/** Handling shorter than this does not pause the stream. */
-const PACING_THRESHOLD_MS = 5;
 
 export interface XdsClientSettings {
   /** host:port. */
@@ -73,11 +71,10 @@ export class XdsStatus {
 }
 
 export interface XdsClientHandlers {
-  /**
-   * Makes the response's resources the configuration in force; throws XdsResourceError or
-   * RlsConfigError (the NACK's reason) to refuse them, the configuration in force staying.
-   */
-  apply(resources: AnyMessage[], version: string): void;
+  /** The configuration the response's resources make; rejects with XdsResourceError or RlsConfigError (the NACK's reason). */
+  validate(resources: AnyMessage[]): Promise<RlsConfig>;
+  /** Puts it in force (it is then ACKed). */
+  install(config: RlsConfig, version: string): void;
   credentials(): grpc.ChannelCredentials;
   log: { notice(msg: string, fields?: Record<string, unknown>): void; warning(msg: string, fields?: Record<string, unknown>): void };
   /** An unexpected exception (a bug): logged and counted by the server's task guard. */
@@ -204,7 +201,6 @@ export class XdsClient {
   }
 
   private onResponse(stream: Stream, bytes: Buffer): void {
-    const startedMs = performance.now();
     if (stream.firstResponseTimer !== null) {
       clearTimeout(stream.firstResponseTimer);
       stream.firstResponseTimer = null;
@@ -220,42 +216,43 @@ export class XdsClient {
       return;
     }
     const version = response.version_info;
-    let refusal: string | null = null;
     if (response.type_url !== RATE_LIMIT_CONFIG_TYPE) {
-      refusal = `type_url "${response.type_url}" was not subscribed to (only "${RATE_LIMIT_CONFIG_TYPE}")`;
-    } else {
-      try {
-        this.handlers.apply(response.resources, version);
-      } catch (e) {
-        if (!(e instanceof XdsResourceError || e instanceof RlsConfigError)) {
+      this.nack(stream, version, response.nonce, `type_url "${response.type_url}" was not subscribed to (only "${RATE_LIMIT_CONFIG_TYPE}")`);
+      return;
+    }
+    // One response at a time: the stream delivers nothing more until this one is answered.
+    stream.call.pause();
+    this.handlers.validate(response.resources).then(
+      (config) => this.guard(stream, () => {
+        this.handlers.install(config, version);
+        const st = this.status;
+        st.acks++;
+        st.ackedVersion = version;
+        st.ackedAtMs = Date.now();
+        this.send(stream, { version_info: version, response_nonce: response.nonce });
+      }),
+      (e: unknown) => this.guard(stream, () => {
+        if (e instanceof XdsResourceError || e instanceof RlsConfigError) this.nack(stream, version, response.nonce, e.message);
+        else {
           this.handlers.failed('xDS configuration', e);
-          refusal = `internal error: ${(e as Error).message}`;
-        } else refusal = e.message;
-      }
-    }
+          this.nack(stream, version, response.nonce, `internal error: ${(e as Error).message}`);
+        }
+      }),
+    ).finally(() => {
+      if (stream.generation === this.generation) stream.call.resume();
+    });
+  }
+
+  /** Refuses a response: the version in force, its nonce, the reason; the configuration in force stays. */
+  private nack(stream: Stream, version: string, nonce: string, reason: string): void {
     const st = this.status;
-    if (refusal === null) {
-      st.acks++;
-      st.ackedVersion = version;
-      st.ackedAtMs = Date.now();
-      this.send(stream, { version_info: version, response_nonce: response.nonce });
-    } else {
-      st.nacks++;
-      st.lastNackVersion = version;
-      st.lastNackReason = refusal;
-      this.send(stream, { version_info: st.ackedVersion, response_nonce: response.nonce, error_detail: { code: INVALID_ARGUMENT, message: refusal } });
-      this.handlers.log.warning(`xDS: configuration version '${version}' refused (NACK): ${refusal}; ${st.acks > 0 ? `version '${st.ackedVersion}' stays in force` : 'no configuration is in force yet'}`, {
-        xds_server: this.settings.server, version, nonce: response.nonce, error: refusal,
-      });
-    }
-    // Pacing: a server that pushes without pause gets at most half of the event loop.
-    const tookMs = performance.now() - startedMs;
-    if (tookMs > PACING_THRESHOLD_MS) {
-      stream.call.pause();
-      setTimeout(() => {
-        if (stream.generation === this.generation) stream.call.resume();
-      }, Math.ceil(tookMs)).unref();
-    }
+    st.nacks++;
+    st.lastNackVersion = version;
+    st.lastNackReason = reason;
+    this.send(stream, { version_info: st.ackedVersion, response_nonce: nonce, error_detail: { code: INVALID_ARGUMENT, message: reason } });
+    this.handlers.log.warning(`xDS: configuration version '${version}' refused (NACK): ${reason}; ${st.acks > 0 ? `version '${st.ackedVersion}' stays in force` : 'no configuration is in force yet'}`, {
+      xds_server: this.settings.server, version, nonce, error: reason,
+    });
   }
 
   private noFirstResponse(stream: Stream): void {

@@ -14,7 +14,7 @@
  * MAX_DESCRIPTORS descriptors in all, nested at most MAX_DEPTH deep; every walk here is linear in
  * the message.
  */
-import { RlsConfigError, rlsConfigOf, rlsDomainFromValue, type RlsConfig } from '../config.js';
+import { RlsConfigError, rlsDomainFromValue, type RlsDomain } from '../config.js';
 import { decodeRateLimitConfig, RATE_LIMIT_CONFIG_TYPE, type AnyMessage, type RateLimitDescriptorMessage, type StructMessage, type StructValue } from './protos.js';
 
 export const MAX_RESOURCES = 1000;
@@ -28,15 +28,20 @@ const POLICY_FIELDS = new Set(['unit', 'requests_per_unit', 'unlimited', 'name',
 /** Resources refused before (or besides) the loader's checks; RlsConfigError for the loader's. */
 export class XdsResourceError extends Error {}
 
-/**
- * The configuration the resources make, every resource one domain (a domain given twice is
- * refused, as envoyproxy/ratelimit's loader refuses it). Throws XdsResourceError or RlsConfigError,
- * whose message names the resource and the place in it.
- */
-export function configFromResources(resources: readonly AnyMessage[]): RlsConfig {
+/** The count bound, checked before anything is decoded. */
+export function checkResourceCount(resources: readonly AnyMessage[]): void {
   if (resources.length > MAX_RESOURCES) throw new XdsResourceError(`${resources.length} resources in one response, more than ${MAX_RESOURCES}`);
+}
+
+/**
+ * The domains the resources make, each validated as a file is (validation.ts runs this in a worker
+ * thread; rlsConfigOf then makes them one configuration). Throws XdsResourceError or
+ * RlsConfigError, whose message names the resource and the place in it.
+ */
+export function domainsFromResources(resources: readonly AnyMessage[]): RlsDomain[] {
+  checkResourceCount(resources);
   const budget = { descriptors: 0 };
-  const domains = resources.map((resource, i) => {
+  return resources.map((resource, i) => {
     if (resource.type_url !== RATE_LIMIT_CONFIG_TYPE) {
       throw new XdsResourceError(`resources[${i}]: mismatched message type: got "${resource.type_url}" want "${RATE_LIMIT_CONFIG_TYPE}"`);
     }
@@ -50,7 +55,6 @@ export function configFromResources(resources: readonly AnyMessage[]): RlsConfig
     const document = new DocumentBuilder(source, budget).document(message.domain, message.descriptors);
     return rlsDomainFromValue(source, document);
   });
-  return rlsConfigOf(domains);
 }
 
 /** A message's fields as the document a YAML file holds: defaults left out, as a file leaves them out. */

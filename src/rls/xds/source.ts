@@ -15,7 +15,7 @@ import type { RlsConfig } from '../config.js';
 import { parseNodeMetadata, XdsClient, type XdsClientSettings } from './client.js';
 import { XdsCredentials } from './credentials.js';
 import { loadXdsProtos } from './protos.js';
-import { configFromResources } from './resources.js';
+import { validateResources } from './validation.js';
 
 export interface XdsSourceHost {
   readonly log: Logger;
@@ -84,16 +84,11 @@ export class XdsSource {
       : null;
     const insecure = grpcCredentials.createInsecure();
     this.client = new XdsClient(this.settings, {
-      apply: (resources, version) => {
-        let installed: RlsConfig;
-        try {
-          installed = configFromResources(resources);
-        } catch (e) {
-          host.refused();
-          throw e;
-        }
-        host.install(installed, `xDS version '${version}' from ${this.settings.server}`);
-      },
+      validate: (resources) => validateResources(resources).catch((e: unknown) => {
+        host.refused();
+        throw e;
+      }),
+      install: (config, version) => host.install(config, `xDS version '${version}' from ${this.settings.server}`),
       credentials: (): grpc.ChannelCredentials => this.tls?.credentials ?? insecure,
       log,
       failed: (name, e) => host.tasks.failed(name, e),
