@@ -15,7 +15,8 @@ import type { RlsDecider } from './decider.js';
 import { RlsGrpcServer } from './grpc.js';
 import { JsonRequestError, parseJsonRequest, responseJson } from './json.js';
 import { RlsService } from './service.js';
-import { XdsSource, xdsRefusal, xdsWanted } from './xds/source.js';
+import { xdsRefusal, xdsWanted } from './xds/settings.js';
+import type { XdsSource } from './xds/source.js';
 
 /** What the service needs of the server. */
 export interface RlsHost {
@@ -61,7 +62,7 @@ export class RlsRuntime {
     const xds = xdsRefusal(config);
     if (xds !== null) return xds;
     if (config.int('rls-port') > 0 && config.get('rls-config') === '' && !xdsWanted(config)) {
-      return 'rls-port is set but neither rls-config nor rls-xds-server is: name the directory of the rate limit configuration files, or the xDS server that pushes it';
+      return 'rls-port is set but rls-config is not (nor rls-xds-server): name the directory of the rate limit configuration files, or the xDS server that pushes it';
     }
     return null;
   }
@@ -85,6 +86,8 @@ export class RlsRuntime {
   /** The configuration pushed by an xDS server: installed as a loaded set of files is. */
   private async startXds(): Promise<void> {
     const stats = this.service.stats;
+    // Loaded only here: a server without xDS never loads the client nor its message definitions.
+    const { XdsSource } = await import('./xds/source.js');
     this.xds = new XdsSource(this.host.config, {
       log: this.host.log,
       tasks: this.host.tasks,
