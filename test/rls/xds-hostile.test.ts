@@ -74,7 +74,7 @@ describe('a hostile xDS server', () => {
     await stillServing();
   });
 
-  it('an endless burst of responses is answered one at a time, RESP served meanwhile; the last one is in force', async () => {
+  it('an endless burst of responses: validated one at a time, the overtaken ones skipped, RESP served meanwhile; the last one is in force', async () => {
     await until(() => xds.openStreams > 0, 'an open stream');
     const acksBefore = Number((await cg.info()).rls_xds_acks);
     const body = Array.from({ length: 20 }, (_, i) => ({ key: `key${i}`, rate_limit: { unit: 'MINUTE', requests_per_unit: 10 } }));
@@ -86,30 +86,43 @@ describe('a hostile xDS server', () => {
       pings++;
     }
     await until(() => xds.answersTo(nonces[nonces.length - 1]).length > 0, 'the last answer', 60_000);
-    for (const nonce of nonces) expect(xds.answersTo(nonce).map((r) => r.error_detail)).toEqual([null]);
+    // Each answered at most once and never refused; those overtaken while another was validated
+    // (each is the whole state) are left unanswered and counted.
+    const answered = nonces.filter((nonce) => xds.answersTo(nonce).length > 0);
+    for (const nonce of answered) expect(xds.answersTo(nonce).map((r) => r.error_detail)).toEqual([null]);
     const info = await cg.info();
     expect(info.rls_xds_acked_version).toBe('burst-49');
-    expect(Number(info.rls_xds_acks)).toBe(acksBefore + 50);
+    expect(Number(info.rls_xds_acks)).toBe(acksBefore + answered.length);
+    expect(answered.length + Number(info.rls_xds_superseded)).toBe(50);
     expect(pings).toBeGreaterThan(0);
     // Its limit on k counts on from the configurations before it (the same cache key).
     expect((await cg.should('app', k('a'))).overall_code).toBe('OVER_LIMIT');
   }, 120_000);
 
-  it('a large configuration is validated in a worker thread while RESP and gRPC are served, then applied', async () => {
+  it('a large configuration is validated in a worker thread while RESP and gRPC are served, then applied; responses that arrive meanwhile: the newest kept', async () => {
     await until(() => xds.openStreams > 0, 'an open stream');
     const descriptors = [{ key: 'k', rate_limit: { unit: 'MINUTE', requests_per_unit: 1 } },
       ...Array.from({ length: 4000 }, (_, i) => ({ key: `key${i}`, value: `value${i}`, rate_limit: { unit: 'HOUR', requests_per_unit: i + 1 } }))];
     const big = resource({ name: 'big', domain: 'big', descriptors });
     expect(big.value.length).toBeGreaterThan(16 * 1024); // over the inline bound
+    const superseded = Number((await cg.info()).rls_xds_superseded);
     const nonce = xds.sendResponse({ version_info: 'big', resources: [big] });
+    // Three more while it is validated: the two in the middle are overtaken by the last (each is
+    // the whole state), which is validated next.
+    const middle = [xds.sendResponse({ version_info: 'mid-1', resources: [] }), xds.sendResponse({ version_info: 'mid-2', resources: [] })];
+    const last = xds.sendResponse({ version_info: 'big-again', resources: [big] });
     let served = 0;
-    while (xds.answersTo(nonce).length === 0 && served < 10_000) {
+    while (xds.answersTo(last).length === 0 && served < 10_000) {
       expect(await cg.redis.ping()).toBe('PONG');
       expect((await cg.should('app', k(`fresh-${served}`))).overall_code).toBe('OK');
       served++;
     }
-    await until(() => xds.answersTo(nonce).length > 0, 'the answer to big', 60_000);
-    expect(xds.answersTo(nonce)[0].error_detail).toBeNull();
+    await until(() => xds.answersTo(last).length > 0, 'the answer to big-again', 60_000);
+    expect(xds.answersTo(nonce).map((r) => r.error_detail)).toEqual([null]);
+    expect(xds.answersTo(last).map((r) => r.error_detail)).toEqual([null]);
+    for (const m of middle) expect(xds.answersTo(m)).toEqual([]);
+    expect(Number((await cg.info()).rls_xds_superseded)).toBe(superseded + 2);
+    expect((await cg.info()).rls_xds_acked_version).toBe('big-again');
     expect((await cg.should('big', [{ key: 'key2', value: 'value2' }])).statuses[0].current_limit).toMatchObject({ requests_per_unit: 3, unit: 'HOUR' });
     // The same size, one mistake deep inside: NACKed from the worker with the place.
     descriptors[3000] = { key: 'key2999', value: 'value2999', rate_limit: { unit: 'UNKNOWN', requests_per_unit: 1 } };

@@ -14,12 +14,13 @@
  * (its nonce cannot be read to NACK it); resources are bounded in resources.ts; a stream that sends
  * nothing within rls-xds-first-response-ms is logged and opened again; streams that break soon
  * after they open (a flapping server) reconnect after a doubling delay; responses are validated one
- * at a time off the event loop (validation.ts), the stream paused meanwhile. Nothing a server
+ * at a time off the event loop (validation.ts), and of those that arrive meanwhile only the newest
+ * is kept (each is the whole state: at most two responses are held). Nothing a server
  * sends ends the process: every outcome is a state in XdsStatus (INFO, metrics, /readyz, the log).
  */
 import * as grpc from '@grpc/grpc-js';
 import { RlsConfigError, type RlsConfig } from '../config.js';
-import { ADS_METHOD, decodeDiscoveryResponse, encodeDiscoveryRequest, RATE_LIMIT_CONFIG_TYPE, type AnyMessage, type DiscoveryRequest } from './protos.js';
+import { ADS_METHOD, decodeDiscoveryResponse, encodeDiscoveryRequest, RATE_LIMIT_CONFIG_TYPE, type AnyMessage, type DiscoveryRequest, type DiscoveryResponse } from './protos.js';
 import { XdsResourceError } from './resources.js';
 
 /** A stream that lasted this long was healthy: the next break reconnects after rls-xds-retry-ms again. */
@@ -60,6 +61,8 @@ export class XdsStatus {
   lastError = '';
   streamFailures = 0;
   firstResponseTimeouts = 0;
+  /** Responses left unanswered because a newer one arrived while an older one was validated. */
+  superseded = 0;
   /** Breaks in a row (reset by a stream that lasted STABLE_STREAM_MS) and the wait they set. */
   consecutiveFailures = 0;
   backoffMs = 0;
@@ -104,6 +107,9 @@ interface Stream {
   /** Why the client itself ended it (a deadline, a message that does not decode, new credentials). */
   endReason: string | null;
   firstResponseTimer: NodeJS.Timeout | null;
+  /** A response is being validated; `pending` is the newest that arrived meanwhile. */
+  validating: boolean;
+  pending: DiscoveryResponse | null;
 }
 
 export class XdsClient {
@@ -154,7 +160,7 @@ export class XdsClient {
     if (s.tlsServerName !== '') options['grpc.ssl_target_name_override'] = s.tlsServerName;
     const client = new grpc.Client(s.server, this.handlers.credentials(), options);
     const call = client.makeBidiStreamRequest(ADS_METHOD, (b: Buffer) => b, (b: Buffer) => b);
-    const stream: Stream = { generation: ++this.generation, client, call, startedMs: Date.now(), answered: false, endReason: null, firstResponseTimer: null };
+    const stream: Stream = { generation: ++this.generation, client, call, startedMs: Date.now(), answered: false, endReason: null, firstResponseTimer: null, validating: false, pending: null };
     this.stream = stream;
     this.status.streams++;
     this.status.state = 'connecting';
@@ -215,13 +221,23 @@ export class XdsClient {
       this.scheduleRetry(stream);
       return;
     }
+    if (stream.validating) {
+      // The state of the world: a newer response makes the one waiting behind the validation moot.
+      if (stream.pending !== null) this.status.superseded++;
+      stream.pending = response;
+      return;
+    }
+    this.handle(stream, response);
+  }
+
+  /** Validates one response and answers it (ACK or NACK); the one that came meanwhile, if any, next. */
+  private handle(stream: Stream, response: DiscoveryResponse): void {
     const version = response.version_info;
     if (response.type_url !== RATE_LIMIT_CONFIG_TYPE) {
       this.nack(stream, version, response.nonce, `type_url "${response.type_url}" was not subscribed to (only "${RATE_LIMIT_CONFIG_TYPE}")`);
       return;
     }
-    // One response at a time: the stream delivers nothing more until this one is answered.
-    stream.call.pause();
+    stream.validating = true;
     this.handlers.validate(response.resources).then(
       (config) => this.guard(stream, () => {
         this.handlers.install(config, version);
@@ -238,9 +254,12 @@ export class XdsClient {
           this.nack(stream, version, response.nonce, `internal error: ${(e as Error).message}`);
         }
       }),
-    ).finally(() => {
-      if (stream.generation === this.generation) stream.call.resume();
-    });
+    ).finally(() => this.guard(stream, () => {
+      stream.validating = false;
+      const next = stream.pending;
+      stream.pending = null;
+      if (next !== null) this.handle(stream, next);
+    }));
   }
 
   /** Refuses a response: the version in force, its nonce, the reason; the configuration in force stays. */

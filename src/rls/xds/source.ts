@@ -110,6 +110,7 @@ export class XdsSource {
       ['rls_xds_responses', st.responses],
       ['rls_xds_acks', st.acks],
       ['rls_xds_nacks', st.nacks],
+      ['rls_xds_superseded', st.superseded],
       ['rls_xds_acked_version', oneLine(st.ackedVersion)],
       ['rls_xds_acked_at_ms', st.ackedAtMs],
       ['rls_xds_last_nack_version', oneLine(st.lastNackVersion)],

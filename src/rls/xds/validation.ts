@@ -3,9 +3,9 @@
  * a YAML document per resource, which costs far more than decoding it (some 2 ms per 1,000 bytes of
  * resources on an idle core), so a large push would hold decisions, RESP and the metrics port still.
  * Up to INLINE_MAX_BYTES of resources (a few hundred descriptors: what gateways push) are validated
- * at once, cheaper than starting a thread; more go to a worker thread, one response at a time (the
- * stream is paused meanwhile), with a deadline and a heap of its own: a response that takes longer
- * or needs more is refused.
+ * at once, cheaper than starting a thread; more go to a worker thread, one response at a time
+ * (client.ts), with a deadline and a heap of its own: a response that takes longer or needs more is
+ * refused.
  */
 import { Worker } from 'node:worker_threads';
 import { rlsConfigOf, type RlsConfig, type RlsDomain } from '../config.js';
