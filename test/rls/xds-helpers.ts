@@ -2,9 +2,13 @@
  * A real cellgate whose rate limit configuration comes from the tests' xDS server (xds-server.ts),
  * with a gRPC client of its rls-port built from Envoy's published definitions (helpers.ts).
  */
+import { spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import { Redis } from 'ioredis';
-import { freePort, startServer, type RunningServer } from '../helpers/server.js';
+import { freePort, MAIN, startServer, type RunningServer } from '../helpers/server.js';
 import { RateLimitServiceClient, T0, type Response } from './helpers.js';
 
 export interface XdsCellgate {
@@ -76,4 +80,22 @@ export async function wrap(server: RunningServer, rlsPort: number, metricsPort: 
 /** A domain `name` with one limit on key `k`: `n` a minute. */
 export function oneLimit(name: string, domain: string, n: number, extra: Record<string, unknown> = {}): Record<string, unknown> {
   return { name, domain, descriptors: [{ key: 'k', rate_limit: { unit: 'MINUTE', requests_per_unit: n }, ...extra }] };
+}
+
+/** Runs cellgate with `args` until it exits (a start that must be refused): its exit code and output. */
+export async function refusedStart(args: string[]): Promise<{ status: number | null; output: string }> {
+  const dir = mkdtempSync(join(tmpdir(), 'cellgate-xds-start-'));
+  try {
+    const proc = spawn(process.execPath, [MAIN, '--port', '0', '--bind', '127.0.0.1', '--dir', dir, '--warmup', 'no', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let output = '';
+    proc.stdout.on('data', (c: Buffer) => (output += c.toString('utf8')));
+    proc.stderr.on('data', (c: Buffer) => (output += c.toString('utf8')));
+    // A busy machine may take long to start node; a server that kept running is killed at the end.
+    const timer = setTimeout(() => proc.kill('SIGKILL'), 60_000);
+    const status = await new Promise<number | null>((resolve) => proc.on('exit', (code) => resolve(code)));
+    clearTimeout(timer);
+    return { status, output };
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 }

@@ -8,9 +8,8 @@ import { mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, symlinkSync, 
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startServer } from '../helpers/server.js';
 import { counter, until } from './helpers.js';
-import { oneLimit, startXdsCellgate, type XdsCellgate } from './xds-helpers.js';
+import { oneLimit, refusedStart, startXdsCellgate, type XdsCellgate } from './xds-helpers.js';
 import { resource, XdsTestServer } from './xds-server.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'cellgate-xds-tls-'));
@@ -154,11 +153,16 @@ describe('xDS TLS refusals', () => {
   });
 
   it('a certificate file that cannot be read refuses the start, naming the setting', async () => {
-    await expect(startServer({ args: ['--rls-xds-server', '127.0.0.1:1', '--rls-xds-tls', 'yes', '--rls-xds-tls-cert-file', join(dir, 'missing.crt'), '--rls-xds-tls-key-file', join(dir, 'client-a.key')] }))
-      .rejects.toThrow(/cannot read rls-xds-tls-cert-file '.*missing\.crt': ENOENT/);
-    await expect(startServer({ args: ['--rls-xds-server', '127.0.0.1:1', '--rls-xds-tls', 'yes', '--rls-xds-tls-cert-file', join(dir, 'client-a.crt')] }))
-      .rejects.toThrow(/rls-xds-tls-cert-file is set without rls-xds-tls-key-file/);
-    await expect(startServer({ args: ['--rls-xds-server', '127.0.0.1:1', '--rls-xds-tls', 'yes', '--rls-xds-tls-cert-file', join(dir, 'client-a.crt'), '--rls-xds-tls-key-file', join(dir, 'client-b.key')] }))
-      .rejects.toThrow(/do not make a pair/);
-  });
+    const base = ['--rls-xds-server', '127.0.0.1:1', '--rls-xds-tls', 'yes'];
+    const cases: [string[], RegExp][] = [
+      [['--rls-xds-tls-cert-file', join(dir, 'missing.crt'), '--rls-xds-tls-key-file', join(dir, 'client-a.key')], /cannot read rls-xds-tls-cert-file '.*missing\.crt': ENOENT/],
+      [['--rls-xds-tls-cert-file', join(dir, 'client-a.crt')], /rls-xds-tls-cert-file is set without rls-xds-tls-key-file/],
+      [['--rls-xds-tls-cert-file', join(dir, 'client-a.crt'), '--rls-xds-tls-key-file', join(dir, 'client-b.key')], /do not make a pair/],
+    ];
+    for (const [args, reason] of cases) {
+      const r = await refusedStart([...base, ...args]);
+      expect(r.status).toBe(1);
+      expect(r.output).toMatch(reason);
+    }
+  }, 180_000);
 });

@@ -7,9 +7,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { startServer } from '../helpers/server.js';
 import { counter, until } from './helpers.js';
-import { oneLimit, startXdsCellgate, type XdsCellgate } from './xds-helpers.js';
+import { oneLimit, refusedStart, startXdsCellgate, type XdsCellgate } from './xds-helpers.js';
 import { resource, TYPE_URL, XdsTestServer } from './xds-server.js';
 
 const k = (value: string): { key: string; value: string }[] => [{ key: 'k', value }];
@@ -153,11 +152,13 @@ describe('xDS start-up rules', () => {
   it('rls-config and rls-xds-server together refuse the start', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'cellgate-xds-'));
     try {
-      await expect(startServer({ args: ['--rls-config', dir, '--rls-xds-server', '127.0.0.1:1'] })).rejects.toThrow(/rls-config and rls-xds-server are both set/);
+      const r = await refusedStart(['--rls-config', dir, '--rls-xds-server', '127.0.0.1:1']);
+      expect(r.status).toBe(1);
+      expect(r.output).toContain('rls-config and rls-xds-server are both set');
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
-  });
+  }, 90_000);
 
   it('rls-force-start: ready before the first configuration, calls refused until it arrives', async () => {
     const xds = new XdsTestServer();
