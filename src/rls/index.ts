@@ -1,6 +1,7 @@
 /**
  * The rate limit service in the running server (docs/envoy.md): its configuration (loaded at
- * start, again when a file of `rls-config` changes and on SIGHUP), the gRPC listeners of `rls-port`,
+ * start, again when a file of `rls-config` changes and on SIGHUP; or pushed by the xDS server of
+ * `rls-xds-server`, src/rls/xds/, never both), the gRPC listeners of `rls-port`,
  * and what it adds to the metrics port (its counters, its readiness, `POST /json`).
  *
  * It sees the server through RlsHost only, so the server's wiring is a few lines (src/main.ts).
