@@ -7,6 +7,8 @@
 #   docker run -d -p 6379:6379 -e CELLGATE_REQUIREPASS=s3cret -v cellgate-data:/data cellgate
 #   docker run ... cellgate --maxmemory 100mb        # arguments are cellgate flags
 #   docker run ... -e CELLGATE_APPENDONLY=yes cellgate  # the journal (docs/journal-format.md), in /data/appendonlydir
+#   docker run --read-only --user 65534 -e RUNTIME_ROOT=... --entrypoint /bin/ratelimit cellgate
+#                                                    # envoyproxy/ratelimit's environment (docs/envoy.md)
 #
 # Configuration precedence is config file < CELLGATE_* variables < flags (a flag always wins), and this
 # image sets CELLGATE_BIND, CELLGATE_PROTECTED_MODE and CELLGATE_DIR: change those three with `-e` or a
@@ -44,7 +46,10 @@ COPY --from=build /src/node_modules ./node_modules
 # The gRPC rate limit service's message definitions (rls-port; docs/envoy.md), read at start.
 COPY proto ./proto
 COPY docker/healthcheck.mjs ./healthcheck.mjs
-RUN mkdir -p /data && chown node:node /data
+# envoyproxy/ratelimit's entry point: Envoy Gateway's rate limit Deployment runs `/bin/ratelimit` with
+# its environment (docs/envoy.md, "Envoy Gateway"); this one starts `cellgate-server ratelimit`.
+COPY docker/ratelimit /bin/ratelimit
+RUN mkdir -p /data && chown node:node /data && chmod 755 /bin/ratelimit
 USER node
 WORKDIR /data
 VOLUME /data

@@ -13,6 +13,7 @@
 /**
  * cellgate-server [/path/to/cellgate.conf] [--name value ...]
  * cellgate-server check FILE
+ * cellgate-server ratelimit
  *
  * Reads the configuration (file, then CELLGATE_* variables, then flags: a flag wins), prepares `dir` (created if
  * missing, proved writable, locked against a second server), binds the ports, then loads the
@@ -25,6 +26,10 @@
  * `check FILE` validates a snapshot with the loader's own rules and prints its key count per type
  * (exit 0 valid, 1 invalid); given a journal (its folder, its manifest or one incremental file) it
  * validates that with the journal loader's rules (src/persistence/journal-check.ts).
+ *
+ * `ratelimit` starts from envoyproxy/ratelimit's environment variables instead (src/rls/ratelimit-mode.ts,
+ * docs/envoy.md), as Envoy Gateway runs `/bin/ratelimit`: no file is written (no snapshot, journal,
+ * lock or pidfile), the state lives on the backend.
  */
 import { readFileSync, renameSync, rmSync } from 'node:fs';
 import { Config, ConfigError, optionsHelp } from './config.js';
@@ -39,15 +44,17 @@ import { JournalError } from './persistence/journal-format.js';
 import { APPENDONLY_WITH_BACKEND, Server } from './server/server.js';
 import { VERSION } from './version.js';
 import { warmUp, WARMUP_ROUNDS } from './server/warmup.js';
-import { metricsExtensions } from './server/metrics.js';
+import { metricsExtensions, notReadyReason, startMetrics } from './server/metrics.js';
 import { infoExtensions } from './commands/info.js';
 import { OOM_MESSAGE } from './server/memory.js';
 import { RlsRuntime } from './rls/index.js';
 import { StoreDecider } from './rls/store-decider.js';
+import { logRatelimitStart, ratelimitConfig, RatelimitEnvError, ratelimitFileRefusal, type RatelimitStart } from './rls/ratelimit-mode.js';
 import { performance } from 'node:perf_hooks';
 
 const USAGE = `Usage: cellgate-server [/path/to/cellgate.conf] [--option value ...]
        cellgate-server check FILE     (a snapshot, a journal folder, manifest or incremental file)
+       cellgate-server ratelimit      (from envoyproxy/ratelimit's environment variables: docs/envoy.md)
        cellgate-server --version
        cellgate-server --help
 
@@ -91,14 +98,25 @@ async function main(argv: string[]): Promise<void> {
     process.exitCode = checkJournal(argv[1]) ?? checkSnapshot(argv[1]);
     return;
   }
-  const config = new Config();
+  let ratelimit: RatelimitStart | null = null;
+  if (argv[0] === 'ratelimit') {
+    try {
+      ratelimit = ratelimitConfig(process.env, argv.slice(1));
+    } catch (e) {
+      if (e instanceof RatelimitEnvError) fail(`ratelimit: ${e.message}`);
+      throw e;
+    }
+  }
+  const config = ratelimit?.config ?? new Config();
   let unknownEnv: string[] = [];
   try {
     let flags = argv;
-    if (argv.length > 0 && !argv[0].startsWith('--')) {
+    if (ratelimit !== null) flags = [];
+    else if (argv.length > 0 && !argv[0].startsWith('--')) {
       config.loadFile(argv[0]);
       flags = argv.slice(1);
     }
+    // In the ratelimit mode too: a CELLGATE_<NAME> variable is the more specific word.
     unknownEnv = config.applyEnv(process.env);
     config.applyFlags(flags);
   } catch (e) {
@@ -125,6 +143,11 @@ async function main(argv: string[]): Promise<void> {
   }
 
   if (config.bool('appendonly') && config.get('backend') !== '') fail(`${APPENDONLY_WITH_BACKEND}; set appendonly no`);
+  if (ratelimit !== null) {
+    logRatelimitStart(log, ratelimit);
+    const writes = ratelimitFileRefusal(config);
+    if (writes !== null) fail(`ratelimit: ${writes}`);
+  }
 
   const rlsRefusal = RlsRuntime.refusal(config);
   if (rlsRefusal !== null) fail(rlsRefusal);
@@ -133,11 +156,18 @@ async function main(argv: string[]): Promise<void> {
   for (const signal of ['SIGTERM', 'SIGINT'] as const) {
     process.on(signal, () => server.shutdown(`received ${signal}`));
   }
+  // The rate limit service's first configuration load begins now, off the event loop, beside the
+  // rest of the start (warm-up, snapshot); the service starts once the ports are open.
+  const rls = RlsRuntime.wanted(config) ? rlsRuntime(server) : null;
+  if (rls !== null) {
+    metricsExtensions.push(rls);
+    infoExtensions.push({ name: 'rls', title: 'Rls', rows: () => rls.infoRows() });
+    void rls.prepare();
+  }
   // Node's default for SIGHUP is to exit silently (a closed terminal, a supervisor's reload signal);
   // cellgate reloads the rate limit service's files (rls-config) and otherwise says it has nothing to reload.
-  let rls: RlsRuntime | null = null;
   process.on('SIGHUP', () => {
-    if (rls !== null) rls.reload('SIGHUP');
+    if (rls !== null) void rls.reload('SIGHUP');
     else log.warning('received SIGHUP: ignored (cellgate reads its configuration only at start; use CONFIG SET)');
   });
   // The last net under the guarded scheduler (src/server/tasks.ts) and the per-command catch: an
@@ -145,7 +175,8 @@ async function main(argv: string[]): Promise<void> {
   // go on being served, rather than ending the process without its final snapshot.
   process.on('uncaughtException', (e) => server.tasks.failed('uncaught exception', e));
   process.on('unhandledRejection', (e) => server.tasks.failed('unhandled rejection', e));
-  prepareDir(server);
+  // The ratelimit mode writes nothing: no dir to prepare or lock.
+  if (ratelimit === null) prepareDir(server);
   // The baseline maxmemory counts from: the empty server after a full GC (src/server/memory.ts).
   // Measured before the warm-up, not after: full collections right after it cost every later
   // CL.THROTTLE ~4-5% more CPU (npm run bench's A/B: V8 collects as old what the warm-up just
@@ -171,35 +202,19 @@ async function main(argv: string[]): Promise<void> {
   } catch (e) {
     fail((e as Error).message);
   }
-  if (RlsRuntime.wanted(config)) {
-    // maxmemory, read again only when the configuration changed (CONFIG SET).
-    let maxmemory = 0;
-    let maxmemoryGeneration = -1;
-    const runtime = new RlsRuntime({
-      config, clock: server.clock, log, tasks: server.tasks,
-      unavailable: () => {
-        if (server.snapshots.loading) return 'LOADING Redis is loading the dataset in memory';
-        if (config.generation !== maxmemoryGeneration) {
-          maxmemory = config.int('maxmemory');
-          maxmemoryGeneration = config.generation;
-        }
-        // maxmemory as for a RESP limiter call (a denyoom command): evict first, refuse if still over.
-        if (maxmemory > 0 && !server.memory.beforeCommand(maxmemory)) return OOM_MESSAGE;
-        return null;
-      },
-      commit: () => server.journal.commit(),
-    }, new StoreDecider(() => server.limiterStore));
-    metricsExtensions.push(runtime);
-    infoExtensions.push({ name: 'rls', title: 'Rls', rows: () => runtime.infoRows() });
+  if (rls !== null) {
     try {
-      await runtime.start();
+      await rls.start();
+      await listenPrometheusAddr(server);
     } catch (e) {
       fail((e as Error).message);
     }
-    rls = runtime;
   }
   writePidfile(server);
-  if (config.bool('appendonly')) {
+  if (ratelimit !== null) {
+    // No snapshot is read either: the state lives on the backend (or in this process, from empty).
+    server.snapshots.endLoading();
+  } else if (config.bool('appendonly')) {
     log.notice(`listening on port ${server.port}; loading the journal (INFO says loading:1 until it is loaded)`, { port: server.port, dir: server.journal.dirPath });
     await loadJournal(server);
   } else {
@@ -218,6 +233,58 @@ main(process.argv.slice(2)).catch((e) => {
   startLog.fatal(`fatal: ${(e as Error).stack ?? e}`);
   process.exit(1);
 });
+
+/**
+ * The rate limit service in this server: what it needs of the server (src/rls/index.ts, RlsHost).
+ */
+function rlsRuntime(server: Server): RlsRuntime {
+  const config = server.config;
+  // Whether the backend has been reached since the start (rls-health-backend first-contact).
+  let backendReached = false;
+  // maxmemory, read again only when the configuration changed (CONFIG SET).
+  let maxmemory = 0;
+  let maxmemoryGeneration = -1;
+  return new RlsRuntime({
+    config, clock: server.clock, log: server.log, tasks: server.tasks,
+    unavailable: () => {
+      if (server.snapshots.loading) return 'LOADING Redis is loading the dataset in memory';
+      if (config.generation !== maxmemoryGeneration) {
+        maxmemory = config.int('maxmemory');
+        maxmemoryGeneration = config.generation;
+      }
+      // maxmemory as for a RESP limiter call (a denyoom command): evict first, refuse if still over.
+      if (maxmemory > 0 && !server.memory.beforeCommand(maxmemory)) return OOM_MESSAGE;
+      return null;
+    },
+    commit: () => server.journal.commit(),
+    healthReason: () => {
+      const b = server.backend;
+      if (b !== null) {
+        if (b.usable) backendReached = true;
+        else if (!backendReached || config.get('rls-health-backend') === 'always') return `backend unreachable (${b.state})`;
+      }
+      return notReadyReason(server);
+    },
+  }, new StoreDecider(() => server.limiterStore));
+}
+
+/**
+ * `rls-prometheus-addr` ([host]:port): the metrics port's answers on one more address, where
+ * envoyproxy/ratelimit's deployers point Prometheus (PROMETHEUS_ADDR, Envoy Gateway's :19001).
+ */
+async function listenPrometheusAddr(server: Server): Promise<void> {
+  const addr = server.config.get('rls-prometheus-addr');
+  if (addr === '') return;
+  const colon = addr.lastIndexOf(':');
+  const host = addr.slice(0, colon).replace(/^\[(.*)\]$/, '$1') || '0.0.0.0';
+  const port = Number(addr.slice(colon + 1));
+  try {
+    await startMetrics(server, [host], port);
+  } catch (e) {
+    throw new Error(`rls-prometheus-addr: cannot listen on ${addr}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);
+  }
+  server.log.notice(`Prometheus metrics also on ${addr} (rls-prometheus-addr)`, { rls_prometheus_addr: addr });
+}
 
 /**
  * `pidfile`: the process id, written once the ports are bound (as Redis), removed at exit. A pidfile

@@ -6,11 +6,15 @@
  *
  * Loading refuses what envoyproxy/ratelimit refuses, with its error texts, each prefixed by the
  * file's name and followed by where in the file the fault is (`descriptors[0].rate_limit`).
+ *
+ * One door for every source: a domain's document (a file's text, or the same tree as a plain value,
+ * as a configuration pushed over the network decodes to) is validated into an RlsDomain
+ * (parseRlsDomain, rlsDomainFromValue), and the domains of one source make the configuration value
+ * the service uses (rlsConfigOf). Where the documents came from (config-dir.ts reads the directory)
+ * is not this file's concern.
  * cellgate adds `algorithm` and `burst` to `rate_limit` (an extension: without them a file counts
  * exactly as it does there, in fixed windows).
  */
-import { readdirSync, readFileSync } from 'node:fs';
-import { join } from 'node:path';
 import { Document, isMap, isScalar, isSeq, parseDocument, type Node as YamlNode } from 'yaml';
 import { ParamsProblem, type Algorithm } from '../limiters/algorithm.js';
 import { newGcraMsParams } from '../limiters/gcra-ms.js';
@@ -207,6 +211,23 @@ export class RlsConfig {
     } else if (valueKey !== found.fullKey) statsKey = valueKey;
     return { limit: found, statsKey, sharePatterns };
   }
+
+  /**
+   * Every configured limit, one line each, as envoyproxy/ratelimit's Dump prints it for its
+   * `/rlconfig` (an unlimited one has the unit UNKNOWN), in file order (Go's is a map's).
+   */
+  dump(): string {
+    let out = '';
+    const walk = (node: DescriptorNode): void => {
+      const l = node.limit;
+      if (l !== null) {
+        out += `${l.fullKey}: unit=${l.unit === '' ? 'UNKNOWN' : l.unit} requests_per_unit=${l.requestsPerUnit}, shadow_mode: ${l.shadowMode}, quota_mode: ${l.quotaMode}\n`;
+      }
+      for (const child of node.children.values()) walk(child);
+    };
+    for (const root of this.domains.values()) walk(root);
+    return out;
+  }
 }
 
 /** envoyproxy/ratelimit's descriptorKey: the stats key of a per-request override. */
@@ -220,35 +241,6 @@ function descriptorKey(domain: string, entries: RequestEntry[]): string {
   return `${domain}.${key}`;
 }
 
-/** Loads every `*.yaml` file of `dir` (sorted by name) into one configuration; throws RlsConfigError. */
-export function loadRlsConfigDir(dir: string): RlsConfig {
-  let names: string[];
-  try {
-    names = readdirSync(dir).filter((n) => n.endsWith('.yaml')).sort();
-  } catch (e) {
-    throw new RlsConfigError(`${dir}: cannot read the configuration directory: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);
-  }
-  const files: { name: string; text: string }[] = [];
-  for (const name of names) {
-    let text: string;
-    try {
-      text = readFileSync(join(dir, name), 'utf8');
-    } catch (e) {
-      throw new RlsConfigError(`${name}: cannot read: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);
-    }
-    files.push({ name, text });
-  }
-  return loadRlsConfig(files);
-}
-
-/** Builds a configuration from files' texts (`name` is what errors name); throws RlsConfigError. */
-export function loadRlsConfig(files: { name: string; text: string }[]): RlsConfig {
-  const config = new RlsConfig();
-  for (const f of files) new FileLoader(f.name, config).load(f.text);
-  config.files = files.map((f) => f.name);
-  return config;
-}
-
 /** One domain, validated: what one file (or one pushed resource) holds. */
 export interface RlsDomain {
   domain: string;
@@ -258,15 +250,24 @@ export interface RlsDomain {
 }
 
 /**
- * One domain's document as a plain value (`{ domain, descriptors: [...] }`, the tree a YAML file
- * decodes to), for a configuration that arrives already decoded (xDS, src/rls/xds/): it passes
- * exactly the checks a file passes. Throws RlsConfigError naming `source`.
+ * One domain's YAML document (a file's text) → that domain, validated as envoyproxy/ratelimit
+ * validates a file; throws RlsConfigError naming `source` and the place in it.
+ */
+export function parseRlsDomain(source: string, text: string): RlsDomain {
+  const loader = new FileLoader(source);
+  // YAML 1.1, as envoyproxy/ratelimit's parser (yaml.v2): yes/no/on/off are booleans.
+  const doc = parseDocument(text, { version: '1.1', uniqueKeys: true, prettyErrors: false });
+  if (doc.errors.length > 0) loader.fail(`error loading config file: ${doc.errors[0].message.split('\n')[0]}`, '');
+  return loader.load(doc.contents);
+}
+
+/**
+ * The same from a plain value (`{ domain, descriptors: [...] }`, the tree a YAML file decodes to):
+ * for a configuration that arrives already decoded, so that it passes exactly the checks a file
+ * passes. Throws RlsConfigError naming `source`.
  */
 export function rlsDomainFromValue(source: string, value: unknown): RlsDomain {
-  const one = new RlsConfig();
-  new FileLoader(source, one).loadContents(new Document(value, { version: '1.1' }).contents);
-  const [[domain, root]] = one.domains;
-  return { domain, source, root };
+  return new FileLoader(source).load(new Document(value, { version: '1.1' }).contents);
 }
 
 /**
@@ -283,27 +284,22 @@ export function rlsConfigOf(domains: readonly RlsDomain[]): RlsConfig {
   return config;
 }
 
+/** Builds a configuration from files' texts (`name` is what errors name); throws RlsConfigError. */
+export function loadRlsConfig(files: { name: string; text: string }[]): RlsConfig {
+  return rlsConfigOf(files.map((f) => parseRlsDomain(f.name, f.text)));
+}
+
 /** A YAML mapping's entries as [key, value node]; keys that are not strings are refused by validateKeys first. */
 type Fields = Map<string, unknown>;
 
 class FileLoader {
-  constructor(
-    private readonly file: string,
-    private readonly config: RlsConfig,
-  ) {}
+  constructor(private readonly file: string) {}
 
-  private fail(text: string, at: string): never {
+  fail(text: string, at: string): never {
     throw new RlsConfigError(at === '' ? `${this.file}: ${text}` : `${this.file}: ${text} (at ${at})`);
   }
 
-  load(text: string): void {
-    // YAML 1.1, as envoyproxy/ratelimit's parser (yaml.v2): yes/no/on/off are booleans.
-    const doc = parseDocument(text, { version: '1.1', uniqueKeys: true, prettyErrors: false });
-    if (doc.errors.length > 0) this.fail(`error loading config file: ${doc.errors[0].message.split('\n')[0]}`, '');
-    this.loadContents(doc.contents);
-  }
-
-  loadContents(contents: unknown): void {
+  load(contents: unknown): RlsDomain {
     if (contents === null || (isScalar(contents) && (contents.value === null || contents.value === ''))) {
       this.fail('config file cannot have empty domain', '');
     }
@@ -311,10 +307,9 @@ class FileLoader {
     const root = this.fields(contents, '');
     const domain = this.string(root, 'domain', '');
     if (domain === '') this.fail('config file cannot have empty domain', 'domain');
-    if (this.config.domains.has(domain)) this.fail(`duplicate domain '${domain}' in config file`, 'domain');
     const node = newNode();
     this.loadDescriptors(node, `${domain}.`, root.get('descriptors'), 'descriptors');
-    this.config.domains.set(domain, node);
+    return { domain, source: this.file, root: node };
   }
 
   /**

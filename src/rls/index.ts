@@ -1,18 +1,28 @@
 /**
  * The rate limit service in the running server (docs/envoy.md): its configuration (loaded at
- * start, again when a file of `rls-config` changes and on SIGHUP; or pushed by the xDS server of
- * `rls-xds-server`, src/rls/xds/, never both), the gRPC listeners of `rls-port`,
- * and what it adds to the metrics port (its counters, its readiness, `POST /json`).
+ * start, again when `rls-config` changes and on SIGHUP; or pushed by the xDS server of
+ * `rls-xds-server`, src/rls/xds/, never both), the gRPC listeners of `rls-port`, and what
+ * it adds to the metrics port (its counters, its readiness, `POST /json`, and envoyproxy/ratelimit's
+ * `/healthcheck` and `/rlconfig`: health-http.ts).
+ *
+ * The directory is watched through its path, not its inode (src/files/path-watcher.ts): a symlink
+ * swapped to another directory (`mv -Tf`, the layout envoyproxy/ratelimit's runtime watches with
+ * RUNTIME_WATCH_ROOT), a directory deleted and created again and a ConfigMap's `..data` swap all
+ * reload. A reload reads off the event loop (config-dir.ts); the configuration in force answers
+ * until the new one is complete, and reloads asked for meanwhile run once after it.
  *
  * It sees the server through RlsHost only, so the server's wiring is a few lines (src/main.ts).
  */
-import { watch, type FSWatcher } from 'node:fs';
+import { lstat } from 'node:fs/promises';
 import type http from 'node:http';
+import { dirname, resolve } from 'node:path';
 import type { Config } from '../config.js';
+import { PathWatcher } from '../files/path-watcher.js';
 import type { Logger } from '../log.js';
 import { DURATION_BOUNDS_US } from '../server/stats.js';
-import { loadRlsConfigDir, RlsConfigError } from './config.js';
+import { loadRlsConfigDir, RlsConfigLoadError, type RefusalReason } from './config-dir.js';
 import type { RlsDecider } from './decider.js';
+import { answerHealthHttp } from './health-http.js';
 import { RlsGrpcServer } from './grpc.js';
 import { JsonRequestError, parseJsonRequest, responseJson } from './json.js';
 import { RlsService } from './service.js';
@@ -29,21 +39,32 @@ export interface RlsHost {
   unavailable(): string | null;
   /** Writes the journal's records of the decisions made so far (before their answers leave). */
   commit(): void;
+  /** Why the server cannot decide now (not ready, the backend unreachable), or null: envoyproxy/ratelimit's /healthcheck. */
+  healthReason(): string | null;
 }
 
 /** Quiet time after a change in the directory before it is read (an editor or a ConfigMap update writes in steps). */
 export const RELOAD_DEBOUNCE_MS = 200;
+/** A look at the directory every this many ms besides the change events (a watch that could not be made, a swap above it). */
+export const RELOAD_POLL_MS = 2000;
 /** Largest `POST /json` body read; a larger one is answered 413 and the connection closed. */
 const MAX_JSON_BODY_BYTES = 1024 * 1024;
 
 export class RlsRuntime {
   readonly service: RlsService;
   grpc: RlsGrpcServer | null = null;
-  private watcher: FSWatcher | null = null;
-  private debounce: NodeJS.Timeout | null = null;
+  private watcher: PathWatcher | null = null;
   readonly dir: string;
   /** The configuration's source when it is an xDS server instead of rls-config (src/rls/xds/). */
   xds: XdsSource | null = null;
+  /** The load running now, and the reason of one asked for while it runs (run once after it). */
+  private loading: Promise<void> | null = null;
+  private loadAgain: string | null = null;
+  private prepared: Promise<void> | null = null;
+  /** Loads refused, per reason (cellgate_rls_config_refused_total). */
+  readonly refusals = new Map<RefusalReason, number>();
+  /** Whether the last load succeeded (a refused one leaves the configuration before it in force). */
+  lastLoadOk = true;
 
   constructor(
     private readonly host: RlsHost,
@@ -68,10 +89,30 @@ export class RlsRuntime {
     return null;
   }
 
-  /** Loads the configuration and watches its directory; listens when rls-port is set. Throws when the port cannot be opened. */
+  /**
+   * Watches the directory and begins the first load (off the event loop), so that it runs beside
+   * the rest of the server's start; start() waits for it. Never rejects.
+   */
+  prepare(): Promise<void> {
+    // An xDS source starts with the service (start()): there is no directory to read.
+    if (xdsWanted(this.host.config)) return Promise.resolve();
+    this.prepared ??= (async () => {
+      // Watching first: a change made while the first load reads is seen, and read again after it.
+      this.watcher = new PathWatcher(await watchedPaths(this.dir), () => void this.reload('file change'), {
+        debounceMs: RELOAD_DEBOUNCE_MS,
+        pollMs: RELOAD_POLL_MS,
+        onWarning: (message) => this.host.log.warning(`rls-config: ${message}`, { dir: this.dir }),
+      });
+      await this.watcher.start();
+      await this.reload('start');
+    })();
+    return this.prepared;
+  }
+
+  /** The first configuration (prepare()), then the gRPC listeners when rls-port is set. Throws when the port cannot be opened. */
   async start(): Promise<void> {
     if (xdsWanted(this.host.config)) await this.startXds();
-    else this.startFiles();
+    else await this.prepare();
     const port = this.host.config.int('rls-port');
     if (port === 0) return;
     const grpc = new RlsGrpcServer(this.host.config, this.service, {
@@ -102,56 +143,62 @@ export class RlsRuntime {
     await this.xds.start();
   }
 
-  private startFiles(): void {
-    this.reload('start');
-    try {
-      this.watcher = watch(this.dir, { persistent: false }, () => this.changed());
-      this.watcher.on('error', (e) => this.host.log.warning(`rls-config: watching ${this.dir} failed (${e.message}); SIGHUP still reloads`, { dir: this.dir }));
-    } catch (e) {
-      this.host.log.warning(`rls-config: cannot watch ${this.dir} (${(e as NodeJS.ErrnoException).code ?? (e as Error).message}); changes are read on SIGHUP only`, { dir: this.dir });
-    }
-  }
-
-  private changed(): void {
-    if (this.debounce !== null) clearTimeout(this.debounce);
-    this.debounce = setTimeout(this.host.tasks.guard('rls-config reload', () => {
-      this.debounce = null;
-      this.reload('file change');
-    }), RELOAD_DEBOUNCE_MS);
-  }
-
   /**
-   * Reads every file again. A good set replaces the configuration at once (requests in flight keep
-   * the one they started with); a bad one is logged and counted, and the old configuration stays.
+   * Reads the directory again (off the event loop). A good set replaces the configuration at once
+   * (requests in flight keep the one they started with); a refused one is logged and counted, with
+   * its reason, and the configuration in force stays. A reload asked for while one runs runs once
+   * after it (the files may have changed during the read). Never rejects.
    */
-  reload(why: string): boolean {
+  reload(why: string): Promise<void> {
     if (this.xds !== null) {
       this.host.log.notice(`${why}: the rate limit configuration comes from the xDS server ${this.xds.settings.server}; nothing to reload`);
-      return false;
+      return Promise.resolve();
     }
-    const stats = this.service.stats;
-    try {
-      const config = loadRlsConfigDir(this.dir);
-      this.service.config = config;
-      stats.configLoadSuccess++;
-      this.host.log.notice(`rls-config loaded (${why}): ${config.domains.size} domain(s) from ${config.files.length} file(s) in ${this.dir}`, {
-        dir: this.dir, domains: [...config.domains.keys()], files: config.files, reason: why,
-      });
-      return true;
-    } catch (e) {
-      if (!(e instanceof RlsConfigError)) {
-        this.host.tasks.failed('rls-config reload', e);
-        stats.configLoadError++;
-        return false;
-      }
-      stats.configLoadError++;
-      const kept = this.service.config === null ? 'no configuration is loaded yet' : 'the previous configuration stays in force';
-      this.host.log.warning(`rls-config not loaded (${why}): ${e.message}; ${kept}`, { dir: this.dir, error: e.message, reason: why });
-      return false;
+    if (this.loading !== null) {
+      this.loadAgain = why;
+      return this.loading;
+    }
+    this.loading = this.loadUntilSettled(why).finally(() => {
+      this.loading = null;
+    });
+    return this.loading;
+  }
+
+  private async loadUntilSettled(why: string): Promise<void> {
+    let next: string | null = why;
+    while (next !== null) {
+      await this.loadOnce(next);
+      next = this.loadAgain;
+      this.loadAgain = null;
     }
   }
 
-  /** Readiness (/readyz): not until a configuration loaded. */
+  private async loadOnce(why: string): Promise<void> {
+    const stats = this.service.stats;
+    try {
+      const { config, ignored } = await loadRlsConfigDir(this.dir, { ignoreDotfiles: this.host.config.bool('rls-config-ignore-dotfiles') });
+      this.service.config = config;
+      stats.configLoadSuccess++;
+      this.lastLoadOk = true;
+      const passedOver = ignored.length === 0 ? '' : `; not read (only *.yaml files are): ${ignored.slice(0, 10).join(', ')}${ignored.length > 10 ? ` and ${ignored.length - 10} more` : ''}`;
+      this.host.log.notice(`rls-config loaded (${why}): ${config.domains.size} domain(s) from ${config.files.length} file(s) in ${this.dir}${passedOver}`, {
+        dir: this.dir, domains: [...config.domains.keys()], files: config.files, reason: why, ...(ignored.length > 0 ? { ignored: ignored.slice(0, 100) } : {}),
+      });
+    } catch (e) {
+      stats.configLoadError++;
+      this.lastLoadOk = false;
+      if (!(e instanceof RlsConfigLoadError)) {
+        this.refusals.set('unreadable', (this.refusals.get('unreadable') ?? 0) + 1);
+        this.host.tasks.failed('rls-config reload', e);
+        return;
+      }
+      this.refusals.set(e.reason, (this.refusals.get(e.reason) ?? 0) + 1);
+      const kept = this.service.config === null ? 'no configuration is loaded yet' : 'the previous configuration stays in force';
+      this.host.log.warning(`rls-config not loaded (${why}): ${e.message}; ${kept}`, { dir: this.dir, error: e.message, refusal: e.reason, reason: why });
+    }
+  }
+
+  /** Readiness (/readyz): not until a configuration loaded, unless rls-force-start says to serve without one. */
   notReadyReason(): string | null {
     if (this.service.config !== null || this.host.config.bool('rls-force-start')) return null;
     if (this.xds !== null) return this.xds.waitingReason();
@@ -163,13 +210,15 @@ export class RlsRuntime {
     return [
       ['rls_config_source', this.xds !== null ? 'xds' : 'files'],
       ['rls_config_loaded', this.service.config === null ? 0 : 1],
+      ['rls_config_last_load_ok', this.lastLoadOk ? 1 : 0],
       ...(this.xds?.infoRows() ?? []),
     ];
   }
 
-  /** Answers `POST /json` (true), or leaves the request to the metrics port (false). */
+  /** Answers `POST /json`, `/healthcheck` and `/rlconfig` (true), or leaves the request to the metrics port (false). */
   handleHttp(req: http.IncomingMessage, res: http.ServerResponse): boolean {
     const path = (req.url ?? '').split('?', 1)[0];
+    if (answerHealthHttp(path, res, () => this.host.healthReason(), () => this.service.config)) return true;
     if (path !== '/json') return false;
     if (req.method !== 'POST') {
       res.writeHead(405, { 'content-type': 'text/plain', allow: 'POST' }).end('Method Not Allowed\n');
@@ -253,15 +302,43 @@ export class RlsRuntime {
     }
     if (this.xds !== null) out.push(this.xds.metricsText());
     out.push(`# HELP cellgate_rls_config_loaded Whether a rate limit configuration is in force.\n# TYPE cellgate_rls_config_loaded gauge\ncellgate_rls_config_loaded ${this.service.config === null ? 0 : 1}\n`);
+    out.push(configLoadFamilies(this.loading !== null, this.lastLoadOk, this.refusals));
     return out.join('');
   }
 
   close(): void {
-    if (this.debounce !== null) clearTimeout(this.debounce);
     this.watcher?.close();
     this.xds?.close();
     this.grpc?.close();
   }
+}
+
+/**
+ * The paths to watch for `dir`: itself, and each symlink on the way to it (RUNTIME_ROOT's
+ * `current -> v1` above `current/ratelimit/config`), so that swapping one of them is an event,
+ * not something only the periodic look finds.
+ */
+async function watchedPaths(dir: string): Promise<string[]> {
+  const paths = [dir];
+  for (let p = dirname(resolve(dir)); p !== dirname(p); p = dirname(p)) {
+    try {
+      if ((await lstat(p)).isSymbolicLink()) paths.push(p);
+    } catch {
+      // Not there (yet): the periodic look sees it appear.
+    }
+  }
+  return paths;
+}
+
+/** Whether a load runs, whether the last one succeeded, and the refused loads by reason (the old configuration stayed in force). */
+function configLoadFamilies(loading: boolean, lastLoadOk: boolean, refusals: Map<RefusalReason, number>): string {
+  let out = '# HELP cellgate_rls_config_loading Whether rls-config is being read now (the configuration in force answers meanwhile).\n# TYPE cellgate_rls_config_loading gauge\n';
+  out += `cellgate_rls_config_loading ${loading ? 1 : 0}\n`;
+  out += '# HELP cellgate_rls_config_last_load_ok Whether the last read of rls-config was loaded (0: refused, the configuration before it is in force).\n# TYPE cellgate_rls_config_last_load_ok gauge\n';
+  out += `cellgate_rls_config_last_load_ok ${lastLoadOk ? 1 : 0}\n`;
+  out += '# HELP cellgate_rls_config_refused_total Reads of rls-config refused, by reason (not_regular, too_big, too_many_files, unreadable, invalid).\n# TYPE cellgate_rls_config_refused_total counter\n';
+  for (const [reason, n] of refusals) out += `cellgate_rls_config_refused_total{reason="${reason}"} ${n}\n`;
+  return out;
 }
 
 function escapeLabel(value: string): string {

@@ -15,7 +15,7 @@
  * for the app image; docs/deploy.md, "How the build is checked").
  */
 import { spawn } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -170,6 +170,39 @@ describe('every image, its stages laid out from the files its Dockerfile copies'
       await server.stop();
     }
   });
+
+  it("Dockerfile: /bin/ratelimit, envoyproxy/ratelimit's entry point, execs node on the image's dist/main.js in the ratelimit mode", async () => {
+    const image = images.get('Dockerfile')!;
+    const launcher = hostPath(image, '/bin/ratelimit');
+    expect(statSync(launcher).mode & 0o111).not.toBe(0);
+    // Run as the image runs it, its /app/ found in the image's files, with the image's environment and
+    // envoyproxy/ratelimit's (the runtime layout holding the Envoy example's limits).
+    const local = join(scratch, 'ratelimit.sh');
+    writeFileSync(local, readFileSync(launcher, 'utf8').replaceAll('/app/', `${hostPath(image, '/app')}/`));
+    const runtime = mkdtempSync(join(scratch, 'runtime-'));
+    mkdirSync(join(runtime, 'ratelimit'));
+    symlinkSync(join(ROOT, 'examples/envoy/rls-config'), join(runtime, 'ratelimit', 'config'));
+    const port = await freePort();
+    const env = { PATH: process.env.PATH ?? '/usr/bin:/bin', ...image.env, RUNTIME_ROOT: runtime, RUNTIME_SUBDIRECTORY: 'ratelimit', USE_STATSD: 'false', LOG_LEVEL: 'info', PORT: String(port), GRPC_PORT: String(await freePort()), HOST: '127.0.0.1', GRPC_HOST: '127.0.0.1' };
+    const child = spawn('sh', [local], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+    let output = '';
+    child.stdout.on('data', (c: Buffer) => { output += c.toString(); });
+    child.stderr.on('data', (c: Buffer) => { output += c.toString(); });
+    try {
+      const deadline = Date.now() + 90_000;
+      for (;;) {
+        const r = await fetch(`http://127.0.0.1:${port}/healthcheck`, { signal: AbortSignal.timeout(5000) }).catch(() => null);
+        if (r?.status === 200) break;
+        if (child.exitCode !== null || Date.now() > deadline) throw new Error(`/bin/ratelimit did not become healthy:\n${output}`);
+        await new Promise((done) => setTimeout(done, 200));
+      }
+      expect(await (await fetch(`http://127.0.0.1:${port}/rlconfig`)).text()).toContain('edge.remote_address: unit=MINUTE requests_per_unit=100');
+      // exec: the server is the launched process itself; the image's CELLGATE_BIND left RESP on loopback.
+      expect(output).toMatch(new RegExp(`ready to accept connections on port \\d+ pid=${child.pid} bind=127\\.0\\.0\\.1`));
+    } finally {
+      child.kill('SIGKILL');
+    }
+  }, 120_000);
 
   it("examples/replicas/app.Dockerfile: the image's CMD serves the Express example from the image's files, limited by a real cellgate", async () => {
     const image = images.get('examples/replicas/app.Dockerfile')!;

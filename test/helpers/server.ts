@@ -38,6 +38,8 @@ export interface StartOptions {
   main?: string;
   /** Node's own flags before the script, e.g. an image ENTRYPOINT's `--max-semi-space-size=8`. */
   nodeArgs?: string[];
+  /** How long the start may take before it counts as failed (default 10 s). */
+  readyTimeoutMs?: number;
 }
 
 export async function startServer(opts: StartOptions = {}): Promise<RunningServer> {
@@ -60,7 +62,7 @@ export async function startServer(opts: StartOptions = {}): Promise<RunningServe
   const exitPromise = new Promise<number | null>((resolve) => proc.on('exit', (code) => { exited = code; resolve(code); }));
   const port = await new Promise<number>((resolve, reject) => {
     let buf = '';
-    const timer = setTimeout(() => reject(new Error(`cellgate did not start: ${logs.join('\n')}`)), 10_000);
+    const timer = setTimeout(() => reject(new Error(`cellgate did not start: ${logs.join('\n')}`)), opts.readyTimeoutMs ?? 10_000);
     proc.stdout!.on('data', (chunk: Buffer) => {
       buf += chunk.toString('utf8');
       let nl: number;

@@ -4,15 +4,16 @@
  * sends each request's descriptors to the limits the README names and the path it names upstream.
  */
 import { readFileSync, readdirSync } from 'node:fs';
-import { describe, expect, it } from 'vitest';
-import { loadRlsConfigDir } from '../../src/rls/config.js';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { readRlsConfigDir } from '../../src/rls/config-dir.js';
+import { rlsConfigOf, type RlsConfig } from '../../src/rls/config.js';
 import { parse } from 'yaml';
 
 const DIR = new URL('../../examples/envoy/rls-config/', import.meta.url).pathname;
 
 describe('examples/envoy', () => {
-  it('rls-config loads: per client address 100 a minute, per /api/ path a token bucket', () => {
-    const c = loadRlsConfigDir(DIR);
+  it('rls-config loads: per client address 100 a minute, per /api/ path a token bucket', async () => {
+    const c = rlsConfigOf((await readRlsConfigDir(DIR, { ignoreDotfiles: false })).domains);
     expect(c.getLimit('edge', [{ key: 'remote_address', value: '10.0.0.1' }], null)!.limit).toMatchObject({ requestsPerUnit: 100, unit: 'MINUTE' });
     expect(c.getLimit('edge', [{ key: 'header_match', value: 'api' }, { key: 'path', value: '/api/x' }], null)!.limit)
       .toMatchObject({ requestsPerUnit: 20, unit: 'SECOND', algorithm: 'token_bucket', burst: 40 });
@@ -31,7 +32,10 @@ describe('examples/envoy', () => {
     type Route = { match: { prefix: string }; route: { cluster: string; rate_limits?: unknown; prefix_rewrite?: string; regex_rewrite?: { pattern: { regex: string }; substitution: string } } };
     const doc = parse(readFileSync(new URL('../../examples/envoy/envoy.yaml', import.meta.url), 'utf8'));
     const vh = doc.static_resources.listeners[0].filter_chains[0].filters[0].typed_config.route_config.virtual_hosts[0] as { rate_limits: { actions: Action[] }[]; routes: Route[] };
-    const config = loadRlsConfigDir(DIR);
+    let config: RlsConfig;
+    beforeAll(async () => {
+      config = rlsConfigOf((await readRlsConfigDir(DIR, { ignoreDotfiles: false })).domains);
+    });
 
     /** The route Envoy picks for `path` (the first whose prefix matches). */
     const routeOf = (path: string) => vh.routes.find((r) => path.startsWith(r.match.prefix))!;

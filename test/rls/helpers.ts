@@ -50,18 +50,20 @@ export interface Rls {
   shouldFail(request: unknown): Promise<grpc.ServiceError>;
   write(name: string, text: string): void;
   metrics(): Promise<string>;
-  stop(): Promise<void>;
+  stop(signal?: NodeJS.Signals): Promise<void>;
 }
 
 /** T0: a frozen debug clock at the start of a minute, hour and day (ms). */
 export const T0 = 1_800_000_000_000 - (1_800_000_000_000 % 86_400_000);
 
-export async function startRls(files: Record<string, string>, args: string[] = []): Promise<Rls> {
+/** `wrap`: a command that execs the server (startServer's), e.g. prlimit. */
+export async function startRls(files: Record<string, string>, args: string[] = [], wrap?: string[]): Promise<Rls> {
   const configDir = mkdtempSync(join(tmpdir(), 'cellgate-rls-'));
   for (const [name, text] of Object.entries(files)) writeFileSync(join(configDir, name), text);
   const rlsPort = await freePort();
   const metricsPort = await freePort();
-  const server = await startServer({ args: ['--rls-port', String(rlsPort), '--rls-config', configDir, '--metrics-port', String(metricsPort), ...args] });
+  // A wide start deadline: a start that reads its configuration in a worker thread takes seconds on a busy machine.
+  const server = await startServer({ args: ['--rls-port', String(rlsPort), '--rls-config', configDir, '--metrics-port', String(metricsPort), ...args], wrap, readyTimeoutMs: 60_000 });
   const redis = new Redis({ port: server.port, host: '127.0.0.1', lazyConnect: true, maxRetriesPerRequest: 0 });
   await redis.connect();
   await redis.call('DEBUG', 'CLOCK', 'SET', String(T0));
@@ -89,10 +91,10 @@ export async function startRls(files: Record<string, string>, args: string[] = [
     },
     write: (name, text) => writeFileSync(join(configDir, name), text),
     metrics: async () => (await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).text(),
-    stop: async () => {
+    stop: async (signal?: NodeJS.Signals) => {
       client.close();
       redis.disconnect();
-      await server.stop();
+      await server.stop(signal);
       rmSync(configDir, { recursive: true, force: true });
     },
   };

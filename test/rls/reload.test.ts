@@ -38,6 +38,8 @@ describe('reload', () => {
 
     rls.write('app.yaml', BAD);
     await until(async () => (await loads(rls)).error >= 1, 'the refused reload');
+    // The log line comes on another channel than the counter: waited for on its own.
+    await until(() => rls.server.logs.some((l) => l.includes('rls-config not loaded')), 'the refusal logged');
     const line = rls.server.logs.find((l) => l.includes('rls-config not loaded'))!;
     expect(line).toContain("app.yaml: config error, unknown key 'requestsperunit' (at descriptors[0].rate_limit.requestsperunit)");
     expect(line).toContain('the previous configuration stays in force');
