@@ -124,9 +124,9 @@ describe('a foreign or oversized value at a limiter key is never loaded into the
     expect(m, stats).not.toBeNull();
     const info = await backendInfo(s);
     console.log(`[attack] oversized values: ${replies.length} calls, Redis EVALSHA calls=${m![1]} usec_per_call=${m![3]}; getrange ${/cmdstat_getrange:calls=(\d+)/.exec(stats)?.[1]}, get ${/cmdstat_get:calls=(\d+)/.exec(stats)?.[1] ?? 0}; state changes ${Number(info.backend_state_changes) - Number(infoBefore.backend_state_changes)}, timeouts ${Number(info.backend_timeouts) - Number(infoBefore.backend_timeouts)}`);
-    // Copying the 50 MiB value costs tens to hundreds of ms per call; a header read a few µs (a
-    // loaded machine: a few hundred).
-    expect(Number(m![3])).toBeLessThan(5000);
+    // The mechanism, not a duration: the scripts read these keys only through GETRANGE of a header
+    // (bounded bytes), never GET, which would copy the 50 MiB value into Lua on every call.
+    expect(Number(/cmdstat_getrange:calls=(\d+)/.exec(stats)?.[1] ?? 0)).toBeGreaterThan(0);
     expect(stats).not.toMatch(/cmdstat_get:/);
     expect(info.backend_state).toBe('up');
     expect(info.backend_state_changes).toBe(infoBefore.backend_state_changes);
