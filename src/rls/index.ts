@@ -198,11 +198,20 @@ export class RlsRuntime {
     }
   }
 
-  /** Readiness (/readyz): not until a configuration loaded, unless rls-force-start says to serve without one. */
+  /**
+   * Readiness (/readyz): not until a configuration loaded, unless rls-force-start says to serve
+   * without one; with rls-ready-needs-limits, not while the configuration has no domain (an empty
+   * directory or xDS snapshot), whatever rls-force-start says, as envoyproxy/ratelimit's health.
+   */
   notReadyReason(): string | null {
-    if (this.service.config !== null || this.host.config.bool('rls-force-start')) return null;
+    const config = this.service.config;
+    const source = this.xds !== null ? `the xDS server ${this.xds.settings.server}` : `rls-config '${this.dir}'`;
+    if (this.host.config.bool('rls-ready-needs-limits') && (config === null || config.domains.size === 0)) {
+      return config === null ? (this.xds?.waitingReason() ?? `no rate limit configuration loaded from ${source}`) : `the rate limit configuration from ${source} has no domain (rls-ready-needs-limits)`;
+    }
+    if (config !== null || this.host.config.bool('rls-force-start')) return null;
     if (this.xds !== null) return this.xds.waitingReason();
-    return `no rate limit configuration loaded from rls-config '${this.dir}'`;
+    return `no rate limit configuration loaded from ${source}`;
   }
 
   /** INFO's rls section: where the configuration comes from, and the xDS client's state. */

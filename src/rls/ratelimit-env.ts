@@ -76,7 +76,7 @@ export const RATELIMIT_VARIABLES: readonly RatelimitVariable[] = [
   v('XDS_CLIENT_BACKOFF_MAX_INTERVAL', 'duration', '60s', named(XDS_TUNING)),
   v('XDS_CLIENT_BACKOFF_RANDOM_FACTOR', 'float', '0.5', named(XDS_TUNING)),
   v('XDS_CLIENT_BACKOFF_JITTER', 'bool', 'true', named(XDS_TUNING)),
-  v('XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES', 'int', null, named(XDS_TUNING)),
+  v('XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES', 'int', null, MAPPED),
   v('USE_DOG_STATSD', 'bool', 'false', named(STATSD, whenTrue)),
   v('USE_DOG_STATSD_MOGRIFIERS', 'list', '', named(STATSD, (x) => (x as unknown[]).length > 0)),
   v('USE_STATSD', 'bool', 'true', named(STATSD, whenTrue)),

@@ -145,10 +145,11 @@ export function ratelimitConfig(env: NodeJS.ProcessEnv, args: readonly string[])
   set('loglevel', logLevel(values.str('LOG_LEVEL')), 'LOG_LEVEL');
   set('log-format', values.str('LOG_FORMAT').toLowerCase() === 'json' ? 'json' : 'human', 'LOG_FORMAT');
 
-  configSource(values, config, set);
+  configSource(values, set);
   // FORCE_START serves before a configuration; HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED keeps the
-  // health check failing until one has loaded all the same.
-  set('rls-force-start', values.bool('FORCE_START_WITHOUT_INITIAL_CONFIG') && !values.bool('HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED') ? 'yes' : 'no', 'FORCE_START_WITHOUT_INITIAL_CONFIG');
+  // health check failing while the configuration has no domain, whatever FORCE_START says.
+  set('rls-force-start', values.bool('FORCE_START_WITHOUT_INITIAL_CONFIG') ? 'yes' : 'no', 'FORCE_START_WITHOUT_INITIAL_CONFIG');
+  set('rls-ready-needs-limits', values.bool('HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED') ? 'yes' : 'no', 'HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED');
   grpcTls(values, config, set);
 
   set('rls-response-headers', values.bool('LIMIT_RESPONSE_HEADERS_ENABLED') ? 'yes' : 'no', 'LIMIT_RESPONSE_HEADERS_ENABLED');
@@ -175,16 +176,14 @@ export function ratelimitConfig(env: NodeJS.ProcessEnv, args: readonly string[])
 type SetSetting = (setting: string, value: string, variable: string) => void;
 
 /** CONFIG_TYPE: the files of RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY, or xDS. */
-function configSource(values: Values, config: Config, set: SetSetting): void {
+function configSource(values: Values, set: SetSetting): void {
   const type = values.str('CONFIG_TYPE');
   if (type === 'GRPC_XDS_SOTW') {
-    if (!config.has('rls-xds-server')) {
-      throw new RatelimitEnvError('CONFIG_TYPE=GRPC_XDS_SOTW: configuration over xDS is not in this build of cellgate; use CONFIG_TYPE=FILE with the files in RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY');
-    }
     set('rls-xds-server', values.str('CONFIG_GRPC_XDS_SERVER_URL'), 'CONFIG_GRPC_XDS_SERVER_URL');
     set('rls-xds-node-id', values.str('CONFIG_GRPC_XDS_NODE_ID'), 'CONFIG_GRPC_XDS_NODE_ID');
     set('rls-xds-node-metadata', values.str('CONFIG_GRPC_XDS_NODE_METADATA'), 'CONFIG_GRPC_XDS_NODE_METADATA');
     set('rls-xds-retry-ms', String(Math.round(values.num('CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL'))), 'CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL');
+    if (values.str('XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES') !== '') set('rls-xds-max-message-bytes', values.str('XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES'), 'XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES');
     if (values.bool('CONFIG_GRPC_XDS_SERVER_USE_TLS')) {
       set('rls-xds-tls', 'yes', 'CONFIG_GRPC_XDS_SERVER_USE_TLS');
       set('rls-xds-tls-cert-file', values.str('CONFIG_GRPC_XDS_CLIENT_TLS_CERT'), 'CONFIG_GRPC_XDS_CLIENT_TLS_CERT');

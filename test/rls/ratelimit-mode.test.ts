@@ -2,7 +2,7 @@
  * `cellgate-server ratelimit` as a process with exactly Envoy Gateway's environment (from its
  * source: test/fixtures/envoy-gateway), a real redis-server as REDIS_URL, free ports and the
  * certificates made here: what changes is only what must (the paths of the files, the ports, the
- * Redis address, and CONFIG_TYPE=FILE until configuration over xDS is in this build). It answers
+ * Redis address, and CONFIG_TYPE=FILE where a test reads files; the xDS one keeps CONFIG_TYPE). It answers
  * /healthcheck as envoyproxy/ratelimit does, gRPC over TLS with the file's limits counted in Redis,
  * /rlconfig, /json and the metrics on PROMETHEUS_ADDR; names what it ignores in one line; writes no
  * file; and its health follows the backend and the configuration.
@@ -16,6 +16,7 @@ import { freePort } from '../helpers/server.js';
 import { randomFreePort } from '../helpers/ports.js';
 import { RedisNode, stopAllRedis } from '../helpers/redis.js';
 import { RateLimitServiceClient } from './helpers.js';
+import { resource, TYPE_URL, XdsTestServer } from './xds-server.js';
 import { deploymentEnv, eventually, httpGet, makeCerts, runMode, type ModeProcess } from './ratelimit-helpers.js';
 
 const EG = deploymentEnv('envoy-gateway/ratelimit-deployment.yaml');
@@ -75,10 +76,38 @@ function shouldRateLimit(port: number, value: string): Promise<{ overall_code: s
 }
 
 describe("the ratelimit mode with Envoy Gateway's environment", () => {
-  it('as written: refused at start, naming CONFIG_TYPE (configuration over xDS is not in this build)', async () => {
-    const m = start({ ...EG });
+  it('as written: configured over xDS with TLS both ways, subscribes as envoy-ratelimit and serves what is pushed', async () => {
+    const xds = new XdsTestServer({ cert: join(certs, 'tls.crt'), key: join(certs, 'tls.key'), ca: join(certs, 'ca.crt') });
+    await xds.start();
+    try {
+      const data = runtimeRoot({});
+      const { env, port, grpcPort } = await egEnv(data, `127.0.0.1:${redis.port}`);
+      // Only the xDS server's address changes from what Envoy Gateway writes.
+      const m = start({ ...env, CONFIG_TYPE: EG.CONFIG_TYPE!, CONFIG_GRPC_XDS_SERVER_URL: `127.0.0.1:${xds.port}`, XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES: '65536' });
+      // FORCE_START_WITHOUT_INITIAL_CONFIG true: healthy while the first snapshot is awaited.
+      await eventually(async () => (await httpGet(port, '/healthcheck'))?.status === 200, '/healthcheck 200 before any snapshot', m);
+      await eventually(() => Promise.resolve(xds.requests.length > 0), 'the first DiscoveryRequest over mutual TLS', m);
+      const first = xds.requests[0] as unknown as { node: { id: string }; type_url: string };
+      expect(first.node.id).toBe('envoy-ratelimit');
+      expect(first.type_url).toBe(TYPE_URL);
+      xds.push('v1', [resource({ name: 'edge', domain: 'edge', descriptors: [{ key: 'remote_address', rate_limit: { unit: 'MINUTE', requests_per_unit: 2 } }] })]);
+      await eventually(async () => (await httpGet(port, '/rlconfig'))?.body !== '', 'the pushed configuration in force', m);
+      expect((await httpGet(port, '/rlconfig'))!.body).toBe('edge.remote_address: unit=MINUTE requests_per_unit=2, shadow_mode: false, quota_mode: false\n');
+      const codes = [];
+      for (let i = 0; i < 3; i++) codes.push((await shouldRateLimit(grpcPort, '10.7.7.7')).overall_code);
+      expect(codes).toEqual(['OK', 'OK', 'OVER_LIMIT']);
+      expect(m.logs.join('\n')).not.toMatch(/XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES/);
+    } finally {
+      xds.stop();
+    }
+  });
+
+  it('XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES below what cellgate allows: refused at start, naming it', async () => {
+    const data = runtimeRoot({});
+    const { env } = await egEnv(data, `127.0.0.1:${redis.port}`);
+    const m = start({ ...env, CONFIG_TYPE: 'GRPC_XDS_SOTW', XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES: '100' });
     expect(await m.exited).toBe(1);
-    expect(m.logs.join('\n')).toContain('ratelimit: CONFIG_TYPE=GRPC_XDS_SOTW: configuration over xDS is not in this build of cellgate');
+    expect(m.logs.join('\n')).toContain('XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES');
   });
 
   it('serves /healthcheck, gRPC over TLS counted in Redis, /rlconfig, /json and the metrics; names what it ignores; writes no file', async () => {
@@ -138,13 +167,19 @@ describe("the ratelimit mode with Envoy Gateway's environment", () => {
     expect((await shouldRateLimit(a.grpcPort, '10.9.9.9')).overall_code).toBe('OK');
   });
 
-  it('FORCE_START_WITHOUT_INITIAL_CONFIG false and no configuration: /healthcheck 500 until a file appears', async () => {
+  it('an empty directory is a configuration (healthy, as envoyproxy/ratelimit); HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED: /healthcheck 500 until a file appears', async () => {
+    const empty = await egEnv(runtimeRoot({}), `127.0.0.1:${redis.port}`);
+    const plain = start({ ...empty.env, FORCE_START_WITHOUT_INITIAL_CONFIG: 'false' });
+    await eventually(async () => (await httpGet(empty.port, '/healthcheck'))?.status === 200, 'an empty configuration is healthy', plain);
+
     const data = runtimeRoot({});
     const { env, port } = await egEnv(data, `127.0.0.1:${redis.port}`);
-    const m = start({ ...env, FORCE_START_WITHOUT_INITIAL_CONFIG: 'false' });
+    const m = start({ ...env, FORCE_START_WITHOUT_INITIAL_CONFIG: 'true', HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED: 'true' });
     await eventually(async () => (await httpGet(port, '/healthcheck')) !== null, 'the HTTP port', m);
+    // Loaded (the empty directory) but without a domain: not healthy, whatever FORCE_START says.
+    await eventually(async () => /cellgate_rls_config_loaded 1/.test((await httpGet(port, '/metrics'))?.body ?? ''), 'the empty configuration loaded', m);
     expect((await httpGet(port, '/healthcheck'))?.status).toBe(500);
-    expect((await httpGet(port, '/rlconfig'))?.body).toBe('');
+    expect((await httpGet(port, '/readyz'))?.body).toMatch(/has no domain/);
     writeFileSync(join(data, 'ratelimit', 'config', 'edge.yaml'), LIMITS);
     await eventually(async () => (await httpGet(port, '/healthcheck'))?.status === 200, '/healthcheck 200 once loaded', m);
   });
