@@ -9,9 +9,10 @@
 #
 #   bash scripts/ratelimit-image-check.sh      # needs podman (or docker: ENGINE=docker), openssl, redis-server, curl
 #
-# What differs from Envoy Gateway's environment: REDIS_URL (the host's redis-server) and, until the
-# image has configuration over xDS, CONFIG_TYPE=FILE with the limits mounted at
-# /data/ratelimit/config (RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config). Env: ENGINE (podman), IMAGE
+# What differs from Envoy Gateway's environment: REDIS_URL (the host's redis-server) and
+# CONFIG_TYPE=FILE with the limits mounted at /data/ratelimit/config (RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/
+# config), so that no xDS server has to run beside the container; the same environment with
+# CONFIG_TYPE=GRPC_XDS_SOTW against an xDS server is exercised by test/rls/ratelimit-mode.test.ts. Env: ENGINE (podman), IMAGE
 # (localhost/cellgate:check), SKIP_BUILD=1 (use IMAGE as it is), HPORT (first of three host ports, 18090).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
