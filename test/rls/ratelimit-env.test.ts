@@ -195,7 +195,9 @@ describe('the rest of the mapping', () => {
     expect(start({ ...base, RUNTIME_WATCH_ROOT: 'false', RUNTIME_SUBDIRECTORY: '' }).config.get('rls-config')).toBe('/srv/runtime_data/current/config');
     expect(refusal({ RUNTIME_ROOT: '/x' })).toMatch(/^RUNTIME_SUBDIRECTORY is empty: envoyproxy\/ratelimit would then read no configuration file/);
     expect(start({ ...base, FORCE_START_WITHOUT_INITIAL_CONFIG: 'true' }).config.get('rls-force-start')).toBe('yes');
-    expect(start({ ...base, FORCE_START_WITHOUT_INITIAL_CONFIG: 'true', HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED: 'true' }).config.get('rls-force-start')).toBe('no');
+    const both = start({ ...base, FORCE_START_WITHOUT_INITIAL_CONFIG: 'true', HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED: 'true' }).config;
+    expect([both.get('rls-force-start'), both.get('rls-ready-needs-limits')]).toEqual(['yes', 'yes']);
+    expect(start(base).config.get('rls-ready-needs-limits')).toBe('no');
   });
 
   it('headers, shadow mode, the key prefix, log level and format, hosts', () => {
