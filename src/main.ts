@@ -257,6 +257,18 @@ function rlsRuntime(server: Server): RlsRuntime {
       return null;
     },
     commit: () => server.journal.commit(),
+    accounts: {
+      join: (holder) => {
+        server.otherAccounts.add(holder);
+        server.clientsMemory.join(holder);
+      },
+      set: (holder, bytes) => server.clientsMemory.set(holder, 'query', bytes),
+      release: (holder) => {
+        server.clientsMemory.release(holder);
+        server.otherAccounts.delete(holder);
+      },
+    },
+    onConfigSet: (hook) => server.configHooks.push(hook),
     healthReason: () => {
       const b = server.backend;
       if (b !== null) {

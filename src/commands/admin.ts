@@ -90,9 +90,20 @@ function configSet(ctx: CommandContext, argv: CommandArgs): void {
       return;
     }
   }
+  // The other doors that read some of these settings (the rate limit service's TLS files).
+  const names = pairs.map(([n]) => n);
+  const value = (name: string): string => (names.includes(name) ? scratch.get(name) : config.get(name));
+  for (const hook of ctx.server.configHooks) {
+    const refusal = hook.check(names, value);
+    if (refusal !== null) {
+      ctx.reply.error(`ERR CONFIG SET failed (possibly related to argument '${names[0]}') - ${refusal}`);
+      return;
+    }
+  }
   const commit = (): void => {
     for (const [name, value] of pairs) config.set(name, value, true);
     if (tlsContext !== null) ctx.server.reloadTls(tlsContext);
+    for (const hook of ctx.server.configHooks) hook.applied(names);
     ctx.server.applyRuntimeConfig();
   };
   const bindChanged = pairs.some(([n]) => n === 'bind') && scratch.get('bind') !== config.get('bind');

@@ -145,6 +145,16 @@ export interface ListenerControl {
   rebind(bind: string, port: number): Promise<string | null>;
   readonly tlsActive: boolean;
   reloadTls(context: tls.TlsOptions): void;
+  /** Other doors' word on CONFIG SET (the rate limit service's TLS files): checked before, told after. */
+  readonly configHooks: ConfigSetHook[];
+}
+
+/** A part of the server that must check, then apply, some settings a CONFIG SET changes. */
+export interface ConfigSetHook {
+  /** Before anything changes: a refusal (the reply's reason), or null. `get` reads the values the set would leave. */
+  check(names: readonly string[], get: (name: string) => string): string | null;
+  /** After the values are set. */
+  applied(names: readonly string[]): void;
 }
 
 /** The process itself: clock, log, identity, periodic tasks, memory, slow log, SHUTDOWN. */

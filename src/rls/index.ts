@@ -23,7 +23,9 @@ import { DURATION_BOUNDS_US } from '../server/stats.js';
 import { loadRlsConfigDir, RlsConfigLoadError, type RefusalReason } from './config-dir.js';
 import type { RlsDecider } from './decider.js';
 import { answerHealthHttp } from './health-http.js';
-import { RlsGrpcServer } from './grpc.js';
+import { RlsGrpcServer, type RlsAccounts } from './grpc.js';
+import { grpcInfoRows, grpcMetricsText } from './grpc-report.js';
+import { RLS_TLS_SETTINGS } from './grpc-tls.js';
 import { JsonRequestError, parseJsonRequest, responseJson } from './json.js';
 import { RlsService } from './service.js';
 import { xdsRefusal, xdsWanted } from './xds/settings.js';
@@ -41,6 +43,10 @@ export interface RlsHost {
   commit(): void;
   /** Why the server cannot decide now (not ready, the backend unreachable), or null: envoyproxy/ratelimit's /healthcheck. */
   healthReason(): string | null;
+  /** The server's memory accounts: each gRPC connection has one, as each RESP client. */
+  readonly accounts: RlsAccounts;
+  /** Adds a word on CONFIG SET: a check before anything changes (a refusal, or null), then the change. */
+  onConfigSet(hook: { check(names: readonly string[], get: (name: string) => string): string | null; applied(names: readonly string[]): void }): void;
 }
 
 /** Quiet time after a change in the directory before it is read (an editor or a ConfigMap update writes in steps). */
@@ -83,6 +89,11 @@ export class RlsRuntime {
   static refusal(config: Config): string | null {
     const xds = xdsRefusal(config);
     if (xds !== null) return xds;
+    // A message of the largest size allowed must be able to arrive in pieces.
+    const perConnection = config.int('rls-max-unfinished-bytes-per-connection');
+    if (perConnection < config.int('rls-max-message-bytes') || config.int('rls-max-unfinished-bytes') < perConnection) {
+      return 'rls-max-unfinished-bytes-per-connection must be at least rls-max-message-bytes, and rls-max-unfinished-bytes at least rls-max-unfinished-bytes-per-connection';
+    }
     if (config.int('rls-port') > 0 && config.get('rls-config') === '' && !xdsWanted(config)) {
       return 'rls-port is set but rls-config is not (nor rls-xds-server): name the directory of the rate limit configuration files, or the xDS server that pushes it';
     }
@@ -116,9 +127,21 @@ export class RlsRuntime {
     const port = this.host.config.int('rls-port');
     if (port === 0) return;
     const grpc = new RlsGrpcServer(this.host.config, this.service, {
-      refused: () => undefined,
       serving: () => this.notReadyReason() === null && this.host.unavailable() === null,
-    });
+      notice: (message) => this.host.log.notice(message),
+      warning: (message) => this.host.log.warning(message),
+    }, this.host.accounts);
+    const tlsMaterial = grpc.tlsMaterial;
+    if (tlsMaterial !== null) {
+      // CONFIG SET of the TLS files reaches the gRPC port: checked before the reply, in force after it.
+      const touches = (names: readonly string[]): boolean => names.some((n) => RLS_TLS_SETTINGS.includes(n));
+      this.host.onConfigSet({
+        check: (names, get) => (touches(names) ? tlsMaterial.checkConfigSet(get) : null),
+        applied: (names) => {
+          if (touches(names)) tlsMaterial.applyConfigSet();
+        },
+      });
+    }
     const bind = this.host.config.get('rls-bind').trim() || this.host.config.get('bind').trim();
     await grpc.listen(bind.split(/\s+/), port);
     this.grpc = grpc;
@@ -221,6 +244,7 @@ export class RlsRuntime {
       ['rls_config_loaded', this.service.config === null ? 0 : 1],
       ['rls_config_last_load_ok', this.lastLoadOk ? 1 : 0],
       ...(this.xds?.infoRows() ?? []),
+      ...(this.grpc === null ? [] : grpcInfoRows(this.grpc)),
     ];
   }
 
@@ -303,12 +327,7 @@ export class RlsRuntime {
       out.push(`${h}_bucket{le="${le}"} ${cumulative}\n`);
     }
     out.push(`${h}_sum ${s.durationSumUs / 1e6}\n${h}_count ${s.calls}\n`);
-    if (this.grpc !== null) {
-      out.push(`# HELP cellgate_rls_connections gRPC connections open now.\n# TYPE cellgate_rls_connections gauge\ncellgate_rls_connections ${this.grpc.connections}\n`);
-      out.push(`# HELP cellgate_rls_connections_received_total gRPC connections accepted.\n# TYPE cellgate_rls_connections_received_total counter\ncellgate_rls_connections_received_total ${this.grpc.acceptedConnections}\n`);
-      out.push('# HELP cellgate_rls_refused_connections_total gRPC connections closed by the server: rls-max-connections were open, or the peer did not speak HTTP/2.\n# TYPE cellgate_rls_refused_connections_total counter\n');
-      out.push(`cellgate_rls_refused_connections_total{reason="max_connections"} ${this.grpc.refusedConnections}\ncellgate_rls_refused_connections_total{reason="not_http2"} ${this.grpc.notHttp2}\n`);
-    }
+    if (this.grpc !== null) out.push(grpcMetricsText(this.grpc));
     if (this.xds !== null) out.push(this.xds.metricsText());
     out.push(`# HELP cellgate_rls_config_loaded Whether a rate limit configuration is in force.\n# TYPE cellgate_rls_config_loaded gauge\ncellgate_rls_config_loaded ${this.service.config === null ? 0 : 1}\n`);
     out.push(configLoadFamilies(this.loading !== null, this.lastLoadOk, this.refusals));

@@ -150,7 +150,7 @@ export function ratelimitConfig(env: NodeJS.ProcessEnv, args: readonly string[])
   // health check failing while the configuration has no domain, whatever FORCE_START says.
   set('rls-force-start', values.bool('FORCE_START_WITHOUT_INITIAL_CONFIG') ? 'yes' : 'no', 'FORCE_START_WITHOUT_INITIAL_CONFIG');
   set('rls-ready-needs-limits', values.bool('HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED') ? 'yes' : 'no', 'HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED');
-  grpcTls(values, config, set);
+  grpcTls(values, set);
 
   set('rls-response-headers', values.bool('LIMIT_RESPONSE_HEADERS_ENABLED') ? 'yes' : 'no', 'LIMIT_RESPONSE_HEADERS_ENABLED');
   const headers = ['LIMIT_LIMIT_HEADER', 'LIMIT_REMAINING_HEADER', 'LIMIT_RESET_HEADER'];
@@ -207,12 +207,11 @@ function configSource(values: Values, set: SetSetting): void {
 }
 
 /**
- * GRPC_SERVER_USE_TLS and its files. Onto the rls-tls-* settings where this build has them; else
- * onto the server's tls-* files, which the rate limit service reads with rls-tls (the same effect:
- * no RESP TLS port is open in this mode). Client certificates are required exactly when
- * GRPC_CLIENT_TLS_CACERT is set, as there.
+ * GRPC_SERVER_USE_TLS and its files, onto the rls-tls-* settings (re-read when the files change, as
+ * a mounted Secret is updated). Client certificates are required exactly when
+ * GRPC_CLIENT_TLS_CACERT is set, and carry GRPC_CLIENT_TLS_SAN when that is set, as there.
  */
-function grpcTls(values: Values, config: Config, set: SetSetting): void {
+function grpcTls(values: Values, set: SetSetting): void {
   if (!values.bool('GRPC_SERVER_USE_TLS')) return;
   set('rls-tls', 'yes', 'GRPC_SERVER_USE_TLS');
   for (const f of ['GRPC_SERVER_TLS_CERT', 'GRPC_SERVER_TLS_KEY']) {
@@ -220,17 +219,11 @@ function grpcTls(values: Values, config: Config, set: SetSetting): void {
   }
   const ca = values.str('GRPC_CLIENT_TLS_CACERT');
   const san = values.str('GRPC_CLIENT_TLS_SAN');
-  if (config.has('rls-tls-cert-file')) {
-    set('rls-tls-cert-file', values.str('GRPC_SERVER_TLS_CERT'), 'GRPC_SERVER_TLS_CERT');
-    set('rls-tls-key-file', values.str('GRPC_SERVER_TLS_KEY'), 'GRPC_SERVER_TLS_KEY');
-    set('rls-tls-ca-cert-file', ca, 'GRPC_CLIENT_TLS_CACERT');
-  } else {
-    set('tls-cert-file', values.str('GRPC_SERVER_TLS_CERT'), 'GRPC_SERVER_TLS_CERT');
-    set('tls-key-file', values.str('GRPC_SERVER_TLS_KEY'), 'GRPC_SERVER_TLS_KEY');
-    set('tls-ca-cert-file', ca, 'GRPC_CLIENT_TLS_CACERT');
-    set('tls-auth-clients', ca === '' ? 'no' : 'yes', 'GRPC_CLIENT_TLS_CACERT');
-  }
-  if (san !== '') set('rls-tls-client-san', san, 'GRPC_CLIENT_TLS_SAN');
+  set('rls-tls-cert-file', values.str('GRPC_SERVER_TLS_CERT'), 'GRPC_SERVER_TLS_CERT');
+  set('rls-tls-key-file', values.str('GRPC_SERVER_TLS_KEY'), 'GRPC_SERVER_TLS_KEY');
+  if (ca !== '') set('rls-tls-ca-cert-file', ca, 'GRPC_CLIENT_TLS_CACERT');
+  // Without a CA no client certificate is asked for, so there is no name to check (as there).
+  if (san !== '' && ca !== '') set('rls-tls-client-san', san, 'GRPC_CLIENT_TLS_SAN');
 }
 
 /** REDIS_AUTH: `user:password` or a password (strings.Cut on the first colon, as there). */

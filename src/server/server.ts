@@ -15,11 +15,11 @@ import { Keyspace } from '../keyspace/keyspace.js';
 import { ReplyWriter } from '../protocol/reply-writer.js';
 import { allCommands } from '../commands/table.js';
 import { Acl, type User } from '../acl/users.js';
-import type { CommandServer, CommandSpec } from '../commands/types.js';
+import type { CommandServer, CommandSpec, ConfigSetHook } from '../commands/types.js';
 import { AppendOnly } from '../persistence/journal.js';
 import { Snapshotter, type SaveMode } from '../persistence/snapshotter.js';
 import { Client } from './client.js';
-import { ClientsMemory } from './client-memory.js';
+import { ClientsMemory, type AccountHolder } from './client-memory.js';
 import type { Watching } from './transaction.js';
 import { SlowLog } from './slowlog.js';
 import { MemoryGuard } from './memory.js';
@@ -61,7 +61,11 @@ export class Server implements CommandServer {
   readonly localKeys = new LocalKeyStore(this.keyspace, this.stats);
   readonly clients = new Map<number, Client>();
   /** The clients' memory accounts and their sum, checked against maxmemory-clients (client-memory.ts). */
-  readonly clientsMemory = new ClientsMemory(() => this.clients.values());
+  readonly clientsMemory = new ClientsMemory(() => this.accountHolders());
+  /** Accounts of other doors' connections (the rate limit service's gRPC connections), in the same sum. */
+  readonly otherAccounts = new Set<AccountHolder>();
+  /** Other doors' word on CONFIG SET (src/commands/admin.ts). */
+  readonly configHooks: ConfigSetHook[] = [];
   readonly runId = randomBytes(20).toString('hex');
   readonly startedMs = Date.now();
   /** maxmemory and eviction (src/server/memory.ts). */
@@ -248,6 +252,12 @@ export class Server implements CommandServer {
     if (this.clients.delete(client.id) && this.log.enabled('verbose')) {
       this.log.verbose(`Client closed connection id=${client.id} addr=${client.addr}`, { id: client.id, addr: client.addr, laddr: client.laddr });
     }
+  }
+
+  /** Every memory account: the RESP clients', then the other doors'. */
+  private *accountHolders(): Iterable<AccountHolder> {
+    yield* this.clients.values();
+    yield* this.otherAccounts;
   }
 
   /** CONFIG RESETSTAT: the stats, and the counters kept beside them (Redis's resetServerStats). */
