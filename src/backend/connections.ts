@@ -42,7 +42,12 @@ export function connectBackend(t: BackendTarget, timeoutMs: number): Client {
       // A slot map refresh asks one node at a time and moves on when it does not answer: a paused
       // master must not hold the refresh that moves its slots away for long.
       slotsRefreshTimeout: Math.max(500, timeoutMs * 2),
-      redisOptions: { ...common, retryStrategy: undefined } as RedisOptions,
+      // Each master's connection opens at its first command (the pool's own choice, which `common`'s
+      // lazyConnect false would override): the Cluster client's ready check (CLUSTER INFO) goes to
+      // a node at once, and a node connection already opening but not ready is refused at once
+      // without the offline queue, so eager connections made the check fail, and the client start
+      // again, for as long as they lost that race (on a busy machine: for good).
+      redisOptions: { ...common, retryStrategy: undefined, lazyConnect: true } as RedisOptions,
     });
   }
   return new Redis({ ...common, host: t.nodes[0].host, port: t.nodes[0].port, db: t.db });

@@ -6,9 +6,12 @@
  *
  * - a bounded wait: every call is answered within `backend-timeout`, by the backend or, past it, by
  *   the `backend-unavailable` policy (the caller decides what that means);
- * - a state (`connecting` → `up` ↔ `down`), one log line per change: down when the connection is
- *   lost or (one Redis) three calls in a row time out; while down, calls are answered by the policy
- *   at once and a PING probe runs every PROBE_INTERVAL_MS; the first success brings it up;
+ * - a state (`connecting` → `up` ↔ `down`), one log line per change: `connecting` until the first
+ *   contact (one Redis: its connection ready; a Cluster: the slot map loaded and every master
+ *   answering a PING), during which limiter calls wait for it within backend-timeout
+ *   (src/backend/first-contact.ts) and /readyz says not ready; down when the connection is lost or
+ *   (one Redis) three calls in a row time out; while down, calls are answered by the policy at once
+ *   and a PING probe runs every PROBE_INTERVAL_MS; the first success brings it up;
  * - per node: at most MAX_PENDING_PER_NODE calls waiting for one node (the rest get the policy at
  *   once), and in a Cluster a down state per master, following the slot map (reloaded on timeouts,
  *   MOVED, CLUSTERDOWN and while a master is down), so a stuck master takes only its own slots;
@@ -51,7 +54,7 @@ export type CallDone = (error: Error | typeof TIMED_OUT | null, reply: unknown) 
 const TIMEOUTS_FOR_DOWN = 3;
 /** While down, a PING probe this often (ms). */
 export const PROBE_INTERVAL_MS = 250;
-/** How long after the start `connecting` turns into `down` if the backend is not up. */
+/** How long after the start a backend not reached yet is logged (it stays `connecting`). */
 const CONNECT_GRACE_MS = 1000;
 /**
  * Calls sent to one node and not answered by it yet (those already answered by the policy after
@@ -94,6 +97,10 @@ export class RedisBackend {
   /** The most calls one node had pending at once so far (never above MAX_PENDING_PER_NODE). */
   pendingPeak = 0;
   lastError = '';
+  /** The limiter calls held for the first contact (src/backend/first-contact.ts), for INFO. */
+  firstContact: { waited: number; expired: number; size: number } | null = null;
+  /** Called once, when the backend is reached for the first time (the held calls go then). */
+  onFirstContact: () => void = () => {};
   /** The limiter calls' batches (src/backend/limiter-batches.ts). */
   readonly batchStats = new BatchStats();
 
@@ -114,6 +121,8 @@ export class RedisBackend {
   /** The connections' writes are held until the end of this turn (cork). */
   private corked = false;
   private closed = false;
+  /** Whether the backend was ever up: before that, calls wait for it (first-contact.ts). */
+  private everUp = false;
   /** A Cluster's master connections by node key (batches are written to them directly). */
   private masterConnections = new Map<string, Redis>();
   /** Sends this turn's batches (limiter-batches.ts) before any other command: the backend sees the order given. */
@@ -127,7 +136,7 @@ export class RedisBackend {
     limiterScript: string,
     typeScript: string,
     blockScript: string,
-    private readonly host: BackendHost,
+    readonly host: BackendHost,
   ) {
     this.timeoutMs = timeoutMs;
     this.policy = policy;
@@ -136,13 +145,17 @@ export class RedisBackend {
     this.client.defineCommand('cellgateLimit', { lua: limiterScript });
     this.client.defineCommand('cellgateType', { lua: typeScript });
     this.client.defineCommand('cellgateBlock', { lua: blockScript });
-    this.client.on('ready', () => this.setState('up', 'connected'));
+    this.client.on('ready', () => this.connected());
     this.client.on('close', () => this.connectionLost('connection closed'));
     this.client.on('error', (e: Error) => this.noteError(e.message));
-    // A Cluster client opens and closes connections while it discovers the nodes: not being up a
-    // while after the start is what counts as down (the policy answers meanwhile either way).
+    // A Cluster client opens and closes connections while it discovers the nodes, and a busy machine
+    // makes that slow: not being reached yet is not a fault of the backend. The state stays
+    // `connecting` (each call waits for the first contact within backend-timeout, /readyz says not
+    // ready); this only says so in the log.
     host.after('backend connect', CONNECT_GRACE_MS, () => {
-      if (this.state === 'connecting') this.setState('down', this.lastError !== '' ? this.lastError : `not connected after ${CONNECT_GRACE_MS} ms`);
+      if (this.state === 'connecting' && !this.closed) {
+        this.host.log.warning(`backend not reached yet after ${CONNECT_GRACE_MS} ms${this.lastError !== '' ? ` (${oneLine(this.lastError)})` : ''}; limiter calls wait up to backend-timeout ${this.timeoutMs} ms for it, then are answered by backend-unavailable ${this.policy}`, { backend: this.target.display });
+      }
     });
     this.subscriber = connectBackend(target, timeoutMs);
     this.invalidations = new InvalidationChannel(`${prefix}__invalidate`, this.client, this.subscriber, this.cache, {
@@ -327,7 +340,8 @@ export class RedisBackend {
         if (entry.settled) return;
         settle(entry);
         this.consecutiveTimeouts = 0;
-        if (this.state !== 'up' && this.client.status === 'ready') this.setState('up', 'a call succeeded');
+        // Back from down (the first contact is `connected`'s: a Cluster's masters all answered).
+        if (this.state === 'down' && this.client.status === 'ready') this.setState('up', 'a call succeeded');
         done(null, reply);
       },
       (e: Error) => {
@@ -498,6 +512,10 @@ export class RedisBackend {
     if (state === 'up') {
       this.consecutiveTimeouts = 0;
       this.host.log.notice(`backend up (${this.target.display}): ${reason}`, { backend: this.target.display, from });
+      if (!this.everUp) {
+        this.everUp = true;
+        this.onFirstContact();
+      }
     } else {
       this.host.log.warning(`backend down: ${reason}; answering by backend-unavailable ${this.policy}`, { backend: this.target.display, reason });
       this.probe();
@@ -559,6 +577,37 @@ export class RedisBackend {
     return this.state === 'up';
   }
 
+  /** Whether the backend was reached at least once since the start (before: calls wait for it). */
+  get reached(): boolean {
+    return this.everUp;
+  }
+
+  /**
+   * The client is ready. One Redis: up. A Cluster, the first time: its client is ready once it has
+   * the slot map, but it connects to each master only at the first command sent there, and a call
+   * to a master still connecting fails at once (no offline queue): so up only once every master
+   * answered a PING (tried again every PROBE_INTERVAL_MS until they do).
+   */
+  private connected(): void {
+    const client = this.client;
+    if (this.everUp || !(client instanceof Cluster)) {
+      this.setState('up', 'connected');
+      return;
+    }
+    if (this.closed || this.state !== 'connecting' || client.status !== 'ready') return;
+    const masters = client.nodes('master');
+    Promise.all(masters.map((m) => m.ping())).then(
+      () => {
+        if (client.status === 'ready') this.setState('up', `connected to the ${masters.length} masters`);
+        else this.host.after('backend first contact', PROBE_INTERVAL_MS, () => this.connected());
+      },
+      (e: Error) => {
+        this.noteError(`first contact: ${e.message}`);
+        this.host.after('backend first contact', PROBE_INTERVAL_MS, () => this.connected());
+      },
+    );
+  }
+
   async close(): Promise<void> {
     this.closed = true;
     if (this.timer !== null) clearTimeout(this.timer);
@@ -590,3 +639,7 @@ export function isDecision(e: Error): boolean {
   return m.startsWith('WRONGTYPE ') || m.startsWith('ERR GCRA ');
 }
 
+
+function oneLine(text: string): string {
+  return text.replace(/[\r\n]+/g, ' ');
+}
