@@ -232,7 +232,7 @@ describe('settings, INFO, /readyz', () => {
   });
 
   it('a malformed backend URL stops the start with a clear message', async () => {
-    await expect(startServer({ args: ['--backend', 'http://localhost:6379'] })).rejects.toThrow(/expected redis:\/\/, rediss:\/\/ or redis-cluster:\/\//);
+    await expect(startServer({ args: ['--backend', 'http://localhost:6379'] })).rejects.toThrow(/expected redis:\/\/, rediss:\/\/, redis-cluster:\/\/, rediss-cluster:\/\/ or redis-sentinel:\/\//);
     await expect(startServer({ args: ['--backend', 'redis://a:1,b:2'] })).rejects.toThrow(/several hosts need redis-cluster/);
   });
 
@@ -332,6 +332,12 @@ describe('helpers', () => {
     expect(parseBackendUrl('rediss://:secret@h')).toMatchObject({ tls: true, password: 'secret', username: undefined, nodes: [{ host: 'h', port: 6379 }] });
     expect(parseBackendUrl('redis-cluster://a:7000,b:7001,[::1]:7002').nodes).toEqual([{ host: 'a', port: 7000 }, { host: 'b', port: 7001 }, { host: '::1', port: 7002 }]);
     expect(() => parseBackendUrl('redis-cluster://a:7000/1')).toThrow(/only database 0/);
+    const sentinel = parseBackendUrl('redis-sentinel://u:p%40ss@s1:26380,s2,[::1]:26381/my%20master/2');
+    expect([sentinel.mode, sentinel.masterName, sentinel.db, sentinel.username, sentinel.password, sentinel.display]).toEqual(['sentinel', 'my master', 2, 'u', 'p@ss', 'redis-sentinel://u:***@s1:26380,s2,[::1]:26381/my%20master/2']);
+    expect(sentinel.nodes).toEqual([{ host: 's1', port: 26380 }, { host: 's2', port: 26379 }, { host: '::1', port: 26381 }]);
+    expect([parseBackendUrl('rediss-cluster://a:7000').mode, parseBackendUrl('rediss-cluster://a:7000').tls]).toEqual(['cluster', true]);
+    expect(() => parseBackendUrl('redis-sentinel://s1:26379')).toThrow(/needs the master's name/);
+    expect(() => parseBackendUrl('redis-sentinel://s1:26379/m/x')).toThrow(/database 'x' is not a number/);
     expect(() => parseBackendUrl('redis://h:99999')).toThrow(/not host:port/);
     expect(() => parseBackendUrl('redis://:pw@h/x')).toThrow(/^backend 'redis:\/\/:\*\*\*@h\/x'/);
   });
