@@ -14,7 +14,11 @@ import { mkdirSync, mkdtempSync, renameSync, rmSync, symlinkSync, writeFileSync,
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import * as grpc from '@grpc/grpc-js';
 import { randomFreePort } from '../helpers/ports.js';
+import { freePort } from '../helpers/server.js';
+import { RateLimitServiceClient } from '../rls/helpers.js';
+import { eventually, httpGet, runMode } from '../rls/ratelimit-helpers.js';
 import { RedisNode } from '../helpers/redis.js';
 import { backendInfo, limited, pollUntil, startSidecar, stopSidecars, waitBackendState, type Sidecar } from './helpers.js';
 
@@ -167,4 +171,38 @@ describe('backend TLS with a client certificate', () => {
     await pollUntil(async () => Number((await backendInfo(s)).backend_tls_reload_errors) === errors + 1, 'the mismatched pair refused');
     expect((await backendInfo(s)).backend_tls_last_error).toMatch(/do not make a pair/);
   });
+
+  it('cellgate-server ratelimit with REDIS_TLS=true and REDIS_TLS_CLIENT_CERT/KEY/CACERT: the pair presented, the calls decided on Redis', async () => {
+    await trustOnly('clients-a');
+    const root = join(dir, 'runtime');
+    mkdirSync(join(root, 'rl', 'config'), { recursive: true });
+    writeFileSync(join(root, 'rl', 'config', 'edge.yaml'), 'domain: edge\ndescriptors:\n  - key: user\n    rate_limit: { unit: hour, requests_per_unit: 2 }\n');
+    const port = await freePort();
+    const grpcPort = await freePort();
+    const m = runMode({
+      RUNTIME_ROOT: root, RUNTIME_SUBDIRECTORY: 'rl', RUNTIME_WATCH_ROOT: 'false', USE_STATSD: 'false', LOG_LEVEL: 'info',
+      REDIS_SOCKET_TYPE: 'tcp', REDIS_URL: `127.0.0.1:${tlsPort}`, REDIS_TLS: 'true',
+      REDIS_TLS_CLIENT_CERT: join(certs, 'client-a.crt'), REDIS_TLS_CLIENT_KEY: join(certs, 'client-a.key'), REDIS_TLS_CACERT: join(certs, 'server-ca.crt'),
+      PORT: String(port), GRPC_PORT: String(grpcPort),
+    });
+    try {
+      await eventually(async () => (await httpGet(port, '/healthcheck'))?.status === 200, '/healthcheck 200', m);
+      const codes: string[] = [];
+      for (let i = 0; i < 3; i++) {
+        const client = new RateLimitServiceClient(`127.0.0.1:${grpcPort}`, grpc.credentials.createInsecure());
+        codes.push(await new Promise<string>((resolve, reject) => {
+          // eslint-disable-next-line @typescript-eslint/no-explicit-any
+          (client as any).ShouldRateLimit({ domain: 'edge', descriptors: [{ entries: [{ key: 'user', value: 'tls' }] }] }, { deadline: Date.now() + 20_000 }, (e: Error | null, r: { overall_code: string }) => {
+            client.close();
+            if (e) reject(e);
+            else resolve(r.overall_code);
+          });
+        }));
+      }
+      expect(codes).toEqual(['OK', 'OK', 'OVER_LIMIT']);
+      expect(((await node.call('KEYS', 'cellgate:edge_user_tls_*')) as string[])).toHaveLength(1);
+    } finally {
+      await m.destroy();
+    }
+  }, 120_000);
 });
