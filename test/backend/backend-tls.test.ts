@@ -19,7 +19,7 @@ import { randomFreePort } from '../helpers/ports.js';
 import { freePort } from '../helpers/server.js';
 import { RateLimitServiceClient } from '../rls/helpers.js';
 import { eventually, httpGet, runMode } from '../rls/ratelimit-helpers.js';
-import { RedisNode } from '../helpers/redis.js';
+import { REDIS_CLI, RedisNode } from '../helpers/redis.js';
 import { backendInfo, limited, pollUntil, startSidecar, stopSidecars, waitBackendState, type Sidecar } from './helpers.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'cellgate-backend-tls-'));
@@ -205,4 +205,53 @@ describe('backend TLS with a client certificate', () => {
       await m.destroy();
     }
   }, 120_000);
+});
+
+describe('rediss-cluster://: a Redis Cluster over TLS (bus included) with client certificates', () => {
+  const nodes: RedisNode[] = [];
+  const tlsPorts: number[] = [];
+  afterAll(async () => {
+    await Promise.all(nodes.map((n) => n.destroy()));
+  });
+
+  it('three masters that announce their TLS ports: the sidecar presents its pair to each, decisions exact, none by the policy', async () => {
+    // One CA for everything here: the nodes' certificates serve the cluster bus too (as clients).
+    const both = join(certs, 'both-cas.crt');
+    writeFileSync(both, Buffer.concat([pem('server-ca.crt'), pem('clients-a.crt')]));
+    for (let i = 0; i < 3; i++) {
+      const tlsPort = await randomFreePort({ bus: true });
+      tlsPorts.push(tlsPort);
+      nodes.push(await RedisNode.start({
+        cluster: true,
+        args: ['--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--cluster-node-timeout', '5000',
+          '--tls-port', String(tlsPort), '--tls-cluster', 'yes', '--tls-cert-file', join(certs, 'server.crt'), '--tls-key-file', join(certs, 'server.key'),
+          '--tls-ca-cert-file', both, '--tls-auth-clients', 'yes'],
+      }));
+    }
+    const create = spawnSync(REDIS_CLI, ['--cluster', 'create', ...nodes.map((n) => `127.0.0.1:${n.port}`), '--cluster-replicas', '0', '--cluster-yes'], { encoding: 'utf8', timeout: 60_000 });
+    expect(create.status, create.stdout + create.stderr).toBe(0);
+    await pollUntil(async () => {
+      for (const n of nodes) if (!String(await n.call('CLUSTER', 'INFO')).includes('cluster_state:ok')) return false;
+      return true;
+    }, 'the TLS cluster ok');
+    const c = await startSidecar(`rediss-cluster://127.0.0.1:${tlsPorts[0]}`, {
+      conns: 3,
+      args: ['--backend-tls-cert-file', join(certs, 'client-a.crt'), '--backend-tls-key-file', join(certs, 'client-a.key'), '--backend-tls-ca-cert-file', join(certs, 'server-ca.crt'),
+        '--backend-timeout', '5000', '--backend-unavailable', 'deny'],
+    });
+    try {
+      const keys = ['tc:a', 'tc:b', 'tc:c', 'tc:d', 'tc:e', 'tc:f'];
+      const replies = await Promise.all(keys.flatMap((k) => Array.from({ length: 5 }, (_, i) => c.conns[i % 3].call('RL.FIXEDWINDOW', k, '3', '10000'))));
+      const allowed = replies.map(limited).filter((f) => f === 0).length;
+      expect(allowed).toBe(keys.length * 3);
+      const info = await backendInfo(c);
+      expect([info.backend_mode, info.backend_state, info.backend_policy_decisions, info.backend_errors]).toEqual(['cluster', 'up', '0', '0']);
+      // The keys spread over the masters, reached on their TLS ports (the plain ones were never named).
+      let found = 0;
+      for (const n of nodes) found += ((await n.call('KEYS', 'cellgate:tc:*')) as string[]).length;
+      expect(found).toBe(keys.length);
+    } finally {
+      await stopSidecars([c]);
+    }
+  }, 180_000);
 });
