@@ -172,6 +172,21 @@ describe('backend TLS with a client certificate', () => {
     expect((await backendInfo(s)).backend_tls_last_error).toMatch(/do not make a pair/);
   });
 
+  it('hostile files: a FIFO and /dev/zero named by CONFIG SET are refused without blocking (counted), the pair in force kept', async () => {
+    const fifo = join(dir, 'cert.fifo');
+    expect(spawnSync('mkfifo', [fifo]).status).toBe(0);
+    const errors = Number((await backendInfo(s)).backend_tls_reload_errors);
+    const reloads = (await backendInfo(s)).backend_tls_reloads;
+    for (const [i, bad] of [fifo, '/dev/zero'].entries()) {
+      expect(await s.admin.call('CONFIG', 'SET', 'backend-tls-cert-file', bad)).toBe('OK');
+      await pollUntil(async () => Number((await backendInfo(s)).backend_tls_reload_errors) === errors + i + 1, `${bad} refused`);
+      expect((await backendInfo(s)).backend_tls_last_error).toMatch(/regular file|not a file|FIFO|character|device/i);
+      expect(await s.admin.ping()).toBe('PONG');
+    }
+    expect((await backendInfo(s)).backend_tls_reloads).toBe(reloads);
+    await decidedByBackend('tls:hostile');
+  });
+
   it('cellgate-server ratelimit with REDIS_TLS=true and REDIS_TLS_CLIENT_CERT/KEY/CACERT: the pair presented, the calls decided on Redis', async () => {
     await trustOnly('clients-a');
     const root = join(dir, 'runtime');
