@@ -239,8 +239,6 @@ main(process.argv.slice(2)).catch((e) => {
  */
 function rlsRuntime(server: Server): RlsRuntime {
   const config = server.config;
-  // Whether the backend has been reached since the start (rls-health-backend first-contact).
-  let backendReached = false;
   // maxmemory, read again only when the configuration changed (CONFIG SET).
   let maxmemory = 0;
   let maxmemoryGeneration = -1;
@@ -272,8 +270,8 @@ function rlsRuntime(server: Server): RlsRuntime {
     healthReason: () => {
       const b = server.backend;
       if (b !== null) {
-        if (b.usable) backendReached = true;
-        else if (!backendReached || config.get('rls-health-backend') === 'always') return `backend unreachable (${b.state})`;
+        // rls-health-backend first-contact: only until the backend was first reached (RedisBackend.reached).
+        if (!b.usable && (!b.reached || config.get('rls-health-backend') === 'always')) return `backend unreachable (${b.state})`;
       }
       return notReadyReason(server);
     },

@@ -7,7 +7,8 @@
  * In order, a call is answered by:
  * 1. the refusal cache, when the same key, parameters and an equal or larger cost were refused and
  *    that refusal cannot have stopped being true (src/backend/refusal-cache.ts);
- * 2. the `backend-unavailable` policy at once, while the backend is down;
+ * 2. the `backend-unavailable` policy at once, while the backend is down; before the backend was
+ *    first reached, the call waits for it instead, within backend-timeout (src/backend/first-contact.ts);
  * 3. the backend; past `backend-timeout`, or on an error that is not a decision (-LOADING,
  *    -READONLY, -OOM, a lost connection, ...), the policy (src/store/policy-limiter.ts), handed the
  *    call as parsed.
@@ -31,9 +32,11 @@ import type { Stats } from '../server/stats.js';
 import { detachCall, type LimiterCall } from '../store/limiter-call.js';
 import { replyFive, WRONGTYPE, writeSix } from '../store/limiter-replies.js';
 import type { LimiterStore, ReplyPlace, StoreSink, UnitKeyCheck } from '../store/store.js';
+import { FirstContactWait, MAX_WAITING } from './first-contact.js';
 import { keySlot } from './key-slot.js';
 import { LimiterBatches, type BatchedCall } from './limiter-batches.js';
 import { LIMITER_SCRIPT, limiterScriptArgv, parseLimiterReply, unitScriptArgv, type ScriptLimit, type ScriptOutcome } from './limiter-script.js';
+import { newNode } from './node-state.js';
 import { isDecision, TIMED_OUT, type CallDone, type RedisBackend } from './redis-backend.js';
 
 /**
@@ -54,6 +57,9 @@ export const MAX_UNIT_CALLS = 512;
 
 /** Why a call re-sent on its own got the policy: its node is down or full (as RedisBackend.admit). */
 const NODE_UNAVAILABLE = new Error("the key's backend node is down or has too many calls pending");
+
+/** The node of a call held for the first contact, until it is sent (its node is known then). */
+const NO_NODE = newNode('not reached yet');
 
 export const CROSSSLOT = "CROSSSLOT Keys in request don't hash to the same slot (use a hash tag such as {user:42}:s and {user:42}:h)";
 
@@ -81,6 +87,8 @@ export class BackendLimiterStore implements LimiterStore {
   private unit: SentCall[] | null = null;
   /** The calls of this turn, per node, not sent yet. */
   private readonly batches: LimiterBatches<SentCall>;
+  /** Calls (and units) made before the backend was first reached, waiting for it. */
+  private readonly waiting: FirstContactWait<SentCall>;
 
   constructor(
     private readonly backend: RedisBackend,
@@ -97,6 +105,11 @@ export class BackendLimiterStore implements LimiterStore {
     // backend mode (a local call's objects die within its turn).
     setFlagsFromString('--no-allocation-site-pretenuring');
     backend.beforeSend = () => this.batches.flush();
+    this.waiting = new FirstContactWait<SentCall>(backend.host, () => backend.timeoutMs, (items) => {
+      for (const sent of items) this.answer(sent, TIMED_OUT, undefined);
+    });
+    backend.firstContact = this.waiting;
+    backend.onFirstContact = () => this.releaseWaiting();
   }
 
   decide(call: LimiterCall, sink: StoreSink): void {
@@ -131,9 +144,11 @@ export class BackendLimiterStore implements LimiterStore {
       }
     }
     // Down (the backend, or in a Cluster the key's master), or too many calls pending there: the
-    // policy at once.
+    // policy at once. Not reached yet: the call waits for the first contact (its node is known then).
+    const waits = !backend.reached;
     const node = backend.usable ? backend.admit(keys[0]) : null;
-    if (node === null) {
+    if (node === null && !(waits && this.waiting.size < MAX_WAITING)) {
+      if (waits) backend.overflows++;
       this.answerByPolicy(call, sink);
       return;
     }
@@ -146,11 +161,12 @@ export class BackendLimiterStore implements LimiterStore {
     }
     const sent: SentCall = {
       call: call.kind === 'rl' ? detachCall(call, keys, prefixLength) : { ...call }, detached: call.kind === 'rl',
-      limits, keys, argv: scriptArgv[0], node, frozen: clockUs !== null,
+      limits, keys, argv: scriptArgv[0], node: node ?? NO_NODE, frozen: clockUs !== null,
       client: sink.client, resolve: sink.client.defer(), cost, sentAtUs: sink.nowUs, epoch: cache.epoch, clockUs,
     };
     if (this.unit === null) {
-      this.batches.add(sent);
+      if (node === null) this.hold([sent]);
+      else this.batches.add(sent);
       return;
     }
     this.unit.push(sent);
@@ -177,6 +193,40 @@ export class BackendLimiterStore implements LimiterStore {
     const unit = this.unit;
     if (unit === null || unit.length === 0) return;
     this.unit = [];
+    if (!this.backend.reached) {
+      this.hold(unit);
+      return;
+    }
+    this.sendUnit(unit);
+  }
+
+  /** Holds calls (one, or a unit's) for the first contact; the policy answers them when full. */
+  private hold(calls: SentCall[]): void {
+    if (this.waiting.hold(calls)) return;
+    this.backend.overflows += calls.length;
+    for (const sent of calls) this.answer(sent, NODE_UNAVAILABLE, undefined);
+  }
+
+  /**
+   * The backend was reached for the first time: what waited for it is sent now, in arrival order,
+   * each call to its key's node (as `decide` and `flushUnit` would have sent it).
+   */
+  private releaseWaiting(): void {
+    for (const calls of this.waiting.release()) {
+      const nodes = calls.map((sent) => this.backend.admit(sent.keys[0]));
+      if (nodes.some((n) => n === null)) {
+        for (const sent of calls) this.answer(sent, NODE_UNAVAILABLE, undefined);
+        continue;
+      }
+      calls.forEach((sent, i) => (sent.node = nodes[i]!));
+      // One call goes as a call of the turn's batch (a unit of one is sent the same way).
+      if (calls.length === 1) this.batches.add(calls[0]);
+      else this.sendUnit(calls);
+    }
+  }
+
+  /** A unit's calls (flushUnit's), sent now. */
+  private sendUnit(unit: SentCall[]): void {
     if (this.backend.target.mode !== 'cluster' && this.batches.addUnit(unit)) return;
     if (unit.length === 1) {
       this.sendAlone(unit[0]);

@@ -3,6 +3,17 @@
  * timeouts in a row and whether it is down, for a standalone Redis or each master of a Cluster.
  */
 
+/** While down, a PING probe this often (ms). */
+export const PROBE_INTERVAL_MS = 250;
+
+/**
+ * Calls sent to one node and not answered by it yet (those already answered by the policy after
+ * backend-timeout included: the client still holds them until the node replies or the connection
+ * closes). Past it, calls for that node get the policy at once: whatever a node does (paused,
+ * partitioned), what the sidecar holds for it stays bounded.
+ */
+export const MAX_PENDING_PER_NODE = 2048;
+
 /** One backend node as the calls see it: a standalone Redis, or one master of a Cluster. */
 export interface NodeState {
   /** `host:port` (the Cluster client's node key), or `standalone`. */

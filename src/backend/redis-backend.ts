@@ -6,9 +6,12 @@
  *
  * - a bounded wait: every call is answered within `backend-timeout`, by the backend or, past it, by
  *   the `backend-unavailable` policy (the caller decides what that means);
- * - a state (`connecting` → `up` ↔ `down`), one log line per change: down when the connection is
- *   lost or (one Redis) three calls in a row time out; while down, calls are answered by the policy
- *   at once and a PING probe runs every PROBE_INTERVAL_MS; the first success brings it up;
+ * - a state (`connecting` → `up` ↔ `down`), one log line per change: `connecting` until the first
+ *   contact (one Redis: its connection ready; a Cluster: the slot map loaded and every master
+ *   answering a PING), during which limiter calls wait for it within backend-timeout
+ *   (src/backend/first-contact.ts) and /readyz says not ready; down when the connection is lost or
+ *   (one Redis) three calls in a row time out; while down, calls are answered by the policy at once
+ *   and a PING probe runs every PROBE_INTERVAL_MS; the first success brings it up;
  * - per node: at most MAX_PENDING_PER_NODE calls waiting for one node (the rest get the policy at
  *   once), and in a Cluster a down state per master, following the slot map (reloaded on timeouts,
  *   MOVED, CLUSTERDOWN and while a master is down), so a stuck master takes only its own slots;
@@ -23,8 +26,10 @@ import { RefusalCache } from './refusal-cache.js';
 import { BatchStats } from './batch-stats.js';
 import { keySlot } from './key-slot.js';
 import { InvalidationChannel } from './invalidations.js';
-import { connectBackend, send, type Client } from './connections.js';
-import { newNode, type NodeState } from './node-state.js';
+import { connectBackend, send, type Client, type ConnectExtras } from './connections.js';
+import { MAX_PENDING_PER_NODE, newNode, PROBE_INTERVAL_MS, type NodeState } from './node-state.js';
+export { MAX_PENDING_PER_NODE, PROBE_INTERVAL_MS };
+import { markNodeDown, markNodeUp, type NodeHost } from './cluster-nodes.js';
 export type { NodeState };
 
 export type BackendState = 'connecting' | 'up' | 'down';
@@ -49,17 +54,8 @@ export type CallDone = (error: Error | typeof TIMED_OUT | null, reply: unknown) 
 
 /** Consecutive timeouts that mark the backend down. */
 const TIMEOUTS_FOR_DOWN = 3;
-/** While down, a PING probe this often (ms). */
-export const PROBE_INTERVAL_MS = 250;
-/** How long after the start `connecting` turns into `down` if the backend is not up. */
+/** How long after the start a backend not reached yet is logged (it stays `connecting`). */
 const CONNECT_GRACE_MS = 1000;
-/**
- * Calls sent to one node and not answered by it yet (those already answered by the policy after
- * backend-timeout included: the client still holds them until the node replies or the connection
- * closes). Past it, calls for that node get the policy at once: whatever a node does (paused,
- * partitioned), what the sidecar holds for it stays bounded.
- */
-export const MAX_PENDING_PER_NODE = 2048;
 
 interface InFlight {
   deadlineMs: number;
@@ -94,6 +90,12 @@ export class RedisBackend {
   /** The most calls one node had pending at once so far (never above MAX_PENDING_PER_NODE). */
   pendingPeak = 0;
   lastError = '';
+  /** The connections' TLS files (backend-tls.ts), for INFO; set by the server. */
+  tls: { reloads: number; reloadErrors: number; lastError: string } | null = null;
+  /** The limiter calls held for the first contact (src/backend/first-contact.ts), for INFO. */
+  firstContact: { waited: number; expired: number; size: number } | null = null;
+  /** Called once, when the backend is reached for the first time (the held calls go then). */
+  onFirstContact: () => void = () => {};
   /** The limiter calls' batches (src/backend/limiter-batches.ts). */
   readonly batchStats = new BatchStats();
 
@@ -114,6 +116,17 @@ export class RedisBackend {
   /** The connections' writes are held until the end of this turn (cork). */
   private corked = false;
   private closed = false;
+  /** What a Cluster master's down state needs of the backend (cluster-nodes.ts). */
+  private readonly nodeHost: NodeHost = {
+    after: (name, ms, task) => this.host.after(name, ms, task),
+    log: () => this.host.log,
+    closed: () => this.closed,
+    describe: () => ({ display: this.target.display, policy: this.policy }),
+    cluster: () => (this.client instanceof Cluster ? this.client : null),
+    refreshSlots: () => this.refreshSlots(),
+  };
+  /** Whether the backend was ever up: before that, calls wait for it (first-contact.ts). */
+  private everUp = false;
   /** A Cluster's master connections by node key (batches are written to them directly). */
   private masterConnections = new Map<string, Redis>();
   /** Sends this turn's batches (limiter-batches.ts) before any other command: the backend sees the order given. */
@@ -127,24 +140,29 @@ export class RedisBackend {
     limiterScript: string,
     typeScript: string,
     blockScript: string,
-    private readonly host: BackendHost,
+    readonly host: BackendHost,
+    extras: ConnectExtras,
   ) {
     this.timeoutMs = timeoutMs;
     this.policy = policy;
     this.prefixBytes = Buffer.from(prefix);
-    this.client = connectBackend(target, timeoutMs);
+    this.client = connectBackend(target, timeoutMs, extras);
     this.client.defineCommand('cellgateLimit', { lua: limiterScript });
     this.client.defineCommand('cellgateType', { lua: typeScript });
     this.client.defineCommand('cellgateBlock', { lua: blockScript });
-    this.client.on('ready', () => this.setState('up', 'connected'));
+    this.client.on('ready', () => this.connected());
     this.client.on('close', () => this.connectionLost('connection closed'));
     this.client.on('error', (e: Error) => this.noteError(e.message));
-    // A Cluster client opens and closes connections while it discovers the nodes: not being up a
-    // while after the start is what counts as down (the policy answers meanwhile either way).
+    // A Cluster client opens and closes connections while it discovers the nodes, and a busy machine
+    // makes that slow: not being reached yet is not a fault of the backend. The state stays
+    // `connecting` (each call waits for the first contact within backend-timeout, /readyz says not
+    // ready); this only says so in the log.
     host.after('backend connect', CONNECT_GRACE_MS, () => {
-      if (this.state === 'connecting') this.setState('down', this.lastError !== '' ? this.lastError : `not connected after ${CONNECT_GRACE_MS} ms`);
+      if (this.state === 'connecting' && !this.closed) {
+        this.host.log.warning(`backend not reached yet after ${CONNECT_GRACE_MS} ms${this.lastError !== '' ? ` (${oneLine(this.lastError)})` : ''}; limiter calls wait up to backend-timeout ${this.timeoutMs} ms for it, then are answered by backend-unavailable ${this.policy}`, { backend: this.target.display });
+      }
     });
-    this.subscriber = connectBackend(target, timeoutMs);
+    this.subscriber = connectBackend(target, timeoutMs, extras);
     this.invalidations = new InvalidationChannel(`${prefix}__invalidate`, this.client, this.subscriber, this.cache, {
       clusterMode: target.mode === 'cluster',
       timeoutMs: () => this.timeoutMs,
@@ -323,11 +341,12 @@ export class RedisBackend {
         node.pending -= weight;
         // The node answers (a late reply included): it is not stuck.
         node.consecutiveTimeouts = 0;
-        if (node.down) this.nodeUp(node, 'a call was answered');
+        if (node.down) markNodeUp(this.nodeHost, node, 'a call was answered');
         if (entry.settled) return;
         settle(entry);
         this.consecutiveTimeouts = 0;
-        if (this.state !== 'up' && this.client.status === 'ready') this.setState('up', 'a call succeeded');
+        // Back from down (the first contact is `connected`'s: a Cluster's masters all answered).
+        if (this.state === 'down' && this.client.status === 'ready') this.setState('up', 'a call succeeded');
         done(null, reply);
       },
       (e: Error) => {
@@ -355,59 +374,6 @@ export class RedisBackend {
     this.lastRefreshMs = now;
     this.client.refreshSlotsCache((e?: Error | null) => {
       if (e) this.noteError(`slot map refresh: ${e.message}`);
-    });
-  }
-
-  /** A Cluster master that stopped answering: its slots' calls get the policy at once until it answers a PING or loses its slots. */
-  private nodeDown(node: NodeState, reason: string): void {
-    if (node.down || this.closed) return;
-    node.down = true;
-    this.host.log.warning(`backend node ${node.key} down: ${reason}; its keys answered by backend-unavailable ${this.policy}`, { backend: this.target.display, node: node.key, reason });
-    this.probeNode(node);
-  }
-
-  private nodeUp(node: NodeState, reason: string): void {
-    if (!node.down) return;
-    node.down = false;
-    node.consecutiveTimeouts = 0;
-    this.host.log.notice(`backend node ${node.key} up: ${reason}`, { backend: this.target.display, node: node.key });
-  }
-
-  /**
-   * While a Cluster node is down: every PROBE_INTERVAL_MS, reload the slot map; once the node serves
-   * no slot (its replica took over) it is forgotten as down (its keys now go to the new master);
-   * otherwise a PING, one at a time, brings it back when answered.
-   */
-  private probeNode(node: NodeState): void {
-    if (node.probing || this.closed) return;
-    node.probing = true;
-    this.host.after('backend node probe', PROBE_INTERVAL_MS, () => {
-      node.probing = false;
-      if (!node.down || this.closed || !(this.client instanceof Cluster)) return;
-      const cluster = this.client;
-      this.refreshSlots();
-      if (!cluster.slots.some((owners) => owners?.[0] === node.key)) {
-        this.nodeUp(node, 'its slots are served by another master now');
-        return;
-      }
-      const redis = cluster.nodes('master').find((r) => `${r.options.host}:${r.options.port}` === node.key);
-      if (redis !== undefined && redis.status === 'ready' && !node.pinging && node.pending < MAX_PENDING_PER_NODE) {
-        node.pinging = true;
-        node.pending++;
-        redis.ping().then(
-          () => {
-            node.pinging = false;
-            node.pending--;
-            node.consecutiveTimeouts = 0;
-            this.nodeUp(node, 'PING answered');
-          },
-          () => {
-            node.pinging = false;
-            node.pending--;
-          },
-        );
-      }
-      this.probeNode(node);
     });
   }
 
@@ -464,11 +430,11 @@ export class RedisBackend {
         // only its slots: the other masters' keys stay decided on the backend, the failing master's
         // calls get the policy at once, and the slot map is reloaded until its replica took over.
         const why = `${TIMEOUTS_FOR_DOWN} calls in a row took longer than backend-timeout ${this.timeoutMs} ms`;
-        if (this.target.mode === 'standalone') {
+        if (this.target.mode !== 'cluster') {
           if (this.consecutiveTimeouts >= TIMEOUTS_FOR_DOWN && this.state === 'up') this.setState('down', why);
         } else {
           this.refreshSlots();
-          if (node.consecutiveTimeouts >= TIMEOUTS_FOR_DOWN && node !== this.single) this.nodeDown(node, why);
+          if (node.consecutiveTimeouts >= TIMEOUTS_FOR_DOWN && node !== this.single) markNodeDown(this.nodeHost, node, why);
         }
         done(TIMED_OUT, undefined);
       }
@@ -498,6 +464,10 @@ export class RedisBackend {
     if (state === 'up') {
       this.consecutiveTimeouts = 0;
       this.host.log.notice(`backend up (${this.target.display}): ${reason}`, { backend: this.target.display, from });
+      if (!this.everUp) {
+        this.everUp = true;
+        this.onFirstContact();
+      }
     } else {
       this.host.log.warning(`backend down: ${reason}; answering by backend-unavailable ${this.policy}`, { backend: this.target.display, reason });
       this.probe();
@@ -559,6 +529,37 @@ export class RedisBackend {
     return this.state === 'up';
   }
 
+  /** Whether the backend was reached at least once since the start (before: calls wait for it). */
+  get reached(): boolean {
+    return this.everUp;
+  }
+
+  /**
+   * The client is ready. One Redis: up. A Cluster, the first time: its client is ready once it has
+   * the slot map, but it connects to each master only at the first command sent there, and a call
+   * to a master still connecting fails at once (no offline queue): so up only once every master
+   * answered a PING (tried again every PROBE_INTERVAL_MS until they do).
+   */
+  private connected(): void {
+    const client = this.client;
+    if (this.everUp || !(client instanceof Cluster)) {
+      this.setState('up', 'connected');
+      return;
+    }
+    if (this.closed || this.state !== 'connecting' || client.status !== 'ready') return;
+    const masters = client.nodes('master');
+    Promise.all(masters.map((m) => m.ping())).then(
+      () => {
+        if (client.status === 'ready') this.setState('up', `connected to the ${masters.length} masters`);
+        else this.host.after('backend first contact', PROBE_INTERVAL_MS, () => this.connected());
+      },
+      (e: Error) => {
+        this.noteError(`first contact: ${e.message}`);
+        this.host.after('backend first contact', PROBE_INTERVAL_MS, () => this.connected());
+      },
+    );
+  }
+
   async close(): Promise<void> {
     this.closed = true;
     if (this.timer !== null) clearTimeout(this.timer);
@@ -590,3 +591,7 @@ export function isDecision(e: Error): boolean {
   return m.startsWith('WRONGTYPE ') || m.startsWith('ERR GCRA ');
 }
 
+
+function oneLine(text: string): string {
+  return text.replace(/[\r\n]+/g, ' ');
+}

@@ -183,6 +183,10 @@ const SECTIONS: Record<string, Section> = {
       ['backend_pending', b.pending],
       ['backend_pending_peak', b.pendingPeak],
       ['backend_overflows', b.overflows],
+      ['backend_reached', b.reached ? 1 : 0],
+      ['backend_first_contact_waits', b.firstContact?.waited ?? 0],
+      ['backend_first_contact_expired', b.firstContact?.expired ?? 0],
+      ['backend_first_contact_waiting', b.firstContact?.size ?? 0],
       ['backend_nodes_down', b.nodesDown],
       ['backend_cache_hits', b.cache.hits],
       ['backend_cache_entries', b.cache.size],
@@ -190,6 +194,11 @@ const SECTIONS: Record<string, Section> = {
       ['backend_invalidations_received', b.invalidationsReceived],
       ['backend_invalidation_ack_timeouts', b.invalidationAckTimeouts],
       ['backend_last_error', b.lastError.replace(/[\r\n]+/g, ' ')],
+      ...(b.target.tls && b.tls !== null ? [
+        ['backend_tls_reloads', b.tls.reloads],
+        ['backend_tls_reload_errors', b.tls.reloadErrors],
+        ['backend_tls_last_error', b.tls.lastError.replace(/[\r\n]+/g, ' ')],
+      ] as [string, string | number][] : []),
     ];
   },
   keyspace: (s) => (s.keyspace.size > 0 ? [['db0', `keys=${s.keyspace.size},expires=${s.keyspace.size},avg_ttl=${Math.round(s.keyspace.avgTtlMs)}`]] : []),

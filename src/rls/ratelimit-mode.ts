@@ -275,14 +275,15 @@ function backend(values: Values, set: SetSetting, notes: string[]): void {
     const a = address(parts[0], auth);
     url = `${tls ? 'rediss' : 'redis'}://${a.creds}${a.hostPort}${a.db === '' ? '' : `/${a.db}`}`;
   } else if (redisType === 'cluster') {
-    if (tls) throw new RatelimitEnvError('REDIS_TLS=true with REDIS_TYPE=cluster: cellgate\'s backend reaches a Redis Cluster without TLS only (docs/backend.md)');
     const nodes = parts.map((p) => address(p, auth));
-    url = `redis-cluster://${nodes[0].creds}${nodes.map((n) => n.hostPort).join(',')}`;
+    url = `${tls ? 'rediss-cluster' : 'redis-cluster'}://${nodes[0].creds}${nodes.map((n) => n.hostPort).join(',')}`;
   } else if (redisType === 'sentinel') {
     // `<master name>,<sentinel>,...`, as there.
     if (parts.length < 2) throw new RatelimitEnvError('REDIS_URL: with REDIS_TYPE=sentinel, <master name>,<sentinel host:port>,...');
-    if (values.str('REDIS_SENTINEL_AUTH') !== '') throw new RatelimitEnvError('REDIS_SENTINEL_AUTH: a password for the sentinels themselves is not supported by cellgate\'s backend');
+    if (tls) throw new RatelimitEnvError('REDIS_TLS=true with REDIS_TYPE=sentinel: cellgate\'s backend reaches Sentinels and their master without TLS only (docs/backend.md)');
     url = `redis-sentinel://${credentials(auth)}${parts.slice(1).join(',')}/${encodeURIComponent(parts[0])}`;
+    // The Sentinels' own password (REDIS_AUTH is the master's), as there.
+    set('backend-sentinel-password', values.str('REDIS_SENTINEL_AUTH'), 'REDIS_SENTINEL_AUTH');
   } else {
     throw new RatelimitEnvError(`REDIS_TYPE=${values.str('REDIS_TYPE')}: single, cluster or sentinel`);
   }

@@ -102,6 +102,9 @@ export function notReadyReason(server: Server): string | null {
   if (journal !== null) return journal;
   // With `local` or `allow` every call is still answered sensibly; with `deny` every one is refused.
   const b = server.backend;
+  // Not reached yet since the start: calls wait for it (up to backend-timeout each), and a load
+  // balancer should not send any before it is reached, whatever the policy.
+  if (b !== null && !b.reached) return `backend not reached yet (${b.state}${b.lastError !== '' ? `: ${b.lastError.replace(/[\r\n]+/g, ' ')}` : ''})`;
   if (b !== null && !b.usable && b.policy === 'deny') return `backend unavailable (${b.state}; backend-unavailable deny refuses every call)`;
   for (const x of metricsExtensions) {
     const reason = x.notReadyReason();
@@ -199,6 +202,8 @@ function backendFamilies(server: Server): string[] {
     family('cellgate_backend_timeouts_total', 'counter', 'Backend calls not answered within backend-timeout.', [[null, b.timeouts]]),
     family('cellgate_backend_policy_decisions_total', 'counter', 'Limiter calls answered by backend-unavailable.', [[{ policy: b.policy }, b.policyDecisions]]),
     family('cellgate_backend_pending', 'gauge', 'Backend calls sent and not answered yet (INFO backend_pending).', [[null, b.pending]]),
+    family('cellgate_backend_first_contact_waits_total', 'counter', 'Limiter calls that waited for the backend\'s first contact after the start.', [[null, b.firstContact?.waited ?? 0]]),
+    family('cellgate_backend_first_contact_expired_total', 'counter', 'Of those, the calls answered by backend-unavailable because backend-timeout passed first.', [[null, b.firstContact?.expired ?? 0]]),
     family('cellgate_backend_overflows_total', 'counter', 'Limiter calls answered by backend-unavailable because their node had too many calls pending.', [[null, b.overflows]]),
     family('cellgate_backend_nodes_down', 'gauge', 'Cluster masters marked down (INFO backend_nodes_down).', [[null, b.nodesDown]]),
     family('cellgate_backend_cache_hits_total', 'counter', 'Refusals answered from the local refusal cache.', [[null, b.cache.hits]]),

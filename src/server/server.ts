@@ -31,6 +31,7 @@ import { Cron } from './cron.js';
 import { WatchRelease } from './watch-release.js';
 import { parseBackendUrl } from '../backend/backend-url.js';
 import { RedisBackend, type UnavailablePolicy } from '../backend/redis-backend.js';
+import { BackendTls, type BackendTlsFiles } from '../backend/backend-tls.js';
 import { BLOCK_SCRIPT, LIMITER_SCRIPT, TYPE_SCRIPT } from '../backend/limiter-script.js';
 import { BackendLimiterStore } from '../backend/backend-limiter.js';
 import { BackendKeyStore } from '../backend/backend-keys.js';
@@ -56,6 +57,8 @@ export class Server implements CommandServer {
   readonly asyncWriter = new ReplyWriter();
   /** The shared backend (`backend`), or null: limiter state in `keyspace`. */
   backend: RedisBackend | null = null;
+  /** The backend connections' TLS files (backend-tls-*), watched; null without a backend. */
+  backendTls: BackendTls | null = null;
   /** Where the commands' limiter calls and key operations go (src/store/store.ts): picked at start. */
   readonly localLimiter = new LocalLimiterStore(this.keyspace, this.stats);
   readonly localKeys = new LocalKeyStore(this.keyspace, this.stats);
@@ -189,12 +192,23 @@ export class Server implements CommandServer {
     const url = this.config.get('backend');
     if (url === '') return;
     const target = parseBackendUrl(url);
+    // A file that cannot be read, or a broken set, refuses the start (as a bad URL does).
+    const backendTls = new BackendTls(this.backendTlsFiles(), { warning: (m) => this.log.warning(m), notice: (m) => this.log.notice(m) });
+    this.backendTls = backendTls;
+    if (target.tls) void backendTls.watch().catch((e: Error) => this.log.warning(`backend-tls: cannot watch the files: ${e.message}`));
+    else if (backendTls.configured) this.log.warning(`backend-tls-* files are set but the backend ${target.display} is not reached over TLS (rediss:// or rediss-cluster://): they are not used`);
     this.backend = new RedisBackend(target, this.config.get('backend-prefix'), this.config.int('backend-timeout'),
-      this.config.get('backend-unavailable') as UnavailablePolicy, LIMITER_SCRIPT, TYPE_SCRIPT, BLOCK_SCRIPT, { log: this.log, after: (name, ms, task) => this.tasks.after(name, ms, task) });
+      this.config.get('backend-unavailable') as UnavailablePolicy, LIMITER_SCRIPT, TYPE_SCRIPT, BLOCK_SCRIPT, { log: this.log, after: (name, ms, task) => this.tasks.after(name, ms, task) },
+      { sentinelUsername: this.config.get('backend-sentinel-username'), sentinelPassword: this.config.get('backend-sentinel-password'), tls: backendTls.options });
+    this.backend.tls = backendTls;
     const limiter = new BackendLimiterStore(this.backend, new PolicyLimiterStore(this.localLimiter, this.stats, this.backend), this.stats, this.clock);
     this.dispatcher.ctx.limiter = limiter;
     this.dispatcher.ctx.keys = new BackendKeyStore(this.backend, this.localKeys, limiter, this.stats, this.clock);
     this.log.notice(`limiter state on the backend ${target.display} (${target.mode}, prefix '${this.config.get('backend-prefix')}', timeout ${this.config.int('backend-timeout')} ms, backend-unavailable ${this.config.get('backend-unavailable')})`, { backend: target.display });
+  }
+
+  private backendTlsFiles(): BackendTlsFiles {
+    return { certFile: this.config.get('backend-tls-cert-file'), keyFile: this.config.get('backend-tls-key-file'), caFile: this.config.get('backend-tls-ca-cert-file') };
   }
 
   /**
@@ -222,6 +236,8 @@ export class Server implements CommandServer {
     if (this.backend !== null) {
       this.backend.timeoutMs = this.config.int('backend-timeout');
       this.backend.policy = this.config.get('backend-unavailable') as UnavailablePolicy;
+      // CONFIG SET of a backend-tls-* file (or any setting): the files are read again, off the loop.
+      if (this.backend.target.tls) this.backendTls?.setFiles(this.backendTlsFiles());
     }
     this.acl.syncRequirepass(this.config.get('requirepass'));
     this.log.level = this.config.get('loglevel');
@@ -353,6 +369,7 @@ export class Server implements CommandServer {
     const code = saved ? 0 : 1;
     this.shuttingDown = true;
     this.cron.stop();
+    this.backendTls?.close();
     this.listeners.close();
     this.flushPending(); // replies of this turn first, as they would have gone out before the close
     for (const c of this.clients.values()) c.socket.destroy();

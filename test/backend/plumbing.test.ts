@@ -232,11 +232,11 @@ describe('settings, INFO, /readyz', () => {
   });
 
   it('a malformed backend URL stops the start with a clear message', async () => {
-    await expect(startServer({ args: ['--backend', 'http://localhost:6379'] })).rejects.toThrow(/expected redis:\/\/, rediss:\/\/ or redis-cluster:\/\//);
+    await expect(startServer({ args: ['--backend', 'http://localhost:6379'] })).rejects.toThrow(/expected redis:\/\/, rediss:\/\/, redis-cluster:\/\/, rediss-cluster:\/\/ or redis-sentinel:\/\//);
     await expect(startServer({ args: ['--backend', 'redis://a:1,b:2'] })).rejects.toThrow(/several hosts need redis-cluster/);
   });
 
-  it('with deny and an unreachable backend: every call refused at once, /readyz 503; with local: decided here, 200', async () => {
+  it('an unreachable backend: every call answered by the policy after backend-timeout (deny refuses, local decides here, allow allows), /readyz 503 whatever the policy', async () => {
     const metricsPort = await freePort();
     const lone = await startServer({ args: ['--backend', 'redis://127.0.0.1:1', '--backend-unavailable', 'deny', '--metrics-port', String(metricsPort)] });
     const c = new Redis({ port: lone.port, host: '127.0.0.1', protocol: 2, maxRetriesPerRequest: 0 });
@@ -245,7 +245,7 @@ describe('settings, INFO, /readyz', () => {
       expect(await c.call('RL.LEAKYBUCKET', 'x', '5', '1000')).toEqual([1, 5, 0, 1000, 1000, 0]);
       let res = await fetch(`http://127.0.0.1:${metricsPort}/readyz`);
       expect(res.status).toBe(503);
-      expect(await res.text()).toMatch(/backend unavailable/);
+      expect(await res.text()).toMatch(/backend not reached yet/);
       const metrics = await (await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).text();
       expect(metrics).toMatch(/^cellgate_backend_up 0$/m);
       expect(metrics).toMatch(/^cellgate_backend_policy_decisions_total\{policy="deny"\} 2$/m);
@@ -256,9 +256,10 @@ describe('settings, INFO, /readyz', () => {
       // allow: what a fresh key answers, nothing kept.
       expect(await c.call('CL.THROTTLE', 'y', '0', '1', '60')).toEqual([0, 1, 0, -1, 60]);
       expect(await c.call('CL.THROTTLE', 'y', '0', '1', '60')).toEqual([0, 1, 0, -1, 60]);
+      // Never reached since the start: not ready even though allow answers every call.
       res = await fetch(`http://127.0.0.1:${metricsPort}/readyz`);
-      expect(res.status).toBe(200);
-      expect(await res.text()).toMatch(/backend (connecting|down), backend-unavailable allow/);
+      expect(res.status).toBe(503);
+      expect(await res.text()).toMatch(/^not ready: backend not reached yet \(connecting/);
       expect(await errorOf(c.call('DEL', 'x'))).toMatch(/^ERR backend unavailable/);
     } finally {
       c.disconnect();
@@ -331,6 +332,12 @@ describe('helpers', () => {
     expect(parseBackendUrl('rediss://:secret@h')).toMatchObject({ tls: true, password: 'secret', username: undefined, nodes: [{ host: 'h', port: 6379 }] });
     expect(parseBackendUrl('redis-cluster://a:7000,b:7001,[::1]:7002').nodes).toEqual([{ host: 'a', port: 7000 }, { host: 'b', port: 7001 }, { host: '::1', port: 7002 }]);
     expect(() => parseBackendUrl('redis-cluster://a:7000/1')).toThrow(/only database 0/);
+    const sentinel = parseBackendUrl('redis-sentinel://u:p%40ss@s1:26380,s2,[::1]:26381/my%20master/2');
+    expect([sentinel.mode, sentinel.masterName, sentinel.db, sentinel.username, sentinel.password, sentinel.display]).toEqual(['sentinel', 'my master', 2, 'u', 'p@ss', 'redis-sentinel://u:***@s1:26380,s2,[::1]:26381/my%20master/2']);
+    expect(sentinel.nodes).toEqual([{ host: 's1', port: 26380 }, { host: 's2', port: 26379 }, { host: '::1', port: 26381 }]);
+    expect([parseBackendUrl('rediss-cluster://a:7000').mode, parseBackendUrl('rediss-cluster://a:7000').tls]).toEqual(['cluster', true]);
+    expect(() => parseBackendUrl('redis-sentinel://s1:26379')).toThrow(/needs the master's name/);
+    expect(() => parseBackendUrl('redis-sentinel://s1:26379/m/x')).toThrow(/database 'x' is not a number/);
     expect(() => parseBackendUrl('redis://h:99999')).toThrow(/not host:port/);
     expect(() => parseBackendUrl('redis://:pw@h/x')).toThrow(/^backend 'redis:\/\/:\*\*\*@h\/x'/);
   });

@@ -141,23 +141,19 @@ describe('Redis', () => {
     expect(backendOf({ REDIS_URL: '[::1]:6379', REDIS_TYPE: 'SINGLE' })).toBe('redis://[::1]:6379');
   });
 
-  it('cluster: the seed nodes; with TLS refused (no TLS to a Cluster in the backend)', () => {
+  it('cluster: the seed nodes; REDIS_TLS → rediss-cluster://', () => {
     expect(backendOf({ REDIS_TYPE: 'cluster', REDIS_URL: 'a:7000,b:7001,c:7002', REDIS_AUTH: 'pw' })).toBe('redis-cluster://:pw@a:7000,b:7001,c:7002');
-    expect(refusal({ ...base, REDIS_TYPE: 'cluster', REDIS_URL: 'a:7000', REDIS_TLS: 'true' })).toMatch(/^REDIS_TLS=true with REDIS_TYPE=cluster/);
+    expect(backendOf({ REDIS_TYPE: 'cluster', REDIS_URL: 'a:7000,b:7001', REDIS_TLS: 'true' })).toBe('rediss-cluster://a:7000,b:7001');
   });
 
-  it('sentinel: <master>,<sentinels...> onto redis-sentinel://, or refused naming REDIS_TYPE while the backend has no Sentinel', () => {
+  it('sentinel: <master>,<sentinels...> onto redis-sentinel://, REDIS_SENTINEL_AUTH onto backend-sentinel-password; with TLS refused', () => {
     const url = 'redis-sentinel://:pw@s1:26379,s2:26379/mymaster';
-    let supported = true;
-    try {
-      parseBackendUrl(url);
-    } catch {
-      supported = false;
-    }
+    expect(parseBackendUrl(url).mode).toBe('sentinel');
     const env = { ...base, REDIS_TYPE: 'sentinel', REDIS_URL: 'mymaster,s1:26379,s2:26379', REDIS_AUTH: 'pw' };
-    if (supported) expect(backendOf(env)).toBe(url);
-    else expect(refusal(env)).toMatch(/^REDIS_TYPE=sentinel: cellgate's backend cannot take it/);
+    expect(backendOf(env)).toBe(url);
+    expect(settings(start({ ...env, REDIS_SENTINEL_AUTH: 's3nt' }), ['backend-sentinel-password'])).toEqual({ 'backend-sentinel-password': 's3nt' });
     expect(refusal({ ...env, REDIS_URL: 'mymaster' })).toMatch(/^REDIS_URL: with REDIS_TYPE=sentinel/);
+    expect(refusal({ ...env, REDIS_TLS: 'true' })).toMatch(/^REDIS_TLS=true with REDIS_TYPE=sentinel/);
   });
 
   it('TLS client files onto backend-tls-*, or refused naming the variable while the backend has none', () => {
