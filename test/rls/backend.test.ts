@@ -20,9 +20,11 @@ descriptors:
 
 /** Starts three instances into `into` (so that a failure part way still stops those started). */
 async function three(backend: string, into: Rls[]): Promise<void> {
+  // A busy machine can take longer than the default 100 ms to answer; a timed-out call would be
+  // decided by the local policy and the counts would not be the backend's.
   // allSettled, not all: when one start fails, the others still in progress are kept for afterAll to stop
   // (with Promise.all they finished after the hook had run, and stayed running).
-  const started = await Promise.allSettled([0, 1, 2].map(() => startRls(CONFIG, ['--backend', backend])));
+  const started = await Promise.allSettled([0, 1, 2].map(() => startRls(CONFIG, ['--backend', backend, '--backend-timeout', '5000'])));
   for (const r of started) if (r.status === 'fulfilled') into.push(r.value);
   const failed = started.find((r) => r.status === 'rejected');
   if (failed !== undefined) throw failed.reason;
