@@ -11,6 +11,7 @@ import type { ReplyWriter } from '../protocol/reply-writer.js';
 import type { Acl, User } from '../acl/users.js';
 import type { Clock } from '../clock.js';
 import type { KeyStore, LimiterStore } from '../store/store.js';
+import type { LeaseStore } from '../store/lease-store.js';
 import type { Config } from '../config.js';
 import type { Logger } from '../log.js';
 import type { AppendOnly } from '../persistence/journal.js';
@@ -208,6 +209,8 @@ export interface CommandContext {
   limiter: LimiterStore;
   /** Where the keyspace commands (DEL, TTL, SCAN...) read and reset keys, picked with `limiter`. */
   keys: KeyStore;
+  /** Where the concurrency limits (RL.ACQUIRE, RL.RELEASE, RL.RENEW) are decided, picked with `limiter`. */
+  leases: LeaseStore;
 }
 
 /** Runs a command whose arity was checked. `argv[0]` is the command name as sent. */

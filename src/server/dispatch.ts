@@ -51,7 +51,7 @@ export class Dispatcher {
   constructor(readonly server: Server) {
     this.writer = server.writer;
     this.stats = server.stats;
-    this.ctx = { server, commands: commandCatalog, client: null as unknown as Client, reply: this.writer, nowUs: 0, nowMs: 0, limiter: server.localLimiter, keys: server.localKeys };
+    this.ctx = { server, commands: commandCatalog, client: null as unknown as Client, reply: this.writer, nowUs: 0, nowMs: 0, limiter: server.localLimiter, keys: server.localKeys, leases: server.localLeases };
   }
 
   /** Takes the settings it reads per command (at start and after CONFIG SET). */

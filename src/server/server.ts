@@ -35,6 +35,7 @@ import { BLOCK_SCRIPT, LIMITER_SCRIPT, TYPE_SCRIPT } from '../backend/limiter-sc
 import { BackendLimiterStore } from '../backend/backend-limiter.js';
 import { BackendKeyStore } from '../backend/backend-keys.js';
 import { LocalLimiterStore } from '../store/local-limiter.js';
+import { LocalLeaseStore } from '../store/local-leases.js';
 import type { LimiterStore } from '../store/store.js';
 import { LocalKeyStore } from '../store/local-keys.js';
 import { PolicyLimiterStore } from '../store/policy-limiter.js';
@@ -59,6 +60,7 @@ export class Server implements CommandServer {
   /** Where the commands' limiter calls and key operations go (src/store/store.ts): picked at start. */
   readonly localLimiter = new LocalLimiterStore(this.keyspace, this.stats);
   readonly localKeys = new LocalKeyStore(this.keyspace, this.stats);
+  readonly localLeases = new LocalLeaseStore(this.keyspace, this.stats);
   readonly clients = new Map<number, Client>();
   /** The clients' memory accounts and their sum, checked against maxmemory-clients (client-memory.ts). */
   readonly clientsMemory = new ClientsMemory(() => this.accountHolders());
