@@ -36,6 +36,7 @@ import { BackendLimiterStore } from '../backend/backend-limiter.js';
 import { BackendKeyStore } from '../backend/backend-keys.js';
 import { LocalLimiterStore } from '../store/local-limiter.js';
 import { LocalLeaseStore } from '../store/local-leases.js';
+import { LeaseWaiters } from './lease-waiters.js';
 import type { LimiterStore } from '../store/store.js';
 import { LocalKeyStore } from '../store/local-keys.js';
 import { PolicyLimiterStore } from '../store/policy-limiter.js';
@@ -68,6 +69,8 @@ export class Server implements CommandServer {
   readonly otherAccounts = new Set<AccountHolder>();
   /** Other doors' word on CONFIG SET (src/commands/admin.ts). */
   readonly configHooks: ConfigSetHook[] = [];
+  /** The clients waiting in RL.ACQUIRE ... WAIT, served through whichever lease store was picked at start. */
+  readonly leaseWaiters = new LeaseWaiters(() => this.dispatcher.ctx.leases, this.clock, this.clientsMemory);
   readonly runId = randomBytes(20).toString('hex');
   readonly startedMs = Date.now();
   /** maxmemory and eviction (src/server/memory.ts). */
@@ -249,6 +252,7 @@ export class Server implements CommandServer {
   }
 
   removeClient(client: Client): void {
+    this.leaseWaiters.clientGone(client);
     this.clientsMemory.release(client);
     // Redis logs "Client closed connection id=... addr=..." at verbose when a client goes away.
     if (this.clients.delete(client.id) && this.log.enabled('verbose')) {
