@@ -136,7 +136,7 @@ function renew(ctx: CommandContext, argv: CommandArgs): void {
 export const leaseCommands: CommandSpec[] = [
   {
     name: 'rl.acquire', arity: -4, maxArity: 8, flags: ['write', 'denyoom', 'fast', 'blocking'], ...firstKeyOnly(),
-    group: 'limiter', since: '0.3.0', complexity: 'O(1) usually; O(N) with ID, N the live leases of the key',
+    group: 'limiter', since: '0.2.0', complexity: 'O(1) usually; O(N) with ID, N the live leases of the key',
     summary: `Takes one of limit slots for lease_ms ms (limit <= ${MAX_LEASE_LIMIT}), or with WAIT waits up to timeout_ms for one (0: no end). ` +
       'Reply: [limited, limit, remaining, retry_after_ms, reset_after_ms, delay_ms, id].',
     args: [
@@ -150,14 +150,14 @@ export const leaseCommands: CommandSpec[] = [
   },
   {
     name: 'rl.release', arity: 3, flags: ['write', 'fast'], ...firstKeyOnly(),
-    group: 'limiter', since: '0.3.0', complexity: 'O(N), N the live leases of the key',
+    group: 'limiter', since: '0.2.0', complexity: 'O(N), N the live leases of the key',
     summary: 'Releases the lease id of a concurrency limit; the last lease deletes the key. Reply: 1 if it was live, else 0.',
     args: [{ name: 'key', type: 'key' }, { name: 'id', type: 'string' }],
     run: release,
   },
   {
     name: 'rl.renew', arity: 4, flags: ['write', 'fast'], ...firstKeyOnly(),
-    group: 'limiter', since: '0.3.0', complexity: 'O(N), N the live leases of the key',
+    group: 'limiter', since: '0.2.0', complexity: 'O(N), N the live leases of the key',
     summary: 'Makes the live lease id end lease_ms ms from now. Reply: 1, or 0 when the lease is gone (the slot is no longer held).',
     args: [{ name: 'key', type: 'key' }, { name: 'id', type: 'string' }, { name: 'lease_ms', type: 'integer' }],
     run: renew,
