@@ -8,9 +8,10 @@
  * State: A = the number of leases stored, B = the words of the blob they use, C = 0; the leases live in
  * the key's Float64Array blob, in the order they end (earliest first), each a record of
  *
- *     [end ms, header, w0 .. w(k−1), header]        header = id length + 128 · hash32(id)
+ *     [end ms, header, w0 .. w(k−1), header]        header = id length + 128 · hash24(id)
  *
- * the id's bytes packed 6 to a word (big-endian, each word < 2^48, an exact double), k = ⌈length/6⌉.
+ * the id's bytes packed 6 to a word (big-endian, each word < 2^48, an exact double), k = ⌈length/6⌉;
+ * the header stays below 2^31, so a walk reads its length with one integer mask.
  * The header at both ends lets a walk step either way: ended leases leave from the front, a new
  * lease (the same lease_ms as the others, usually) goes in from the back, both in O(1) usually; an
  * id is found by one forward walk comparing headers (the hash makes a false match rare). The blob
@@ -46,14 +47,14 @@ export const MAX_BLOB_WORDS = MAX_LEASE_LIMIT * MAX_RECORD_WORDS;
 
 /** The words of the record whose header is `header`. */
 export function recordWords(header: number): number {
-  return RECORD_OVERHEAD + Math.ceil((header % LENGTH_SPAN) / BYTES_PER_WORD);
+  return RECORD_OVERHEAD + ((((header & (LENGTH_SPAN - 1)) + BYTES_PER_WORD - 1) / BYTES_PER_WORD) | 0);
 }
 
-/** The header of the id `bytes[start, end)`: its length and its FNV-1a hash. */
+/** The header of the id `bytes[start, end)`: its length and 24 bits of its FNV-1a hash. */
 export function leaseHeader(bytes: Uint8Array, start: number, end: number): number {
   let h = 0x811c9dc5;
   for (let i = start; i < end; i++) h = Math.imul(h ^ bytes[i], 0x01000193);
-  return (end - start) + LENGTH_SPAN * (h >>> 0);
+  return (end - start) + LENGTH_SPAN * (h >>> 8);
 }
 
 /** Word j of the id `bytes[start, end)`. */
@@ -82,7 +83,7 @@ export function findLease(blob: Float64Array, used: number, bytes: Uint8Array, s
 
 /** The id of the record at `p`, as a binary string (one char per byte): checks and tests. */
 export function leaseIdAt(blob: Float64Array, p: number): string {
-  const length = blob[p + 1] % LENGTH_SPAN;
+  const length = blob[p + 1] & (LENGTH_SPAN - 1);
   let s = '';
   for (let i = 0; i < length; i++) {
     const word = blob[p + 2 + Math.floor(i / BYTES_PER_WORD)];
@@ -288,8 +289,8 @@ export function leaseStateProblem(expireAtMs: number, a: number, b: number, c: n
   let prevEnd = -Infinity;
   while (p < b) {
     const header = blob[p + 1];
-    if (p + 1 >= b || !Number.isInteger(header) || header < 0 || header >= LENGTH_SPAN * 2 ** 32) return `concurrency lease ${n}: a bad header`;
-    const length = header % LENGTH_SPAN;
+    if (p + 1 >= b || !Number.isInteger(header) || header < 0 || header >= LENGTH_SPAN * 2 ** 24) return `concurrency lease ${n}: a bad header`;
+    const length = header & (LENGTH_SPAN - 1);
     if (length < 1 || length > MAX_LEASE_ID_BYTES) return `concurrency lease ${n}: an id of ${length} bytes`;
     const w = recordWords(header);
     if (p + w > b || blob[p + w - 1] !== header) return `concurrency lease ${n}: its record runs past the leases or its headers differ`;
