@@ -11,6 +11,8 @@
  * retry_after_ms, on the real clock; under a frozen DEBUG CLOCK, at each DEBUG CLOCK change), and
  * after a granted head (several slots may have freed at once).
  *
+ * A wait counts as one decision (INFO limiter): allowed when granted, limited when it ends unserved.
+ *
  * A client has at most one wait (it is blocked), counted in its memory account (the copied call),
  * so waiters are bounded by maxclients and by maxmemory-clients.
  */
@@ -22,6 +24,7 @@ import { writeLeaseReply } from '../store/lease-replies.js';
 import type { LeaseStore } from '../store/lease-store.js';
 import type { Client } from './client.js';
 import type { ClientsMemory } from './client-memory.js';
+import type { LimiterCounter, Stats } from './stats.js';
 
 /** What a waiter costs beside its key and id: the queue entry, the call's copy, its timer and closures. */
 const WAITER_BYTES = 640;
@@ -29,7 +32,9 @@ const UNBLOCKED = 'UNBLOCKED client unblocked via CLIENT UNBLOCK';
 
 interface Waiter {
   client: Client;
+  /** The call as copied, without its counter: its attempts are not decisions, its end is. */
   call: LeaseCall;
+  counter: LimiterCounter | null;
   queue: KeyQueue;
   resolve: (write: (reply: ReplyWriter) => void) => void;
   timer: NodeJS.Timeout | null;
@@ -66,6 +71,7 @@ export class LeaseWaiters implements LeaseWaiting {
     private readonly store: () => LeaseStore,
     private readonly clock: Clock,
     private readonly memory: ClientsMemory,
+    private readonly stats: Stats,
   ) {}
 
   /** The store's onFreed: called from inside a keyspace change, so the key is served a moment later. */
@@ -87,6 +93,7 @@ export class LeaseWaiters implements LeaseWaiting {
 
   wait(client: Client, call: LeaseCall, nowMs: number): void {
     const copy = detachLeaseCall(call);
+    copy.counter = null;
     const name = copy.argv.str(1);
     let q = this.queues.get(name);
     if (q === undefined) {
@@ -97,7 +104,7 @@ export class LeaseWaiters implements LeaseWaiting {
       store.watch(q.key);
     }
     const w: Waiter = {
-      client, call: copy, queue: q, resolve: client.block(), timer: null,
+      client, call: copy, counter: call.counter, queue: q, resolve: client.block(), timer: null,
       limit: call.limit, retryAfterMs: 1, resetAfterMs: 1, atMs: nowMs, done: false,
     };
     if (call.waitMs > 0) w.timer = setTimeout(() => this.timeout(w, false), call.waitMs);
@@ -170,6 +177,7 @@ export class LeaseWaiters implements LeaseWaiting {
     if (!o.limited) {
       this.finish(w);
       this.granted++;
+      w.counter?.count(this.stats, false);
       const reply = { ...o };
       w.resolve((r) => writeLeaseReply(r, reply));
       return true;
@@ -196,6 +204,7 @@ export class LeaseWaiters implements LeaseWaiting {
     if (w.done) return;
     this.finish(w);
     if (!unblocked) this.timedOut++;
+    w.counter?.count(this.stats, true);
     const elapsed = Math.max(0, this.clock.nowMs() - w.atMs);
     const reply: LeaseOutcome = {
       limited: true, limit: w.limit, remaining: 0, retryAfterMs: Math.max(1, w.retryAfterMs - elapsed),

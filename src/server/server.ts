@@ -70,7 +70,7 @@ export class Server implements CommandServer {
   /** Other doors' word on CONFIG SET (src/commands/admin.ts). */
   readonly configHooks: ConfigSetHook[] = [];
   /** The clients waiting in RL.ACQUIRE ... WAIT, served through whichever lease store was picked at start. */
-  readonly leaseWaiters = new LeaseWaiters(() => this.dispatcher.ctx.leases, this.clock, this.clientsMemory);
+  readonly leaseWaiters = new LeaseWaiters(() => this.dispatcher.ctx.leases, this.clock, this.clientsMemory, this.stats);
   readonly runId = randomBytes(20).toString('hex');
   readonly startedMs = Date.now();
   /** maxmemory and eviction (src/server/memory.ts). */

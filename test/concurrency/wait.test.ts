@@ -82,13 +82,18 @@ describe('RL.ACQUIRE ... WAIT', () => {
     await r.call('DEBUG', 'CLOCK', 'SET', String(T0));
     await r.call('RL.ACQUIRE', 'w:3', '1', '1000', 'ID', 'h');
     const c = connect();
+    const counts = async (): Promise<string> => /limiter_rl\.acquire:(\S+)/.exec((await r.info('limiter')) as string)![1];
+    const decided = await counts();
     const p = c.call('RL.ACQUIRE', 'w:3', '1', '500', 'ID', 'next', 'WAIT', '0');
     await blocked(1);
-    await r.call('DEBUG', 'CLOCK', 'ADVANCE', '999');
+    for (let i = 0; i < 9; i++) await r.call('DEBUG', 'CLOCK', 'ADVANCE', '111');
     await r.ping();
     expect(await info('blocked_clients')).toBe(1);
     await r.call('DEBUG', 'CLOCK', 'ADVANCE', '1');
     expect(await p).toEqual([0, 1, 0, -1, 500, 0, 'next']);
+    // The wait's attempts are no decisions; its grant is one.
+    const [a0, l0] = decided.split(',').map((f) => Number(f.split('=')[1]));
+    expect(await counts()).toBe(`allowed=${a0 + 1},limited=${l0}`);
     // Timeout (real time), with the clock frozen: limited, retry when the holder's lease ends.
     const before = await info('lease_waits_timed_out', 'limiter');
     const t = await connect().call('RL.ACQUIRE', 'w:3', '1', '500', 'WAIT', '50');
