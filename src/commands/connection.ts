@@ -234,6 +234,8 @@ const CLIENT_HELP = [
   '    Set client library name or version.',
   'SETNAME <name>',
   '    Assign the name <name> to the current connection.',
+  'UNBLOCK <clientid> [TIMEOUT|ERROR]',
+  '    Unblock the specified blocked client.',
   'HELP',
   '    Prints this help.',
 ];
