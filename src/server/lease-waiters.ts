@@ -17,6 +17,7 @@
  * so waiters are bounded by maxclients and by maxmemory-clients.
  */
 import type { Clock } from '../clock.js';
+import { KeyspaceFullError } from '../keyspace/keyspace.js';
 import type { LeaseWaiting } from '../commands/types.js';
 import type { ReplyWriter } from '../protocol/reply-writer.js';
 import { detachLeaseCall, type LeaseCall, type LeaseOutcome } from '../store/lease-call.js';
@@ -72,6 +73,8 @@ export class LeaseWaiters implements LeaseWaiting {
     private readonly clock: Clock,
     private readonly memory: ClientsMemory,
     private readonly stats: Stats,
+    /** Logs an unexpected error met while serving from a timer or after a command (never thrown there). */
+    private readonly warn: (e: unknown) => void,
   ) {}
 
   /** The store's onFreed: called from inside a keyspace change, so the key is served a moment later. */
@@ -88,8 +91,17 @@ export class LeaseWaiters implements LeaseWaiting {
     this.scheduled = false;
     const queues = [...this.ready];
     this.ready.clear();
-    for (const q of queues) this.serve(q);
+    for (const q of queues) this.serveGuarded(q);
   };
+
+  /** serve() from a microtask or a timer: an exception there would end the process. */
+  private serveGuarded(q: KeyQueue): void {
+    try {
+      this.serve(q);
+    } catch (e) {
+      this.warn(e);
+    }
+  }
 
   wait(client: Client, call: LeaseCall, nowMs: number): void {
     const copy = detachLeaseCall(call);
@@ -107,7 +119,15 @@ export class LeaseWaiters implements LeaseWaiting {
       client, call: copy, counter: call.counter, queue: q, resolve: client.block(), timer: null,
       limit: call.limit, retryAfterMs: 1, resetAfterMs: 1, atMs: nowMs, done: false,
     };
-    if (call.waitMs > 0) w.timer = setTimeout(() => this.timeout(w, false), call.waitMs);
+    if (call.waitMs > 0) {
+      w.timer = setTimeout(() => {
+        try {
+          this.timeout(w, false);
+        } catch (e) {
+          this.warn(e);
+        }
+      }, call.waitMs);
+    }
     q.waiters.push(w);
     this.byClient.set(client, w);
     this.waiting++;
@@ -154,12 +174,18 @@ export class LeaseWaiters implements LeaseWaiting {
       q.trying = true;
       let sync = true;
       let next = false;
-      this.store().attempt(w.call, this.clock.nowMs(), (o) => {
+      const done = (o: LeaseOutcome | string): void => {
         q.trying = false;
         const answered = this.settle(w, o);
         if (sync) next = answered;
         else if (answered) this.serve(q);
-      });
+      };
+      try {
+        this.store().attempt(w.call, this.clock.nowMs(), done);
+      } catch (e) {
+        // Served from another client's command or a timer: the waiter gets the error, the queue goes on.
+        if (q.trying) done(e instanceof KeyspaceFullError ? `OOM command not allowed: ${e.message}` : 'ERR internal error in \'rl.acquire\'');
+      }
       sync = false;
       if (!next) return;
     }
@@ -193,7 +219,7 @@ export class LeaseWaiters implements LeaseWaiting {
     if (!this.clock.frozen && o.retryAfterMs > 0) {
       q.timer = setTimeout(() => {
         q.timer = null;
-        this.serve(q);
+        this.serveGuarded(q);
       }, Math.min(o.retryAfterMs, 2 ** 31 - 1));
     }
     return false;

@@ -24,7 +24,7 @@ import type { Watching } from './transaction.js';
 import { SlowLog } from './slowlog.js';
 import { MemoryGuard } from './memory.js';
 import { Stats } from './stats.js';
-import { Tasks } from './tasks.js';
+import { errorText, Tasks } from './tasks.js';
 import { Dispatcher } from './dispatch.js';
 import { Listeners } from './listeners.js';
 import { Cron } from './cron.js';
@@ -70,7 +70,8 @@ export class Server implements CommandServer {
   /** Other doors' word on CONFIG SET (src/commands/admin.ts). */
   readonly configHooks: ConfigSetHook[] = [];
   /** The clients waiting in RL.ACQUIRE ... WAIT, served through whichever lease store was picked at start. */
-  readonly leaseWaiters = new LeaseWaiters(() => this.dispatcher.ctx.leases, this.clock, this.clientsMemory, this.stats);
+  readonly leaseWaiters = new LeaseWaiters(() => this.dispatcher.ctx.leases, this.clock, this.clientsMemory, this.stats, (e) =>
+    this.tasks.warnLimited('lease waiters', `internal error serving waiting RL.ACQUIREs: ${errorText(e)}`, { error: errorText(e) }));
   readonly runId = randomBytes(20).toString('hex');
   readonly startedMs = Date.now();
   /** maxmemory and eviction (src/server/memory.ts). */

@@ -23,7 +23,9 @@ export interface LeaseStore {
   /**
    * A waiting ACQUIRE's attempt: decides `call` (a copy that outlives the command: detachLeaseCall)
    * as acquire does at time `nowMs`, and hands the outcome to `done` (at once or later), writing no
-   * reply. Called by the waiters only, never inside a transaction.
+   * reply; the outcome is read during `done` only (a store may reuse it). Called by the waiters
+   * only, never inside a transaction. It may throw synchronously (KeyspaceFullError): the waiter
+   * gets the error.
    */
   attempt(call: LeaseCall, nowMs: number, done: AttemptDone): void;
   /**
