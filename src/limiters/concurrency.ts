@@ -45,6 +45,21 @@ const MIN_CAPACITY = 16;
 /** The largest blob, in words: MAX_LEASE_LIMIT leases of the longest ids (growth stops there). */
 export const MAX_BLOB_WORDS = MAX_LEASE_LIMIT * MAX_RECORD_WORDS;
 
+/**
+ * Smallest blobs of deleted keys, zeroed, for the next new key: a key used by one lease at a time is
+ * created and deleted by every ACQUIRE and RELEASE, and a typed array costs more to make than the
+ * rest of the call. Bounded: at most POOL_SIZE × 128 bytes.
+ */
+const pool: Float64Array[] = [];
+const POOL_SIZE = 256;
+
+/** Gives the blob of a key just deleted (no one else holds it) to the next new key. */
+export function recycleBlob(blob: Float64Array | undefined): void {
+  if (blob === undefined || blob.length !== MIN_CAPACITY || pool.length >= POOL_SIZE) return;
+  zero(blob, 0, MIN_CAPACITY);
+  pool.push(blob);
+}
+
 /** The words of the record whose header is `header`. */
 export function recordWords(header: number): number {
   return RECORD_OVERHEAD + ((((header & (LENGTH_SPAN - 1)) + BYTES_PER_WORD - 1) / BYTES_PER_WORD) | 0);
@@ -116,6 +131,28 @@ export function newLeaseDecision(): LeaseDecision {
   return { limited: false, found: false, remaining: 0, retryAfterMs: -1, resetAfterMs: 0, write: false, count: 0, used: 0, blob: undefined, expireAtMs: 0 };
 }
 
+/**
+ * Moves `blob[from, to)` to start at `at`, overlapping or not, and zeros the words left behind past
+ * the new end when moving down. A loop for the few words a key of a few leases moves: a native
+ * copyWithin costs more to call than it copies then.
+ */
+function move(blob: Float64Array, at: number, from: number, to: number): void {
+  const n = to - from;
+  if (n > 64) {
+    blob.copyWithin(at, from, to);
+  } else if (at < from) {
+    for (let i = 0; i < n; i++) blob[at + i] = blob[from + i];
+  } else {
+    for (let i = n - 1; i >= 0; i--) blob[at + i] = blob[from + i];
+  }
+}
+
+/** Zeros blob[from, to). */
+function zero(blob: Float64Array, from: number, to: number): void {
+  if (to - from > 64) blob.fill(0, from, to);
+  else for (let i = from; i < to; i++) blob[i] = 0;
+}
+
 /** Drops the leases ended at `nowMs` from the front of `out`'s state (count, used, blob), in place. */
 function dropEnded(out: LeaseDecision, nowMs: number): void {
   const blob = out.blob;
@@ -127,8 +164,8 @@ function dropEnded(out: LeaseDecision, nowMs: number): void {
     dropped++;
   }
   if (dropped === 0) return;
-  blob.copyWithin(0, p, out.used);
-  blob.fill(0, out.used - p, out.used);
+  move(blob, 0, p, out.used);
+  zero(blob, out.used - p, out.used);
   out.used -= p;
   out.count -= dropped;
   out.write = true;
@@ -138,8 +175,8 @@ function dropEnded(out: LeaseDecision, nowMs: number): void {
 function removeAt(out: LeaseDecision, p: number): void {
   const blob = out.blob!;
   const w = recordWords(blob[p + 1]);
-  blob.copyWithin(p, p + w, out.used);
-  blob.fill(0, out.used - w, out.used);
+  move(blob, p, p + w, out.used);
+  zero(blob, out.used - w, out.used);
   out.used -= w;
   out.count--;
   out.write = true;
@@ -151,6 +188,7 @@ function insert(out: LeaseDecision, endMs: number, bytes: Uint8Array, start: num
   const w = recordWords(header);
   let blob = out.blob;
   const used = out.used;
+  if (blob === undefined && w <= MIN_CAPACITY && pool.length > 0) blob = pool.pop()!;
   if (blob === undefined || used + w > blob.length) {
     // Doubling: an ACQUIRE allocates only when the key grows past its blob.
     const grown = new Float64Array(Math.min(MAX_BLOB_WORDS, Math.max(MIN_CAPACITY, 2 * (used + w))));
@@ -164,7 +202,7 @@ function insert(out: LeaseDecision, endMs: number, bytes: Uint8Array, start: num
     if (blob[prev] <= endMs) break;
     p = prev;
   }
-  blob.copyWithin(p + w, p, used);
+  move(blob, p + w, p, used);
   blob[p] = endMs;
   blob[p + 1] = header;
   const k = w - RECORD_OVERHEAD;

@@ -7,7 +7,7 @@
  */
 import type { Keyspace, WatchOwner, KeyWatch } from '../keyspace/keyspace.js';
 import { BLOCK_TYPE, blockRefuses } from '../limiters/block.js';
-import { CONCURRENCY_TYPE, leaseAcquire, leaseRelease, newLeaseDecision, type LeaseDecision } from '../limiters/concurrency.js';
+import { CONCURRENCY_TYPE, leaseAcquire, leaseRelease, newLeaseDecision, recycleBlob, type LeaseDecision } from '../limiters/concurrency.js';
 import { newLeaseId } from '../limiters/lease-id.js';
 import { MAX_LEASE_ID_BYTES } from '../limiters/lease-limits.js';
 import type { Stats } from '../server/stats.js';
@@ -54,13 +54,16 @@ export class LocalLeaseStore implements LeaseStore {
   ) {}
 
   acquire(call: LeaseCall, sink: StoreSink): void {
-    const o = this.decideAcquire(call, sink.nowMs);
+    const o = this.decideAcquire(call, sink.nowMs, false);
+    const argv = call.argv;
+    const i = call.idArg;
     if (o === null) sink.reply.error(WRONGTYPE);
+    else if (i !== -1) writeLeaseReply(sink.reply, o, argv.source(i), argv.start(i), argv.end(i));
     else writeLeaseReply(sink.reply, o);
   }
 
   attempt(call: LeaseCall, nowMs: number, done: AttemptDone): void {
-    const o = this.decideAcquire(call, nowMs);
+    const o = this.decideAcquire(call, nowMs, true);
     done(o === null ? WRONGTYPE : o);
   }
 
@@ -104,8 +107,11 @@ export class LocalLeaseStore implements LeaseStore {
     return -1;
   }
 
-  /** ACQUIRE at `nowMs`: the outcome (valid until the next call), or null for WRONGTYPE. */
-  private decideAcquire(call: LeaseCall, nowMs: number): LeaseOutcome | null {
+  /**
+   * ACQUIRE at `nowMs`: the outcome (valid until the next call), or null for WRONGTYPE. Its id is
+   * set for a made id, and for a caller's ID only when `idText` (a waiter's reply is written later).
+   */
+  private decideAcquire(call: LeaseCall, nowMs: number, idText: boolean): LeaseOutcome | null {
     const ks = this.keyspace;
     const slot = this.lookup(call, nowMs);
     if (slot === OTHER) return null;
@@ -144,7 +150,7 @@ export class LocalLeaseStore implements LeaseStore {
     o.remaining = d.remaining;
     o.retryAfterMs = d.retryAfterMs;
     o.resetAfterMs = d.resetAfterMs;
-    o.id = d.limited ? null : call.idArg !== -1 ? argv.str(call.idArg) : made;
+    o.id = d.limited ? null : call.idArg === -1 ? made : idText ? argv.str(call.idArg) : null;
     return o;
   }
 
@@ -164,10 +170,15 @@ export class LocalLeaseStore implements LeaseStore {
     const argv = call.argv;
     const i = call.idArg;
     const d = decision;
-    leaseRelease(renewMs, true, ks.getA(slot), ks.getB(slot), ks.getBlob(slot), argv.source(i), argv.start(i), argv.end(i), nowMs, d);
+    const blob = ks.getBlob(slot);
+    leaseRelease(renewMs, true, ks.getA(slot), ks.getB(slot), blob, argv.source(i), argv.start(i), argv.end(i), nowMs, d);
     if (d.write) {
-      if (d.count === 0) ks.deleteKey(argv.source(1), argv.start(1), argv.end(1), nowMs);
-      else store(ks, call, slot, d);
+      if (d.count === 0) {
+        ks.deleteKey(argv.source(1), argv.start(1), argv.end(1), nowMs);
+        recycleBlob(blob);
+      } else {
+        store(ks, call, slot, d);
+      }
     }
     sink.reply.integer(d.found ? 1 : 0);
   }
