@@ -128,6 +128,27 @@ describe('RL.ACQUIRE ... WAIT', () => {
     expect(await c.ping()).toBe('PONG');
   });
 
+  it('a waiting client is not idle: the timeout setting closes an idle client, not a blocked one', async () => {
+    const r = env.redis;
+    await r.call('DEBUG', 'CLOCK', 'SET', String(T0));
+    await r.call('RL.ACQUIRE', 'w:6', '1', '60000', 'ID', 'h');
+    const idle = connect();
+    const idleId = (await idle.call('CLIENT', 'ID')) as number;
+    const waiter = connect();
+    const waiterId = (await waiter.call('CLIENT', 'ID')) as number;
+    const p = waiter.call('RL.ACQUIRE', 'w:6', '1', '60000', 'ID', 'patient', 'WAIT', '0');
+    await blocked(1);
+    await r.config('SET', 'timeout', '1');
+    try {
+      await waitFor(async () => !((await r.call('CLIENT', 'LIST')) as string).includes(`id=${idleId} `), 'the idle client closed');
+      expect((await r.call('CLIENT', 'LIST')) as string).toContain(`id=${waiterId} `);
+    } finally {
+      await r.config('SET', 'timeout', '0');
+    }
+    await r.call('RL.RELEASE', 'w:6', 'h');
+    expect(((await p) as unknown[])[6]).toBe('patient');
+  });
+
   it('a flood of waiters from many connections: each counted in its client memory, all answered', async () => {
     const r = env.redis;
     await r.call('DEBUG', 'CLOCK', 'SET', String(T0));
