@@ -101,6 +101,25 @@ describe('concurrency limits under hostile use', () => {
     expect(await r.call('RL.RENEW', 'h:renew', 'ghost-1', '1000')).toBe(0);
   }, 60_000);
 
+  it('over maxmemory under noeviction: ACQUIRE is refused with -OOM, RELEASE and RENEW still work', async () => {
+    const r = env.redis;
+    await r.call('DEBUG', 'CLOCK', 'SET', String(T0));
+    await r.call('RL.ACQUIRE', 'h:oom', '3', '60000', 'ID', 'a');
+    await r.config('SET', 'maxmemory-policy', 'noeviction');
+    // The least the server accepts (what it holds with no key): with a key present it is over it.
+    const least = /^used_memory_startup:(\d+)/m.exec((await r.info('memory')) as string)![1];
+    await r.config('SET', 'maxmemory', least);
+    try {
+      expect(await errorOf(r.call('RL.ACQUIRE', 'h:oom', '3', '60000', 'ID', 'b'))).toMatch(/^OOM command not allowed/);
+      expect(await r.call('RL.RENEW', 'h:oom', 'a', '1000')).toBe(1);
+      expect(await r.call('RL.RELEASE', 'h:oom', 'a')).toBe(1);
+    } finally {
+      await r.config('SET', 'maxmemory', '0');
+      await r.config('SET', 'maxmemory-policy', 'volatile-ttl');
+    }
+    expect(await r.exists('h:oom')).toBe(0);
+  });
+
   it('acquire/release churn and short leases: keys come and go, none left behind', async () => {
     const r = env.redis;
     await r.call('DEBUG', 'CLOCK', 'SET', String(T0));

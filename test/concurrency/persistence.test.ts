@@ -154,6 +154,34 @@ describe('leases across restarts', () => {
   });
 });
 
+describe('check refuses leases a limiter could not have stored', () => {
+  it('a lease ending after its key expires: check names the key entry and the rule; the server refuses to start', async () => {
+    const dir = newDir();
+    const s = await startOn(dir, ['--save', '']);
+    const r = new Redis({ port: s.port, protocol: 2 });
+    await r.call('DEBUG', 'CLOCK', 'SET', String(T0));
+    await r.call('RL.ACQUIRE', 'only', '2', '60000', 'ID', 'a');
+    await r.save();
+    r.disconnect();
+    await s.stop('SIGKILL');
+    const file = join(dir, 'cellgate.snap');
+    const b = readFileSync(file);
+    // The one entry: header (24), type, flags, key length u32, key, expiry, A, B, C, blob length, blob.
+    const entry = 24;
+    expect(b[entry]).toBe(CONCURRENCY_TYPE);
+    const keyLength = b.readUInt32LE(entry + 2);
+    const expiry = entry + 6 + keyLength;
+    const blobStart = expiry + 32 + 4;
+    expect(b.readDoubleLE(blobStart)).toBe(b.readDoubleLE(expiry));
+    b.writeDoubleLE(b.readDoubleLE(expiry) + 1, blobStart);
+    b.writeUInt32LE(crc32(b.subarray(0, b.length - 4)), b.length - 4);
+    writeFileSync(file, b);
+    const c = runToExit(['check', file]);
+    expect(c.status).toBe(1);
+    expect(c.stderr + c.stdout).toMatch(/concurrency lease 0: end \d+ is not an integer in order up to the expiry/);
+  });
+});
+
 describe('leaseStateProblem', () => {
   /** A valid state of n leases ending at 1000 + 10 i, ids `id<i>`. */
   function state(n: number): { a: number; b: number; blob: Float64Array; exp: number } {
