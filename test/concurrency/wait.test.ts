@@ -101,6 +101,20 @@ describe('RL.ACQUIRE ... WAIT', () => {
     expect(await info('lease_waits_timed_out', 'limiter')).toBe(before + 1);
   });
 
+  it('on the real clock, a lease that ends by itself wakes the waiter (a timer at retry_after_ms)', async () => {
+    const r = env.redis;
+    await r.call('DEBUG', 'CLOCK', 'REAL');
+    try {
+      await r.call('RL.ACQUIRE', 'w:real', '1', '150', 'ID', 'short');
+      // Nothing releases, deletes or moves the clock: only the lease's end can grant this.
+      const got = (await connect().call('RL.ACQUIRE', 'w:real', '1', '1000', 'ID', 'next', 'WAIT', '20000')) as unknown[];
+      expect(got.slice(0, 2)).toEqual([0, 1]);
+      expect(got[6]).toBe('next');
+    } finally {
+      await r.call('DEBUG', 'CLOCK', 'SET', String(T0));
+    }
+  });
+
   it('a waiter that disconnects leaves nothing behind; CLIENT UNBLOCK ends a wait as a timeout or an error', async () => {
     const r = env.redis;
     await r.call('DEBUG', 'CLOCK', 'SET', String(T0));
