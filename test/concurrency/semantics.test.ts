@@ -132,6 +132,12 @@ describe('concurrency leases', () => {
     expect(((await app.call('RL.ACQUIRE', 'c:acl', '1', '100')) as unknown[])[0]).toBe(0);
     expect(await errorOf(app.call('FLUSHALL'))).toMatch(/^NOPERM/);
     app.disconnect();
+    const [, found] = (await r.scan('0', 'TYPE', 'concurrency', 'COUNT', '1000')) as [string, string[]];
+    expect(found).toContain('c:acl');
+    expect(found).not.toContain('c:tb');
+    expect(await errorOf(r.call('CLIENT', 'UNBLOCK', 'x'))).toBe('ERR value is not an integer or out of range');
+    expect(await errorOf(r.call('CLIENT', 'UNBLOCK', '1', 'LATER'))).toBe('ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR');
+    expect(await r.call('CLIENT', 'UNBLOCK', '999999')).toBe(0);
     const text = (await r.info('limiter')) as string;
     expect(text).toMatch(/limiter_rl\.acquire:allowed=\d+,limited=\d+/);
     expect(text).toMatch(/keys_concurrency:\d+/);
