@@ -116,6 +116,22 @@ describe('concurrency leases', () => {
     expect(await r.call('RL.ACQUIRE', 'c:blk', '5', '10')).toEqual([1, 5, 0, 700, 700, 0, null]);
   });
 
+  it('a pipeline alternating ACQUIRE and RELEASE: each counted as itself in commandstats, across CONFIG RESETSTAT', async () => {
+    const r = env.r2;
+    await at(60_000);
+    const calls = async (name: string): Promise<number> =>
+      Number(new RegExp(`^cmdstat_${name.replace('.', '\\.')}:calls=(\\d+)`, 'm').exec((await r.info('commandstats')) as string)?.[1] ?? 0);
+    await r.config('RESETSTAT');
+    const p = r.pipeline();
+    for (let i = 0; i < 500; i++) p.call('RL.ACQUIRE', 'c:pipe', '1', '1000', 'ID', `p${i}`).call('RL.RELEASE', 'c:pipe', `p${i}`);
+    const out = (await p.exec())!;
+    expect(out.every(([e], i) => e === null && (i % 2 === 1 ? out[i][1] === 1 : (out[i][1] as unknown[])[0] === 0))).toBe(true);
+    expect([await calls('rl.acquire'), await calls('rl.release')]).toEqual([500, 500]);
+    const q = r.pipeline().call('RL.ACQUIRE', 'c:pipe', '1', '1000', 'ID', 'x').config('RESETSTAT').call('RL.RELEASE', 'c:pipe', 'x').call('RL.ACQUIRE', 'c:pipe', '1', '1000', 'ID', 'y');
+    await q.exec();
+    expect([await calls('rl.acquire'), await calls('rl.release')]).toEqual([1, 1]);
+  });
+
   it('in MULTI a WAIT does not block; COMMAND INFO, ACL @limiter and INFO counts', async () => {
     const r = env.r2;
     await at(50_000);
