@@ -148,7 +148,7 @@ describe('concurrency leases', () => {
     expect(((await app.call('RL.ACQUIRE', 'c:acl', '1', '100')) as unknown[])[0]).toBe(0);
     expect(await errorOf(app.call('FLUSHALL'))).toMatch(/^NOPERM/);
     app.disconnect();
-    const [, found] = (await r.scan('0', 'TYPE', 'concurrency', 'COUNT', '1000')) as [string, string[]];
+    const [, found] = (await r.call('SCAN', '0', 'TYPE', 'concurrency', 'COUNT', '1000')) as [string, string[]];
     expect(found).toContain('c:acl');
     expect(found).not.toContain('c:tb');
     expect(await errorOf(r.call('CLIENT', 'UNBLOCK', 'x'))).toBe('ERR value is not an integer or out of range');
