@@ -276,14 +276,6 @@ export function leaseAcquire(
   timesOf(out, nowMs);
 }
 
-/** A lease-free peek (an ACQUIRE's answer on a blocked key keeps `limit`; here: live leases now). */
-export function liveLeases(has: boolean, count: number, used: number, blob: Float64Array | undefined, nowMs: number): number {
-  if (!has || blob === undefined) return 0;
-  let live = count;
-  for (let p = 0; p < used && blob[p] <= nowMs; p += recordWords(blob[p + 1])) live--;
-  return live;
-}
-
 /**
  * RL.RELEASE (renewMs −1) or RL.RENEW (the lease then ends `renewMs` from `nowMs`) of the id
  * `bytes[start, end)`: `found` says whether it was a live lease. A release of the last live lease
