@@ -13,6 +13,7 @@ export default defineConfig({
       'test/files/**/*.test.ts',
       'test/keyspace/**/*.test.ts',
       'test/store/**/*.test.ts',
+      'test/concurrency/limiter.test.ts',
       'test/protocol/**/*.test.ts',
       'test/commands/**/*.test.ts',
       'test/persistence/format.test.ts',

@@ -285,6 +285,7 @@ function debug(ctx: CommandContext, argv: CommandArgs): void {
     const clock = ctx.server.clock;
     if (action === 'real' && argv.length === 3) {
       clock.useReal();
+      ctx.server.leaseWaiters.clockChanged();
       r.ok();
       return;
     }
@@ -296,6 +297,8 @@ function debug(ctx: CommandContext, argv: CommandArgs): void {
       }
       if (action === 'set') clock.freezeAt(us);
       else clock.advance(us);
+      // Leases may have ended: waiting ACQUIREs try again.
+      ctx.server.leaseWaiters.clockChanged();
       r.ok();
       return;
     }

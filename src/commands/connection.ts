@@ -196,7 +196,7 @@ function same(value: string): string {
 
 /** CLIENT LIST flags in Redis's order: x in MULTI, d a WATCHed key changed, e no-evict; N for none. */
 function clientFlags(client: Client): string {
-  const flags = (client.multi !== null ? 'x' : '') + (client.watching?.dirty === true ? 'd' : '') + (client.noEvict ? 'e' : '');
+  const flags = (client.multi !== null ? 'x' : '') + (client.watching?.dirty === true ? 'd' : '') + (client.noEvict ? 'e' : '') + (client.blocked ? 'b' : '');
   return flags === '' ? 'N' : flags;
 }
 
@@ -234,6 +234,8 @@ const CLIENT_HELP = [
   '    Set client library name or version.',
   'SETNAME <name>',
   '    Assign the name <name> to the current connection.',
+  'UNBLOCK <clientid> [TIMEOUT|ERROR]',
+  '    Unblock the specified blocked client.',
   'HELP',
   '    Prints this help.',
 ];
@@ -283,6 +285,29 @@ function killClient(ctx: CommandContext, target: Client): void {
  * (ID, ADDR, LADDR, TYPE, USER, SKIPME, MAXAGE: all given filters must match; replies the number
  * killed; SKIPME yes, the default, spares the caller), as Redis 7.
  */
+/**
+ * CLIENT UNBLOCK client-id [TIMEOUT|ERROR], as Redis's: ends the wait of a client blocked in
+ * RL.ACQUIRE ... WAIT as its timeout would (the limited reply), or with -UNBLOCKED. 1 when it waited.
+ */
+function clientUnblock(ctx: CommandContext, argv: CommandArgs): void {
+  const id = argv.redisInteger(2);
+  if (id === null) {
+    ctx.reply.error('ERR value is not an integer or out of range');
+    return;
+  }
+  let error = false;
+  if (argv.length === 4) {
+    const how = argv.lower(3);
+    if (how === 'error') error = true;
+    else if (how !== 'timeout') {
+      ctx.reply.error('ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR');
+      return;
+    }
+  }
+  const target = ctx.server.clients.get(id);
+  ctx.reply.integer(target !== undefined && ctx.server.leaseWaiters.unblock(target, error) ? 1 : 0);
+}
+
 function clientKill(ctx: CommandContext, argv: CommandArgs): void {
   const clients = ctx.server.clients;
   if (argv.length === 3) {
@@ -457,6 +482,11 @@ export const connectionCommands: CommandSpec[] = [
           ] },
         ] },
       ]), flags: ['admin', 'noscript', 'loading', 'stale'] },
+      { ...sub('unblock', -3, 'Unblocks a client blocked by a blocking command (RL.ACQUIRE ... WAIT) from a different connection.', clientUnblock, [
+        { name: 'client-id', type: 'integer' },
+        { name: 'unblock-type', type: 'oneof', optional: true, arguments: [
+          { name: 'timeout', type: 'pure-token', token: 'TIMEOUT' }, { name: 'error', type: 'pure-token', token: 'ERROR' }] },
+      ]), maxArity: 4, flags: ['admin', 'noscript', 'loading', 'stale'] },
       // Every client's name, address and last command: @admin and @dangerous, as Redis's CLIENT LIST.
       { ...sub('list', -2, 'Lists open connections.', clientList, [
         { name: 'client-type', type: 'string', token: 'TYPE', optional: true },

@@ -61,7 +61,7 @@ const SECTIONS: Record<string, Section> = {
       ['connected_clients', s.clients.size],
       ['maxclients', s.config.int('maxclients')],
       ['tls_handshakes_in_progress', s.tlsHandshakesInProgress],
-      ['blocked_clients', 0],
+      ['blocked_clients', s.leaseWaiters.waiting],
       ['watching_clients', watching],
       ['total_watched_keys', s.keyspace.watchedKeyCount],
       // The clients' memory accounts (CLIENT LIST tot-mem): their sum, what maxmemory-clients limits, and the largest.
@@ -159,6 +159,9 @@ const SECTIONS: Record<string, Section> = {
     const rows: [string, string | number][] = [];
     for (const [type, name] of KEY_TYPES) rows.push([`keys_${name}`, s.keyspace.countOfType(type)]);
     for (const [name, l] of s.stats.limiters) rows.push([`limiter_${name}`, `allowed=${l.allowed},limited=${l.limited}`]);
+    // RL.ACQUIRE ... WAIT: waiting now, granted while waiting, ended by their timeout.
+    const w = s.leaseWaiters;
+    rows.push(['lease_waiters', w.waiting], ['lease_waits_granted', w.granted], ['lease_waits_timed_out', w.timedOut]);
     return rows;
   },
   // The shared backend (docs/backend.md); empty in local mode.

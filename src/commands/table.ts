@@ -8,6 +8,7 @@ import { infoCommands } from './info.js';
 import { introspectionCommands } from './introspection.js';
 import { keyCommands } from './keys.js';
 import { rateLimitCommands } from './ratelimit.js';
+import { leaseCommands } from './leases.js';
 import { persistenceCommands } from './persistence.js';
 import { slowlogCommands } from './slowlog.js';
 import { throttleCommands } from './throttle.js';
@@ -44,6 +45,7 @@ const COMMANDS: CommandSpec[] = [
   ...keyCommands,
   ...throttleCommands,
   ...rateLimitCommands,
+  ...leaseCommands,
   ...infoCommands,
   ...adminCommands,
   ...persistenceCommands,

@@ -11,6 +11,8 @@ import type { ReplyWriter } from '../protocol/reply-writer.js';
 import type { Acl, User } from '../acl/users.js';
 import type { Clock } from '../clock.js';
 import type { KeyStore, LimiterStore } from '../store/store.js';
+import type { LeaseStore } from '../store/lease-store.js';
+import type { LeaseCall } from '../store/lease-call.js';
 import type { Config } from '../config.js';
 import type { Logger } from '../log.js';
 import type { AppendOnly } from '../persistence/journal.js';
@@ -189,10 +191,33 @@ export interface QueuedDispatch {
   callQueued(client: Client, spec: CommandSpec, argv: CommandArgs, nowUs: number): void;
 }
 
+/**
+ * The clients waiting in `RL.ACQUIRE ... WAIT` (src/server/lease-waiters.ts): blocked as BLPOP
+ * blocks, served first come first served per key.
+ */
+export interface LeaseWaiting {
+  /** Clients waiting now (INFO blocked_clients), waits ended by their timeout, waits granted. */
+  readonly waiting: number;
+  readonly timedOut: number;
+  readonly granted: number;
+  /** Blocks `client` (no reply, no later command until then) and queues `call` (detached here) behind the key's waiters. */
+  wait(client: Client, call: LeaseCall, nowMs: number): void;
+  /** Serves the key's waiters, if any, now (before a call that does not wait takes a slot). */
+  serveKey(key: Buffer): void;
+  /** CLIENT UNBLOCK: ends the client's wait as a timeout would, or with -UNBLOCKED; false when it waits for nothing. */
+  unblock(client: Client, error: boolean): boolean;
+  /** DEBUG CLOCK moved: leases may have ended; every key's waiters try again. */
+  clockChanged(): void;
+}
+
+export interface LeaseWaitAccess {
+  readonly leaseWaiters: LeaseWaiting;
+}
+
 /** Everything of the server a handler may use. */
 export interface CommandServer
   extends StatsAccess, ConfigAccess, ClientRegistry, AclAccess, PersistenceAccess, ListenerControl, ProcessControl,
-    KeyspaceAccess, BackendAccess, QueuedDispatch {}
+    KeyspaceAccess, BackendAccess, QueuedDispatch, LeaseWaitAccess {}
 
 /** What a handler gets: the server, the calling client, the reply writer and the call's time. */
 export interface CommandContext {
@@ -208,6 +233,8 @@ export interface CommandContext {
   limiter: LimiterStore;
   /** Where the keyspace commands (DEL, TTL, SCAN...) read and reset keys, picked with `limiter`. */
   keys: KeyStore;
+  /** Where the concurrency limits (RL.ACQUIRE, RL.RELEASE, RL.RENEW) are decided, picked with `limiter`. */
+  leases: LeaseStore;
 }
 
 /** Runs a command whose arity was checked. `argv[0]` is the command name as sent. */

@@ -1,5 +1,7 @@
 /**
- * The snapshot file format, version 1 (docs/snapshot-format.md is the reference; keep them in step).
+ * The snapshot file format, version 2 (docs/snapshot-format.md is the reference; keep them in step).
+ * Version 2 added the concurrency key type (leases, src/limiters/concurrency.ts): this build reads
+ * versions 1 and 2 and writes 2, so a build that knows no leases refuses a file that may hold some.
  *
  *     header   "CGSNAP\r\n" (8) | format version u32 | reserved u32 (0) | created at, ms since epoch f64
  *     entry*   type u8 (1..254) | flags u8 (bit 0: blob follows) | key length u32 | key bytes |
@@ -17,10 +19,23 @@
 import zlib from 'node:zlib';
 import type { Keyspace } from '../keyspace/keyspace.js';
 import { BLOCK_TYPE, blockStateProblem } from '../limiters/block.js';
-import { algorithmOfType } from '../limiters/registry.js';
+import { CONCURRENCY_TYPE, leaseStateProblem } from '../limiters/concurrency.js';
+import { algorithmOfType, isKeyType } from '../limiters/registry.js';
 
 export const MAGIC = Buffer.from('CGSNAP\r\n', 'latin1');
-export const FORMAT_VERSION = 1;
+export const FORMAT_VERSION = 2;
+/** The oldest version this build reads. */
+export const OLDEST_FORMAT_VERSION = 1;
+
+/**
+ * Whether a snapshot of format `version` may hold keys of type tag `type`: concurrency leases came
+ * with version 2. (A journal's incremental file of version 1 may hold them: after an upgrade this
+ * build appends to the last one it loaded, see journal-parse.ts.)
+ */
+export function typeKnownIn(type: number, version: number): boolean {
+  if (!isKeyType(type)) return false;
+  return type !== CONCURRENCY_TYPE || version >= 2;
+}
 export const HEADER_BYTES = 24;
 /** Type byte that ends the entries and begins the footer. */
 export const END_MARKER = 0xff;
@@ -171,13 +186,15 @@ function isIntIn(x: number, min: number, max: number): boolean {
  * accepts always loads, and a loaded key never makes a command loop for ages or reply a number RESP
  * cannot carry (NaN, a fraction, 1e+300). Every key: expireAtMs an integer ms in [0, 2^53 − 1] (a key
  * may legitimately expire 2^52 ms ahead: a deficit of 2^52 scaled units refilled at 1 per ms), a blob
- * only on an algorithm that stores one; a block (RL.BLOCK, src/limiters/block.ts) holds A = B = C = 0.
+ * only on an algorithm that stores one; a block (RL.BLOCK, src/limiters/block.ts) holds A = B = C = 0;
+ * concurrency leases (src/limiters/concurrency.ts) are checked record by record.
  * The rest is each algorithm's: its entry's `stateProblem` (src/limiters/registry.ts lists them), from
  * what it writes; docs/snapshot-format.md, "Value ranges", lists them all.
  */
 export function entryProblem(type: number, expireAtMs: number, a: number, b: number, c: number, blob: Float64Array | undefined): string | null {
   if (!isIntIn(expireAtMs, 0, Number.MAX_SAFE_INTEGER)) return `expiry ${expireAtMs} is not an integer number of ms in [0, 2^53)`;
   if (type === BLOCK_TYPE) return blob !== undefined ? 'a block key carries a blob' : blockStateProblem(a, b, c);
+  if (type === CONCURRENCY_TYPE) return leaseStateProblem(expireAtMs, a, b, c, blob);
   const algo = algorithmOfType(type);
   if (blob !== undefined && algo?.hasBlob !== true) return `a ${algo?.typeName} key carries a blob`;
   if (algo === undefined) return `unknown key type ${type}`;

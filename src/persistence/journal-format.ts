@@ -1,5 +1,9 @@
 /**
- * The journal's record format, version 1 (docs/journal-format.md is the reference; keep them in step).
+ * The journal's record format, version 2 (docs/journal-format.md is the reference; keep them in step).
+ * Version 2 added the concurrency key type's records (type 8, leases in the blob): this build reads
+ * versions 1 and 2 and starts new files at 2, so a build that knows no leases refuses those. The
+ * last incremental file loaded is appended to whatever its version, so a version 1 file may end
+ * with records of type 8 after an upgrade: an older build refuses them as an unknown type.
  *
  *     file     "CGJRNL\r\n" (8) | format version u32 | reserved u32 (0) | record*
  *     record   body length varint | CRC-8 u8 of the length's bytes | body | CRC-32 u32 of all before it
@@ -21,7 +25,9 @@ import type { Keyspace } from '../keyspace/keyspace.js';
 import { GCRA_KEY } from '../limiters/registry.js';
 
 export const JOURNAL_MAGIC = Buffer.from('CGJRNL\r\n', 'latin1');
-export const JOURNAL_VERSION = 1;
+export const JOURNAL_VERSION = 2;
+/** The oldest version this build reads. */
+export const OLDEST_JOURNAL_VERSION = 1;
 export const JOURNAL_HEADER_BYTES = 16;
 
 /** The low 2 bits of a record's first byte: its kind; the 6 above: its flags. */

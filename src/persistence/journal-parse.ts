@@ -6,7 +6,7 @@ import { isKeyType } from '../limiters/registry.js';
 import { entryProblem } from './format.js';
 import {
   crc32View, crc8Range, encodeJournalHeader, FLAG_A_RAW, FLAG_B_RAW, FLAG_BLOB, FLAG_C_RAW, FLAG_EXPIRY_DELTA, FLAG_EXPIRY_RAW,
-  JOURNAL_HEADER_BYTES, JOURNAL_MAGIC, JOURNAL_VERSION, JournalError, OP_BITS, OP_DEL, OP_FLUSH, OP_SET, referenceOfA, unzigzag,
+  JOURNAL_HEADER_BYTES, JOURNAL_MAGIC, JOURNAL_VERSION, JournalError, OLDEST_JOURNAL_VERSION, OP_BITS, OP_DEL, OP_FLUSH, OP_SET, referenceOfA, unzigzag,
 } from './journal-format.js';
 
 /** One decoded record; `key` is bytes[keyStart, keyEnd) of the file (copy what you keep). */
@@ -57,14 +57,20 @@ export class JournalParser {
     this.view = new DataView(buf.buffer, buf.byteOffset, buf.byteLength);
     if (buf.length < JOURNAL_HEADER_BYTES) {
       // A file cut inside its header is a torn tail at offset 0 if what is there is a prefix of a header.
-      const prefix = encodeJournalHeader().subarray(0, buf.length);
-      if (!buf.equals(prefix)) this.fail(0, `not a cellgate journal (${buf.length} bytes, not a journal header)`);
+      const header = encodeJournalHeader();
+      let whole = buf.equals(header.subarray(0, buf.length));
+      // Or of an older version this build reads: its header differs in the version field only.
+      header.writeUInt32LE(OLDEST_JOURNAL_VERSION, 8);
+      whole ||= buf.equals(header.subarray(0, buf.length));
+      if (!whole) this.fail(0, `not a cellgate journal (${buf.length} bytes, not a journal header)`);
       this.result = { records: 0, validBytes: 0, torn: `the file ends inside its ${JOURNAL_HEADER_BYTES}-byte header` };
       return;
     }
     if (!buf.subarray(0, JOURNAL_MAGIC.length).equals(JOURNAL_MAGIC)) this.fail(0, 'not a cellgate journal (the file does not begin with the magic "CGJRNL\\r\\n")');
     const version = this.view.getUint32(8, true);
-    if (version !== JOURNAL_VERSION) this.fail(8, `unsupported journal version ${version} (this build reads version ${JOURNAL_VERSION})`);
+    if (version < OLDEST_JOURNAL_VERSION || version > JOURNAL_VERSION) {
+      this.fail(8, `unsupported journal version ${version} (this build reads versions ${OLDEST_JOURNAL_VERSION} to ${JOURNAL_VERSION})`);
+    }
     const reserved = this.view.getUint32(12, true);
     if (reserved !== 0) this.fail(12, `corrupt header: reserved field is ${reserved}, expected 0`);
   }

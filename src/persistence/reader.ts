@@ -14,7 +14,7 @@ import { performance } from 'node:perf_hooks';
 import type { Keyspace } from '../keyspace/keyspace.js';
 import { isKeyType } from '../limiters/registry.js';
 import {
-  crc32, END_MARKER, entryProblem, ENTRY_NUMBERS_BYTES, ENTRY_PREFIX_BYTES, FLAG_BLOB, FOOTER_BYTES, FORMAT_VERSION, HEADER_BYTES, MAGIC,
+  crc32, END_MARKER, entryProblem, ENTRY_NUMBERS_BYTES, ENTRY_PREFIX_BYTES, FLAG_BLOB, FOOTER_BYTES, FORMAT_VERSION, HEADER_BYTES, MAGIC, OLDEST_FORMAT_VERSION, typeKnownIn,
   MAX_CREATED_AT_MS,
 } from './format.js';
 
@@ -69,7 +69,9 @@ export class SnapshotParser {
     if (size < HEADER_BYTES) this.fail(size, `truncated: the file ends inside the ${HEADER_BYTES}-byte header`);
     const view = (this.view = new DataView(buf.buffer, buf.byteOffset, buf.byteLength));
     const version = (this.version = view.getUint32(8, true));
-    if (version !== FORMAT_VERSION) this.fail(8, `unsupported format version ${version} (this build reads version ${FORMAT_VERSION})`);
+    if (version < OLDEST_FORMAT_VERSION || version > FORMAT_VERSION) {
+      this.fail(8, `unsupported format version ${version} (this build reads versions ${OLDEST_FORMAT_VERSION} to ${FORMAT_VERSION})`);
+    }
     const reserved = view.getUint32(12, true);
     if (reserved !== 0) this.fail(12, `corrupt header: reserved field is ${reserved}, expected 0`);
     const createdAtMs = (this.createdAtMs = view.getFloat64(16, true));
@@ -98,7 +100,7 @@ export class SnapshotParser {
         const type = buf[p];
         if (type === END_MARKER) return (this.summary = this.footer(p, count));
         const entryStart = p;
-        if (!isKeyType(type)) this.fail(p, `corrupt entry ${count}: unknown key type ${type}`);
+        if (!typeKnownIn(type, this.version)) this.fail(p, `corrupt entry ${count}: unknown key type ${type}${isKeyType(type) ? ` in a version ${this.version} file` : ''}`);
         if (p + ENTRY_PREFIX_BYTES > size) this.fail(size, `truncated: the file ends inside entry ${count} (which starts at offset ${entryStart})`);
         const flags = buf[p + 1];
         if ((flags & ~FLAG_BLOB) !== 0) this.fail(p + 1, `corrupt entry ${count}: unknown flags 0x${flags.toString(16)}`);

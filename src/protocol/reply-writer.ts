@@ -202,6 +202,20 @@ export class ReplyWriter {
     this.crlf();
   }
 
+  /** A bulk string of the bytes `src[start, end)` (an argument echoed back, as received: no string made). */
+  bulkRange(src: Uint8Array, start: number, end: number): void {
+    const n = end - start;
+    this.byte(0x24);
+    this.decimal(n);
+    this.crlf();
+    this.ensure(n);
+    const buf = this.buf;
+    let p = this.len;
+    for (let i = start; i < end; i++) buf[p++] = src[i];
+    this.len = p;
+    this.crlf();
+  }
+
   /** A bulk string from UTF-8 text (help lines, INFO). */
   text(value: string): void {
     this.bulk(Buffer.from(value, 'utf8'));

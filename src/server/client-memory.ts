@@ -13,7 +13,8 @@
  * - deferred: backend calls in flight (Client.defer slots), per call;
  * - multi: the MULTI queue at its real size (Transaction.push);
  * - watch: WATCHed keys, key bytes plus the real per-entry cost (transaction.ts watchBytes);
- * - fields: name, lib-name, lib-ver.
+ * - fields: name, lib-name, lib-ver;
+ * - blocked: a waiting RL.ACQUIRE ... WAIT (its copied call and queue entry, src/server/lease-waiters.ts).
  *
  * The server keeps the sum (ClientsMemory). When a client grows the sum over `maxmemory-clients`,
  * the biggest clients are closed first until it is under the limit, as Redis's client eviction
@@ -45,7 +46,7 @@ export function defaultClientsMemoryBytes(): number {
   return Math.floor(getHeapStatistics().heap_size_limit / 4 / (1024 * 1024)) * 1024 * 1024;
 }
 
-export type AccountPart = 'query' | 'output' | 'deferred' | 'multi' | 'watch' | 'fields';
+export type AccountPart = 'query' | 'output' | 'deferred' | 'multi' | 'watch' | 'fields' | 'blocked';
 
 export class ClientMemory {
   query = 0;
@@ -54,6 +55,8 @@ export class ClientMemory {
   multi = 0;
   watch = 0;
   fields = 0;
+  /** A waiting RL.ACQUIRE's call (src/server/lease-waiters.ts). */
+  blocked = 0;
   /** The sum of the parts plus CLIENT_BASE_BYTES (CLIENT LIST tot-mem). */
   total = CLIENT_BASE_BYTES;
   /** The client is gone or being closed: its account left the server's sum, later changes are ignored. */

@@ -221,6 +221,34 @@ export class Client implements AccountHolder {
     };
   }
 
+  /** Whether the client waits in a blocking command (RL.ACQUIRE ... WAIT): CLIENT LIST flag `b`. */
+  blocked = false;
+
+  /**
+   * For a blocking command (RL.ACQUIRE ... WAIT), as Redis blocks BLPOP: the client's later commands
+   * wait unread and unrun (their replies too) until the returned function, called once, writes the
+   * reply (in its place, through a deferred reply: it may be called while another client's commands
+   * run); the commands that arrived meanwhile run in a later turn.
+   */
+  block(): (write: (reply: ReplyWriter) => void) => void {
+    const reply = this.defer();
+    this.held = true;
+    this.blocked = true;
+    this.socket.pause();
+    return (write) => {
+      if (!this.blocked) return;
+      reply(write);
+      this.blocked = false;
+      this.held = false;
+      if (this.socket.destroyed) return;
+      setImmediate(() => {
+        if (this.held || this.closing || this.socket.destroyed) return;
+        this.processGuarded();
+        if (!this.waitingForDrain && !this.waitingForBackend && !this.closing && !this.held && !this.socket.destroyed) this.socket.resume();
+      });
+    };
+  }
+
   /** Runs the complete commands in the query buffer, sends their replies, then applies the limits. */
   private processInput(): void {
     if (this.held || this.waitingForBackend) return;

@@ -89,7 +89,8 @@ export class Cron {
     const timeoutSec = server.config.int('timeout');
     const cutoff = timeoutSec > 0 ? now - timeoutSec * 1000 : -Infinity;
     for (const client of server.clients.values()) {
-      if (client.lastInteractionMs < cutoff) {
+      // A client blocked in a wait is not idle (as Redis's clientsCronHandleTimeout): its wait has its own timeout.
+      if (client.lastInteractionMs < cutoff && !client.blocked) {
         server.log.verbose('closing idle client', { id: client.id, addr: client.addr });
         client.kill();
       } else if (client.checkSoftOutputLimit(now)) {

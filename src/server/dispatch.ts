@@ -35,9 +35,14 @@ export class Dispatcher {
   private slowlogMaxLen = 128;
   private lastName: Buffer = Buffer.alloc(0);
   private lastSpec: CommandSpec | undefined;
-  /** The counters of lastStatSpec, valid while stats.generation is lastStatGeneration. */
+  /** The command before the last one: a pipeline alternating two (ACQUIRE, RELEASE) hits one or the other. */
+  private prevName: Buffer = Buffer.alloc(0);
+  private prevSpec: CommandSpec | undefined;
+  /** The counters of lastStatSpec (and prevStatSpec), valid while stats.generation is lastStatGeneration. */
   private lastStatSpec: CommandSpec | undefined;
   private lastStat: CommandStat | undefined;
+  private prevStatSpec: CommandSpec | undefined;
+  private prevStat: CommandStat | undefined;
   private lastStatGeneration = -1;
   /**
    * The context handed to every command, refilled per call rather than allocated: handlers finish
@@ -51,7 +56,7 @@ export class Dispatcher {
   constructor(readonly server: Server) {
     this.writer = server.writer;
     this.stats = server.stats;
-    this.ctx = { server, commands: commandCatalog, client: null as unknown as Client, reply: this.writer, nowUs: 0, nowMs: 0, limiter: server.localLimiter, keys: server.localKeys };
+    this.ctx = { server, commands: commandCatalog, client: null as unknown as Client, reply: this.writer, nowUs: 0, nowMs: 0, limiter: server.localLimiter, keys: server.localKeys, leases: server.localLeases };
   }
 
   /** Takes the settings it reads per command (at start and after CONFIG SET). */
@@ -80,8 +85,16 @@ export class Dispatcher {
   };
 
   private commandStat(spec: CommandSpec, fullName: string): CommandStat {
-    if (spec === this.lastStatSpec && this.lastStatGeneration === this.stats.generation) return this.lastStat!;
-    const stat = this.stats.command(fullName);
+    const current = this.lastStatGeneration === this.stats.generation;
+    if (spec === this.lastStatSpec && current) return this.lastStat!;
+    const stat = spec === this.prevStatSpec && current ? this.prevStat! : this.stats.command(fullName);
+    if (current) {
+      this.prevStatSpec = this.lastStatSpec;
+      this.prevStat = this.lastStat;
+    } else {
+      this.prevStatSpec = undefined;
+      this.prevStat = undefined;
+    }
     this.lastStatSpec = spec;
     this.lastStat = stat;
     this.lastStatGeneration = this.stats.generation;
@@ -91,8 +104,19 @@ export class Dispatcher {
   /** The command named by argument 0, remembering the last one: a pipeline mostly repeats one command. */
   private findCommand(argv: CommandArgs): CommandSpec | undefined {
     if (argv.bytesEqual(0, this.lastName)) return this.lastSpec;
+    const name = this.lastName;
+    const last = this.lastSpec;
+    if (argv.bytesEqual(0, this.prevName)) {
+      this.lastName = this.prevName;
+      this.lastSpec = this.prevSpec;
+      this.prevName = name;
+      this.prevSpec = last;
+      return this.lastSpec;
+    }
     const spec = lookupCommand(argv.lower(0));
     if (spec !== undefined) {
+      this.prevName = name;
+      this.prevSpec = last;
       this.lastName = Buffer.from(argv.buffer(0));
       this.lastSpec = spec;
     }

@@ -24,7 +24,7 @@ import type { Watching } from './transaction.js';
 import { SlowLog } from './slowlog.js';
 import { MemoryGuard } from './memory.js';
 import { Stats } from './stats.js';
-import { Tasks } from './tasks.js';
+import { errorText, Tasks } from './tasks.js';
 import { Dispatcher } from './dispatch.js';
 import { Listeners } from './listeners.js';
 import { Cron } from './cron.js';
@@ -36,6 +36,8 @@ import { BLOCK_SCRIPT, LIMITER_SCRIPT, TYPE_SCRIPT } from '../backend/limiter-sc
 import { BackendLimiterStore } from '../backend/backend-limiter.js';
 import { BackendKeyStore } from '../backend/backend-keys.js';
 import { LocalLimiterStore } from '../store/local-limiter.js';
+import { LocalLeaseStore } from '../store/local-leases.js';
+import { LeaseWaiters } from './lease-waiters.js';
 import type { LimiterStore } from '../store/store.js';
 import { LocalKeyStore } from '../store/local-keys.js';
 import { PolicyLimiterStore } from '../store/policy-limiter.js';
@@ -62,6 +64,7 @@ export class Server implements CommandServer {
   /** Where the commands' limiter calls and key operations go (src/store/store.ts): picked at start. */
   readonly localLimiter = new LocalLimiterStore(this.keyspace, this.stats);
   readonly localKeys = new LocalKeyStore(this.keyspace, this.stats);
+  readonly localLeases = new LocalLeaseStore(this.keyspace, this.stats);
   readonly clients = new Map<number, Client>();
   /** The clients' memory accounts and their sum, checked against maxmemory-clients (client-memory.ts). */
   readonly clientsMemory = new ClientsMemory(() => this.accountHolders());
@@ -69,6 +72,9 @@ export class Server implements CommandServer {
   readonly otherAccounts = new Set<AccountHolder>();
   /** Other doors' word on CONFIG SET (src/commands/admin.ts). */
   readonly configHooks: ConfigSetHook[] = [];
+  /** The clients waiting in RL.ACQUIRE ... WAIT, served through whichever lease store was picked at start. */
+  readonly leaseWaiters = new LeaseWaiters(() => this.dispatcher.ctx.leases, this.clock, this.clientsMemory, this.stats, (e) =>
+    this.tasks.warnLimited('lease waiters', `internal error serving waiting RL.ACQUIREs: ${errorText(e)}`, { error: errorText(e) }));
   readonly runId = randomBytes(20).toString('hex');
   readonly startedMs = Date.now();
   /** maxmemory and eviction (src/server/memory.ts). */
@@ -263,6 +269,7 @@ export class Server implements CommandServer {
   }
 
   removeClient(client: Client): void {
+    this.leaseWaiters.clientGone(client);
     this.clientsMemory.release(client);
     // Redis logs "Client closed connection id=... addr=..." at verbose when a client goes away.
     if (this.clients.delete(client.id) && this.log.enabled('verbose')) {

@@ -189,7 +189,7 @@ describe('other subcommands', () => {
     expect(cats.slice(0, 4)).toEqual(['keyspace', 'read', 'write', 'set']);
     expect(cats).toContain('limiter');
     const limiter = (await admin.call('ACL', 'CAT', 'limiter')) as string[];
-    expect(limiter.sort()).toEqual(['cl.throttle', 'gcra', 'rl.all', 'rl.block', 'rl.fixedwindow', 'rl.gcra', 'rl.leakybucket', 'rl.slidinglog', 'rl.slidingwindow', 'rl.tokenbucket']);
+    expect(limiter.sort()).toEqual(['cl.throttle', 'gcra', 'rl.acquire', 'rl.all', 'rl.block', 'rl.fixedwindow', 'rl.gcra', 'rl.leakybucket', 'rl.release', 'rl.renew', 'rl.slidinglog', 'rl.slidingwindow', 'rl.tokenbucket']);
     const dangerous = (await admin.call('ACL', 'CAT', 'dangerous')) as string[];
     for (const c of ['flushall', 'flushdb', 'keys', 'debug', 'config|set', 'shutdown', 'acl|setuser']) expect(dangerous).toContain(c);
     expect(await admin.call('ACL', 'CAT', 'nope')).toEqual({ error: "ERR Unknown category 'nope'" });

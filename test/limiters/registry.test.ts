@@ -31,7 +31,7 @@ describe('the algorithm registry', () => {
   });
 
   it('keeps the tags and names every earlier snapshot and journal was written with', () => {
-    expect(KEY_TYPES).toEqual([[1, 'gcra'], [2, 'tokenbucket'], [3, 'leakybucket'], [4, 'fixedwindow'], [5, 'slidinglog'], [6, 'slidingwindow'], [7, 'block']]);
+    expect(KEY_TYPES).toEqual([[1, 'gcra'], [2, 'tokenbucket'], [3, 'leakybucket'], [4, 'fixedwindow'], [5, 'slidinglog'], [6, 'slidingwindow'], [7, 'block'], [8, 'concurrency']]);
     expect(GCRA_KEY.typeName).toBe('gcra');
     for (const [type, name] of KEY_TYPES) expect(typeName(type)).toBe(name);
   });

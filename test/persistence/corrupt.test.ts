@@ -42,7 +42,7 @@ describe('refusing a bad snapshot', () => {
   it('check validates a good file and prints key counts per type', () => {
     const r = runToExit(['check', join(dir, 'cellgate.snap')]);
     expect(r.status).toBe(0);
-    expect(r.stdout).toContain(`${join(dir, 'cellgate.snap')}: valid cellgate snapshot, format version 1\n`);
+    expect(r.stdout).toContain(`${join(dir, 'cellgate.snap')}: valid cellgate snapshot, format version 2\n`);
     expect(r.stdout).toContain('\nkeys: 21\n');
     expect(r.stdout).toContain('\nkeys_gcra: 21\n');
     expect(r.stdout).toContain(`\nbytes: ${good.length}\n`);
@@ -58,7 +58,7 @@ describe('refusing a bad snapshot', () => {
   const cases: [string, () => Buffer, () => RegExp][] = [
     ['empty file', () => Buffer.alloc(0), () => /not a cellgate snapshot .* at byte offset 0/],
     ['foreign file (an RDB)', () => Buffer.from('REDIS0011\xfa\x09redis-ver\x057.2.4', 'latin1'), () => /not a cellgate snapshot .* at byte offset 0/],
-    ['wrong format version', () => { const b = Buffer.from(good); b.writeUInt32LE(2, 8); return b; }, () => /unsupported format version 2 \(this build reads version 1\) at byte offset 8/],
+    ['wrong format version', () => { const b = Buffer.from(good); b.writeUInt32LE(3, 8); return b; }, () => /unsupported format version 3 \(this build reads versions 1 to 2\) at byte offset 8/],
     ['truncated inside the header', () => good.subarray(0, 20), () => /truncated: the file ends inside the 24-byte header at byte offset 20/],
     ['truncated inside an entry', () => good.subarray(0, 24 + 30), () => /truncated or corrupt: entry 0 .* runs past the end of the file \(54 bytes\) at byte offset 30/],
     ['truncated before the footer', () => good.subarray(0, good.length - 13), () => new RegExp(`truncated: the file ends after 21 entries, without the footer at byte offset ${good.length - 13}`)],

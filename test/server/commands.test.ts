@@ -258,7 +258,7 @@ describe('server commands', () => {
     const docs = (await redis.call('COMMAND', 'DOCS', 'gcra')) as unknown[];
     expect(docs[0]).toBe('gcra');
     expect(docs[1]).toContain('summary');
-    expect(((await redis.call('COMMAND', 'LIST', 'FILTERBY', 'PATTERN', 'cl*')) as string[]).sort()).toEqual(['cl.throttle', 'client', 'client|id', 'client|getname', 'client|setname', 'client|setinfo', 'client|info', 'client|kill', 'client|list', 'client|no-evict', 'client|help'].sort());
+    expect(((await redis.call('COMMAND', 'LIST', 'FILTERBY', 'PATTERN', 'cl*')) as string[]).sort()).toEqual(['cl.throttle', 'client', 'client|id', 'client|getname', 'client|setname', 'client|setinfo', 'client|info', 'client|kill', 'client|list', 'client|no-evict', 'client|help', 'client|unblock'].sort());
   });
 
   it('COMMAND INFO has Redis 7.0\'s wire shape (RESP3 sets for flags, categories, tips, key specs, subcommands)', async () => {
