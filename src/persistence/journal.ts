@@ -27,23 +27,15 @@ import fs from 'node:fs';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import type { Server } from '../server/server.js';
-import { TEMP_FILE_PATTERN } from './format.js';
-import { processAlive } from './dir.js';
 import { JournalRecorder } from './journal-encode.js';
-import { encodeJournalHeader, JournalError, JOURNAL_HEADER_BYTES } from './journal-format.js';
+import { createIncrFile, existingJournalFiles, fileSize, highestSeq, openLastIncrFile, removeStaleJournalTemps } from './journal-folder.js';
+import { JournalError, JOURNAL_HEADER_BYTES } from './journal-format.js';
 import { replayIncrementalFiles } from './journal-load.js';
 import { startReadAhead } from './journal-read-ahead.js';
-import { CREATE_EXCLUSIVE, parseManifest, writeManifest, type ManifestFile } from './journal-manifest.js';
+import { parseManifest, writeManifest, type ManifestFile } from './journal-manifest.js';
+import { RewriteBook } from './journal-rewrite.js';
 import { describe, JournalWriter } from './journal-write.js';
-import { BackgroundSave, fsyncDirSync, writeSnapshotSync } from './writer.js';
-
-const { O_NOFOLLOW, O_RDWR } = fs.constants;
-
-/** A rewrite that failed while the journal has no loadable set yet is retried by the cron after this long. */
-const REWRITE_RETRY_MS = 5000;
-/** Automatic rewrites failed in a row before the next ones are held back (autoRewriteLimited), and the longest wait. */
-const AUTO_REWRITE_FAILURES = 3;
-const AUTO_REWRITE_MAX_DELAY_MINUTES = 60;
+import { BackgroundSave, writeSnapshotSync } from './writer.js';
 
 export interface JournalLoadResult {
   manifest: string;
@@ -90,16 +82,8 @@ export class AppendOnly {
   /** The journal's size after the last rewrite or load (Redis's aof_rewrite_base_size). */
   private rewriteBaseSize = 0;
   private rewrite: { job: BackgroundSave; fromIncr: number; baseSeq: number; startedPerf: number } | null = null;
-  rewriteScheduled = false;
-  private rewriteRetryAtMs = 0;
-  private lastBgrewriteOk = true;
-  private lastRewriteSec = -1;
-  private rewrites = 0;
-  /** Rewrites failed in a row (INFO aof_rewrites_consecutive_failures); a success resets it. */
-  private rewriteFailuresInRow = 0;
-  /** Automatic rewrites held back after repeated failures (Redis's aofRewriteLimited): the delay and its end, server clock. */
-  private autoLimitMinutes = 0;
-  private autoLimitUntilMs = 0;
+  /** Scheduled rewrites, outcomes, automatic ones held back. */
+  private readonly book = new RewriteBook();
 
   constructor(private readonly server: Server) {
     // Built among the Server's fields, before its config is set: applyConfig (at start) reads it.
@@ -185,7 +169,7 @@ export class AppendOnly {
     if (!this.on) return;
     this.writer.cron();
     if (this.rewrite !== null || this.server.snapshots.bgsaveInProgress) return;
-    if (this.rewriteScheduled && nowMs >= this.rewriteRetryAtMs) {
+    if (this.book.due(nowMs)) {
       this.startRewrite();
       return;
     }
@@ -194,45 +178,25 @@ export class AppendOnly {
     if (pct > 0 && this.loadable && size > this.server.config.int('auto-aof-rewrite-min-size')) {
       const baseSize = this.rewriteBaseSize > 0 ? this.rewriteBaseSize : 1;
       const growth = ((size - baseSize) * 100) / baseSize;
-      if (growth >= pct && !this.autoRewriteLimited(nowMs)) {
+      if (growth >= pct && !this.book.autoLimited(nowMs, this.server.log)) {
         this.server.log.notice(`Starting automatic rewriting of AOF on ${Math.floor(growth)}% growth`);
         this.startRewrite();
       }
     }
   }
 
-  /**
-   * Whether automatic rewrites are held back: after AUTO_REWRITE_FAILURES failures in a row (a full
-   * disk fails each one after writing as much of a base as fits, and the growth that triggers them
-   * stays), the next waits a minute, then 2, 4, ... up to an hour of server time, as Redis's
-   * aofRewriteLimited. BGREWRITEAOF is never held back; a success ends it.
-   */
-  private autoRewriteLimited(nowMs: number): boolean {
-    if (this.rewriteFailuresInRow < AUTO_REWRITE_FAILURES) {
-      this.autoLimitMinutes = 0;
-      this.autoLimitUntilMs = 0;
-      return false;
-    }
-    if (this.autoLimitUntilMs !== 0) {
-      if (nowMs < this.autoLimitUntilMs) return true;
-      this.autoLimitUntilMs = 0;
-      return false;
-    }
-    this.autoLimitMinutes = Math.min(this.autoLimitMinutes === 0 ? 1 : this.autoLimitMinutes * 2, AUTO_REWRITE_MAX_DELAY_MINUTES);
-    this.autoLimitUntilMs = nowMs + this.autoLimitMinutes * 60_000;
-    this.server.log.warning(`Background AOF rewrite has repeatedly failed and triggered the limit, will retry in ${this.autoLimitMinutes} minutes`);
-    return true;
-  }
-
   private scheduleRewrite(why: string): void {
     this.server.log.notice(`AOF rewrite scheduled: ${why}`);
-    this.rewriteScheduled = true;
+    this.book.scheduled = true;
   }
 
   /** BGREWRITEAOF while a BGSAVE runs: start once it ends. */
   schedule(): void {
-    this.rewriteScheduled = true;
-    this.rewriteRetryAtMs = 0;
+    this.book.schedule();
+  }
+
+  get rewriteScheduled(): boolean {
+    return this.book.scheduled;
   }
 
   /**
@@ -242,7 +206,7 @@ export class AppendOnly {
   startRewrite(): boolean {
     if (this.rewrite !== null) return false;
     const { server } = this;
-    this.rewriteScheduled = false;
+    this.book.scheduled = false;
     try {
       // Everything recorded so far goes to the current file, synced: the files before the switch are complete.
       this.commit(true);
@@ -263,10 +227,7 @@ export class AppendOnly {
       );
       return true;
     } catch (e) {
-      this.lastBgrewriteOk = false;
-      this.rewriteFailuresInRow++;
-      this.rewriteScheduled = true;
-      this.rewriteRetryAtMs = server.clock.nowMs() + REWRITE_RETRY_MS;
+      this.book.failed(-1, true, server.clock.nowMs());
       server.log.warning(`Can't rewrite the append only file: ${describe(e)}`);
       return false;
     }
@@ -274,30 +235,13 @@ export class AppendOnly {
 
   /** Highest seq among the files of an earlier journal in the folder (so new names never reuse theirs). */
   private leftoverSeq(): number {
-    let seq = 0;
-    for (const name of this.leftovers) {
-      const m = /\.(\d+)\.(?:base\.snap|incr\.aof)$/.exec(name);
-      if (m !== null) seq = Math.max(seq, Number(m[1]));
-    }
-    return seq;
+    return highestSeq(this.leftovers);
   }
 
   /** Creates incremental file `seq` (header written and synced) and makes it the current one. Returns its name. */
   private openIncr(seq: number): string {
     const name = this.incrName(seq);
-    const path = join(this.dirPath, name);
-    // A leftover of a rewrite that died before naming it in the manifest: never part of a loaded set.
-    fs.rmSync(path, { force: true });
-    const fd = fs.openSync(path, CREATE_EXCLUSIVE, 0o644);
-    try {
-      const header = encodeJournalHeader();
-      fs.writeSync(fd, header, 0, header.length, 0);
-      fs.fdatasyncSync(fd);
-    } catch (e) {
-      fs.closeSync(fd);
-      throw e;
-    }
-    fsyncDirSync(this.dirPath);
+    const fd = createIncrFile(this.dirPath, name);
     this.switchTo(fd, JOURNAL_HEADER_BYTES);
     this.incrs.push({ name, seq });
     return name;
@@ -335,10 +279,7 @@ export class AppendOnly {
     this.leftovers = [];
     for (const name of gone) fs.rmSync(join(this.dirPath, name), { force: true });
     this.rewriteBaseSize = this.currentSize;
-    this.lastBgrewriteOk = true;
-    this.rewriteFailuresInRow = 0;
-    this.lastRewriteSec = Math.round((performance.now() - rw.startedPerf) / 1000);
-    this.rewrites++;
+    this.book.succeeded(Math.round((performance.now() - rw.startedPerf) / 1000));
     this.writer.lost = false;
     server.log.notice(`Background AOF rewrite terminated with success: base ${base.name}, ${keys} keys, ${baseBytes} bytes in ${ms.toFixed(1)} ms`, { base: base.name, keys, bytes: baseBytes });
   }
@@ -351,15 +292,9 @@ export class AppendOnly {
   }
 
   private rewriteFailedWith(reason: string, startedPerf: number): void {
-    this.lastBgrewriteOk = false;
-    this.rewriteFailuresInRow++;
-    this.lastRewriteSec = Math.round((performance.now() - startedPerf) / 1000);
     // The manifest still names the old base and every incremental file since: nothing is lost.
     // Without a base yet (appendonly just turned on), the journal has no loadable set: try again.
-    if (!this.loadable || this.writer.lost) {
-      this.rewriteScheduled = true;
-      this.rewriteRetryAtMs = this.server.clock.nowMs() + REWRITE_RETRY_MS;
-    }
+    this.book.failed(Math.round((performance.now() - startedPerf) / 1000), !this.loadable || this.writer.lost, this.server.clock.nowMs());
     this.server.log.warning(`Background AOF rewrite failed: ${reason}`);
   }
 
@@ -414,20 +349,7 @@ export class AppendOnly {
 
   /** Opens the last incremental file for appending at `validBytes` (a torn tail is cut off first). */
   private openLastIncr(validBytes: number): void {
-    const last = this.incrs[this.incrs.length - 1];
-    const path = join(this.dirPath, last.name);
-    const fd = fs.openSync(path, O_RDWR | O_NOFOLLOW);
-    let size = validBytes;
-    if (validBytes < JOURNAL_HEADER_BYTES) {
-      // Cut inside its header (a crash right after creating it): it holds no record; start it again.
-      const header = encodeJournalHeader();
-      fs.writeSync(fd, header, 0, header.length, 0);
-      size = JOURNAL_HEADER_BYTES;
-    }
-    if (fs.fstatSync(fd).size !== size) {
-      fs.ftruncateSync(fd, size);
-      fs.fdatasyncSync(fd);
-    }
+    const { fd, size } = openLastIncrFile(join(this.dirPath, this.incrs[this.incrs.length - 1].name), validBytes);
     this.writer.switchTo(fd, size);
   }
 
@@ -442,7 +364,7 @@ export class AppendOnly {
     this.on = true;
     if (!fromScratch) return;
     fs.mkdirSync(this.dirPath, { recursive: true });
-    this.leftovers = this.existingFiles();
+    this.leftovers = existingJournalFiles(this.dirPath, this.prefix);
     if (!sync) {
       if (server.snapshots.bgsaveInProgress) this.schedule();
       else this.startRewrite();
@@ -461,16 +383,6 @@ export class AppendOnly {
     server.log.notice(`Creating AOF base file ${this.base.name} on server start: ${result.keys} keys`, { base: this.base.name, keys: result.keys });
   }
 
-  /** The journal's own files in the folder (an earlier journal's, or a crashed rewrite's). */
-  private existingFiles(): string[] {
-    const pattern = new RegExp(`^${this.prefix.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}\\.\\d+\\.(?:base\\.snap|incr\\.aof)$`);
-    try {
-      return fs.readdirSync(this.dirPath).filter((n) => pattern.test(n));
-    } catch {
-      return [];
-    }
-  }
-
   /** CONFIG SET appendonly no: the records so far are written and synced, and recording stops. */
   stop(): void {
     if (!this.on) return;
@@ -483,7 +395,7 @@ export class AppendOnly {
       this.rewrite.job.abort();
       this.rewrite = null;
     }
-    this.rewriteScheduled = false;
+    this.book.scheduled = false;
     this.writer.close();
     this.base = null;
     this.incrs = [];
@@ -517,26 +429,7 @@ export class AppendOnly {
 
   /** Removes temp files of rewrites that died with their process (the snapshot's rule: writer.ts tempPath). */
   removeStaleTempFiles(): string[] {
-    const removed: string[] = [];
-    let names: string[];
-    try {
-      names = fs.readdirSync(this.dirPath);
-    } catch {
-      return removed;
-    }
-    for (const name of names) {
-      if (name.startsWith(`temp-${this.manifestName}.`)) {
-        // A manifest being written when the process died (the rename never happened): the lock is ours.
-        fs.rmSync(join(this.dirPath, name), { force: true });
-        removed.push(join(this.dirPath, name));
-        continue;
-      }
-      const m = TEMP_FILE_PATTERN.exec(name);
-      if (m === null || Number(m[1]) === process.pid || processAlive(Number(m[1]))) continue;
-      fs.rmSync(join(this.dirPath, name), { force: true });
-      removed.push(join(this.dirPath, name));
-    }
-    return removed;
+    return removeStaleJournalTemps(this.dirPath, this.manifestName);
   }
 
   /**
@@ -551,7 +444,7 @@ export class AppendOnly {
     const w = this.writer;
     if (!w.lastWriteOk) return `the journal cannot be written (INFO persistence aof_last_write_status:err: ${w.lastWriteError})`;
     if (w.lost) return 'journal records were dropped while the disk refused them; the rewrite that repairs the journal has not succeeded yet';
-    if (!this.loadable && !this.lastBgrewriteOk) return 'the journal has no complete set of files: its rewrite failed (INFO persistence aof_last_bgrewrite_status:err)';
+    if (!this.loadable && !this.book.lastOk) return 'the journal has no complete set of files: its rewrite failed (INFO persistence aof_last_bgrewrite_status:err)';
     return null;
   }
 
@@ -561,10 +454,10 @@ export class AppendOnly {
     return {
       enabled: this.on,
       lastWriteOk: w.lastWriteOk,
-      lastBgrewriteOk: this.lastBgrewriteOk,
+      lastBgrewriteOk: this.book.lastOk,
       rewriteInProgress: this.rewrite !== null,
-      rewrites: this.rewrites,
-      rewriteFailuresInRow: this.rewriteFailuresInRow,
+      rewrites: this.book.count,
+      rewriteFailuresInRow: this.book.failuresInRow,
       currentBytes: this.on ? this.currentSize : 0,
       baseBytes: this.on ? this.baseBytes : 0,
       bufferBytes: this.recorder.pos,
@@ -581,12 +474,12 @@ export class AppendOnly {
     const rows: [string, string | number][] = [
       ['aof_enabled', this.on ? 1 : 0],
       ['aof_rewrite_in_progress', rw !== null ? 1 : 0],
-      ['aof_rewrite_scheduled', this.rewriteScheduled ? 1 : 0],
-      ['aof_last_rewrite_time_sec', this.lastRewriteSec],
+      ['aof_rewrite_scheduled', this.book.scheduled ? 1 : 0],
+      ['aof_last_rewrite_time_sec', this.book.lastSec],
       ['aof_current_rewrite_time_sec', rw !== null ? Math.round((performance.now() - rw.startedPerf) / 1000) : -1],
-      ['aof_last_bgrewrite_status', this.lastBgrewriteOk ? 'ok' : 'err'],
-      ['aof_rewrites', this.rewrites],
-      ['aof_rewrites_consecutive_failures', this.rewriteFailuresInRow],
+      ['aof_last_bgrewrite_status', this.book.lastOk ? 'ok' : 'err'],
+      ['aof_rewrites', this.book.count],
+      ['aof_rewrites_consecutive_failures', this.book.failuresInRow],
       ['aof_last_write_status', this.lastWriteOk ? 'ok' : 'err'],
       ['aof_last_cow_size', 0],
     ];
@@ -594,20 +487,12 @@ export class AppendOnly {
       rows.push(
         ['aof_current_size', this.currentSize],
         ['aof_base_size', this.baseBytes],
-        ['aof_pending_rewrite', this.rewriteScheduled ? 1 : 0],
+        ['aof_pending_rewrite', this.book.scheduled ? 1 : 0],
         ['aof_buffer_length', this.recorder.pos],
         ['aof_pending_bio_fsync', this.writer.fsyncInFlight ? 1 : 0],
         ['aof_delayed_fsync', this.writer.delayedFsync],
       );
     }
     return rows;
-  }
-}
-
-function fileSize(path: string): number {
-  try {
-    return fs.statSync(path).size;
-  } catch {
-    return 0;
   }
 }
