@@ -22,10 +22,13 @@ const FSYNC_DELAYED_MS = 2000;
 /** A write error is logged again at most this often while it lasts. */
 const WRITE_ERROR_LOG_MS = 30_000;
 
+/** An error's text for INFO and the log: its code first, and never empty (an empty reason tells an operator nothing). */
 export function describe(e: unknown): string {
-  const err = e as NodeJS.ErrnoException;
-  const message = String(err.message ?? e);
-  return err.code !== undefined && !message.startsWith(err.code) ? `${err.code}: ${message}` : message;
+  const err = (e ?? {}) as NodeJS.ErrnoException;
+  const message = String(err.message ?? e ?? '').trim();
+  const code = typeof err.code === 'string' && err.code !== '' ? err.code : undefined;
+  if (message === '') return code ?? `unknown error (${err.name ?? typeof e})`;
+  return code !== undefined && !message.startsWith(code) ? `${code}: ${message}` : message;
 }
 
 export interface JournalWriterHooks {

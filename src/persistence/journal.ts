@@ -208,6 +208,8 @@ export class AppendOnly {
     const { server } = this;
     this.book.scheduled = false;
     try {
+      // No file yet: this rewrite builds the journal (appendonly turned on at run time).
+      const building = this.writer.fd === -1;
       // Everything recorded so far goes to the current file, synced: the files before the switch are complete.
       this.commit(true);
       // Records waiting for a disk that refuses them stay with the file they were encoded for (the
@@ -218,6 +220,13 @@ export class AppendOnly {
       const fromIncr = this.incrs.length - 1;
       if (this.loadable) writeManifest(this.dirPath, this.manifestName, { base: this.base, incrs: this.incrs });
       const baseSeq = Math.max(this.base?.seq ?? 0, this.leftoverSeq()) + 1;
+      if (building) {
+        // From here every change is recorded into the new file; the base, the keyspace as it is at
+        // this instant (BackgroundSave's point-in-time view, taken below in this same turn), holds
+        // every change before.
+        server.keyspace.journal = this.recorder;
+        this.recorder.reset();
+      }
       const job = new BackgroundSave(server.keyspace, () => server.clock.nowMs(), this.dirPath, this.baseName(baseSeq), () => server.flushPending());
       this.rewrite = { job, fromIncr, baseSeq, startedPerf: performance.now() };
       server.log.notice(`Background append only file rewriting started (new incremental file ${nextIncr})`);
@@ -360,12 +369,14 @@ export class AppendOnly {
    */
   begin(fromScratch: boolean, sync: boolean): void {
     const { server } = this;
-    server.keyspace.journal = this.recorder;
     this.on = true;
+    if (!fromScratch || sync) server.keyspace.journal = this.recorder;
     if (!fromScratch) return;
     fs.mkdirSync(this.dirPath, { recursive: true });
     this.leftovers = existingJournalFiles(this.dirPath, this.prefix);
     if (!sync) {
+      // Recording starts with the rewrite that builds the journal (startRewrite): what changes
+      // before it, while a BGSAVE holds the point-in-time view, is in the base it writes.
       if (server.snapshots.bgsaveInProgress) this.schedule();
       else this.startRewrite();
       return;
