@@ -36,6 +36,8 @@ export interface JournalWriterHooks {
   currentPath(): string;
   /** Records were dropped while the disk refused them and it accepts writes again: the journal must be rebuilt. */
   lostRecords(): void;
+  /** A retry wrote part of the records that waited, then failed again: space came back, less than they need. */
+  diskTookWrites(): void;
 }
 
 export class JournalWriter {
@@ -135,14 +137,17 @@ export class JournalWriter {
     } catch (e) {
       this.bytesWritten += written;
       r.consumed(written);
+      const wasFailing = !this.lastWriteOk;
       this.failed(e);
+      if (written > 0 && wasFailing) this.hooks.diskTookWrites();
       return false;
     }
     if (!this.lastWriteOk) this.recovered();
     return true;
   }
 
-  private recovered(): void {
+  /** The disk takes writes again: a successful write, or a rewrite installed with nothing left waiting. */
+  recovered(): void {
     this.lastWriteOk = true;
     this.lastWriteError = '';
     this.server.snapshots.refreshDenyWrites();

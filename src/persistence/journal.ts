@@ -21,7 +21,9 @@
  * - Write errors: `aof_last_write_status:err`, the records stay buffered and are retried each turn
  *   (positional writes at the last good offset, so a partial write never leaves garbage in the
  *   middle). With `always`, an answered decision must be on disk, so the process exits, as Redis
- *   does. Writes are refused (MISCONF) only with stop-writes-on-bgsave-error yes.
+ *   does. Writes are refused (MISCONF) only with stop-writes-on-bgsave-error yes. When the disk frees
+ *   less than the waiting records need, a rewrite repairs the journal without them: the keyspace
+ *   holds them, so its base does (startRewrite's `gap`).
  */
 import fs from 'node:fs';
 import { join } from 'node:path';
@@ -90,7 +92,8 @@ export class AppendOnly {
     this.recorder = new JournalRecorder(server.keyspace);
     this.writer = new JournalWriter(server, this.recorder, {
       currentPath: () => this.currentIncrPath(),
-      lostRecords: () => this.scheduleRewrite('records were dropped while the journal could not be written'),
+      lostRecords: () => this.repairSoon('records were dropped while the journal could not be written, and the disk takes writes again'),
+      diskTookWrites: () => this.repairSoon('the disk took part of the records that waited and refused the rest'),
     });
   }
 
@@ -185,9 +188,14 @@ export class AppendOnly {
     }
   }
 
-  private scheduleRewrite(why: string): void {
+  /**
+   * The disk takes writes again, or part of them, while the journal lacks records: a rewrite from the
+   * keyspace (which holds them all) is started as soon as no BGSAVE runs.
+   */
+  private repairSoon(why: string): void {
+    if (this.rewrite !== null || (this.book.scheduled && this.book.retryAtMs === 0)) return;
     this.server.log.notice(`AOF rewrite scheduled: ${why}`);
-    this.book.scheduled = true;
+    this.book.schedule();
   }
 
   /** BGREWRITEAOF while a BGSAVE runs: start once it ends. */
@@ -212,20 +220,25 @@ export class AppendOnly {
       const building = this.writer.fd === -1;
       // Everything recorded so far goes to the current file, synced: the files before the switch are complete.
       this.commit(true);
-      // Records waiting for a disk that refuses them stay with the file they were encoded for (the
-      // expiry of one may be relative to the one before it): no switch until they are written.
-      if (!this.recorder.empty) throw new Error(`the journal cannot be written: ${this.lastWriteError}`);
       this.writer.syncNow();
+      // Records the disk refused (still waiting, or dropped past the buffer's cap) are in no file,
+      // but they are in the keyspace, so the base this rewrite writes holds them: the rewrite needs
+      // no backlog written first (a disk that freed less than the backlog takes a compact base).
+      // Until that base is installed the manifest keeps naming the old set, without the new file:
+      // what the new file holds follows records the old files lack.
+      const gap = !building && (!this.recorder.empty || this.writer.lost);
       const nextIncr = this.openIncr((this.incrs[this.incrs.length - 1]?.seq ?? this.leftoverSeq()) + 1);
       const fromIncr = this.incrs.length - 1;
-      if (this.loadable) writeManifest(this.dirPath, this.manifestName, { base: this.base, incrs: this.incrs });
+      if (this.loadable && !gap) writeManifest(this.dirPath, this.manifestName, { base: this.base, incrs: this.incrs });
       const baseSeq = Math.max(this.base?.seq ?? 0, this.leftoverSeq()) + 1;
-      if (building) {
+      if (building || gap) {
         // From here every change is recorded into the new file; the base, the keyspace as it is at
         // this instant (BackgroundSave's point-in-time view, taken below in this same turn), holds
         // every change before.
         server.keyspace.journal = this.recorder;
+        if (gap && !this.recorder.empty) server.log.warning(`AOF: ${this.recorder.pos} bytes of records the disk refused are dropped; the new base written from memory holds them`);
         this.recorder.reset();
+        if (gap) this.writer.lost = true;
       }
       const job = new BackgroundSave(server.keyspace, () => server.clock.nowMs(), this.dirPath, this.baseName(baseSeq), () => server.flushPending());
       this.rewrite = { job, fromIncr, baseSeq, startedPerf: performance.now() };
@@ -290,6 +303,8 @@ export class AppendOnly {
     this.rewriteBaseSize = this.currentSize;
     this.book.succeeded(Math.round((performance.now() - rw.startedPerf) / 1000));
     this.writer.lost = false;
+    // Its base was written: the disk takes writes. With nothing waiting, the journal is whole again.
+    if (!this.writer.lastWriteOk && this.recorder.empty) this.writer.recovered();
     server.log.notice(`Background AOF rewrite terminated with success: base ${base.name}, ${keys} keys, ${baseBytes} bytes in ${ms.toFixed(1)} ms`, { base: base.name, keys, bytes: baseBytes });
   }
 
