@@ -10,7 +10,7 @@ import { closeSync, openSync, readdirSync, readFileSync, readSync, statSync } fr
 import { basename, dirname, join } from 'node:path';
 import { Keyspace } from '../keyspace/keyspace.js';
 import { JOURNAL_MAGIC, JournalError } from './journal-format.js';
-import { parseManifest } from './journal-manifest.js';
+import { readManifestSync } from './journal-manifest.js';
 import { JournalParser } from './journal-parse.js';
 import { JournalReplay } from './journal-replay.js';
 import { SnapshotError, SnapshotLoad } from './reader.js';
@@ -50,7 +50,7 @@ export function checkJournal(path: string): number | null {
   try {
     let incrs: string[];
     if ('manifest' in kind) {
-      const m = parseManifest(readFileSync(kind.manifest, 'latin1'), kind.manifest);
+      const m = readManifestSync(kind.manifest);
       const folder = dirname(kind.manifest);
       lines.push(`${kind.manifest}: valid cellgate journal manifest`);
       if (m.base !== null) {

@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { TEMP_FILE_PATTERN } from './format.js';
 import { processAlive } from './dir.js';
 import { encodeJournalHeader, JOURNAL_HEADER_BYTES } from './journal-format.js';
-import { CREATE_EXCLUSIVE } from './journal-manifest.js';
+import { CREATE_EXCLUSIVE, parseSeq } from './journal-manifest.js';
 import { fsyncDirSync } from './writer.js';
 
 const { O_NOFOLLOW, O_RDWR } = fs.constants;
@@ -23,12 +23,17 @@ export function existingJournalFiles(dirPath: string, prefix: string): string[] 
   }
 }
 
-/** Highest seq among `names` (so new names never reuse theirs). */
+/**
+ * Highest seq among `names` (so new names never reuse theirs). A name whose number is no seq a
+ * manifest may hold (beyond 2^53−1) is left out: no name the server makes can equal it, and it is
+ * removed with the other leftovers once a new base is installed.
+ */
 export function highestSeq(names: string[]): number {
   let seq = 0;
   for (const name of names) {
     const m = /\.(\d+)\.(?:base\.snap|incr\.aof)$/.exec(name);
-    if (m !== null) seq = Math.max(seq, Number(m[1]));
+    const n = m === null ? null : parseSeq(m[1]);
+    if (n !== null) seq = Math.max(seq, n);
   }
   return seq;
 }

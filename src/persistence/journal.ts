@@ -34,7 +34,7 @@ import { createIncrFile, existingJournalFiles, fileSize, highestSeq, openLastInc
 import { JournalError, JOURNAL_HEADER_BYTES } from './journal-format.js';
 import { replayIncrementalFiles } from './journal-load.js';
 import { startReadAhead } from './journal-read-ahead.js';
-import { parseManifest, writeManifest, type ManifestFile } from './journal-manifest.js';
+import { nextSeq, readManifest, writeManifest, type ManifestFile } from './journal-manifest.js';
 import { RewriteBook } from './journal-rewrite.js';
 import { describe, JournalWriter } from './journal-write.js';
 import { BackgroundSave, writeSnapshotSync } from './writer.js';
@@ -227,10 +227,10 @@ export class AppendOnly {
       // Until that base is installed the manifest keeps naming the old set, without the new file:
       // what the new file holds follows records the old files lack.
       const gap = !building && (!this.recorder.empty || this.writer.lost);
-      const nextIncr = this.openIncr((this.incrs[this.incrs.length - 1]?.seq ?? this.leftoverSeq()) + 1);
+      const nextIncr = this.openIncr(nextSeq(this.incrs[this.incrs.length - 1]?.seq ?? this.leftoverSeq()));
       const fromIncr = this.incrs.length - 1;
       if (this.loadable && !gap) writeManifest(this.dirPath, this.manifestName, { base: this.base, incrs: this.incrs });
-      const baseSeq = Math.max(this.base?.seq ?? 0, this.leftoverSeq()) + 1;
+      const baseSeq = nextSeq(Math.max(this.base?.seq ?? 0, this.leftoverSeq()));
       if (building || gap) {
         // From here every change is recorded into the new file; the base, the keyspace as it is at
         // this instant (BackgroundSave's point-in-time view, taken below in this same turn), holds
@@ -332,15 +332,8 @@ export class AppendOnly {
     const { server } = this;
     const started = performance.now();
     const manifestPath = join(this.dirPath, this.manifestName);
-    let text: string;
-    try {
-      text = fs.readFileSync(manifestPath, 'latin1');
-    } catch (e) {
-      if ((e as NodeJS.ErrnoException).code === 'ENOENT') return null;
-      throw e;
-    }
-    const m = parseManifest(text, manifestPath);
-    if (m.base === null && m.incrs.length === 0) throw new JournalError(manifestPath, 0, 'the manifest names no file');
+    const m = await readManifest(manifestPath);
+    if (m === null) return null;
     let baseKeys = 0;
     // The incremental files are read and checked ahead, from now on, while the base loads.
     const readAhead = startReadAhead(server, m.incrs.map((f) => join(this.dirPath, f.name)));
@@ -362,7 +355,7 @@ export class AppendOnly {
     this.olderIncrBytes = older;
     this.loadable = true;
     if (this.incrs.length === 0) {
-      this.openIncr(1 + (m.base?.seq ?? 0));
+      this.openIncr(nextSeq(m.base?.seq ?? 0));
       writeManifest(this.dirPath, this.manifestName, { base: this.base, incrs: this.incrs });
     } else {
       this.openLastIncr(lastValid);
@@ -396,7 +389,7 @@ export class AppendOnly {
       else this.startRewrite();
       return;
     }
-    const baseSeq = this.leftoverSeq() + 1;
+    const baseSeq = nextSeq(this.leftoverSeq());
     const result = writeSnapshotSync(server.keyspace, server.clock.nowMs(), this.dirPath, this.baseName(baseSeq));
     this.base = { name: this.baseName(baseSeq), seq: baseSeq };
     this.baseBytes = result.bytes;
