@@ -5,7 +5,7 @@
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import { join } from 'node:path';
-import { FileReadError, readRegularFile, readRegularFileSync, type RegularFileLimits } from '../files/regular-file.js';
+import { readRegularFile, readRegularFileSync, type FileReadError, type RegularFileLimits } from '../files/regular-file.js';
 import { JournalError } from './journal-format.js';
 import { fsyncDirSync } from './writer.js';
 
@@ -101,15 +101,10 @@ export function parseManifest(text: string, file: string): Manifest {
   return m;
 }
 
-function readFailure(file: string, e: unknown): JournalError {
-  const why = e instanceof FileReadError ? e.message : `cannot read journal manifest '${file}': ${(e as NodeJS.ErrnoException).code ?? String(e)}`;
-  return new JournalError(file, 0, why);
-}
-
 /**
  * Reads and parses the manifest at `file`, off the event loop; null when there is none. Only a
  * regular file of at most MAX_MANIFEST_BYTES is read (a FIFO or /dev/zero named as the manifest is
- * refused, never waited on). Throws JournalError.
+ * refused, never waited on). Throws JournalError, or FileReadError when it cannot be read at all.
  */
 export async function readManifest(file: string): Promise<Manifest | null> {
   let buf: Buffer;
@@ -117,20 +112,14 @@ export async function readManifest(file: string): Promise<Manifest | null> {
     buf = await readRegularFile(file, MANIFEST_LIMITS);
   } catch (e) {
     if ((e as FileReadError).code === 'ENOENT') return null;
-    throw readFailure(file, e);
+    throw e;
   }
   return parseManifest(buf.toString('latin1'), file);
 }
 
-/** The same, blocking: for `cellgate-server check` (no event loop to keep). Throws JournalError (ENOENT too). */
+/** The same, blocking: for `cellgate-server check` (no event loop to keep). Throws JournalError or FileReadError (ENOENT too). */
 export function readManifestSync(file: string): Manifest {
-  let buf: Buffer;
-  try {
-    buf = readRegularFileSync(file, MANIFEST_LIMITS);
-  } catch (e) {
-    throw readFailure(file, e);
-  }
-  return parseManifest(buf.toString('latin1'), file);
+  return parseManifest(readRegularFileSync(file, MANIFEST_LIMITS).toString('latin1'), file);
 }
 
 /** Writes a manifest atomically: temp file, fsync, rename over the old one, directory fsync. */
