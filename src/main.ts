@@ -36,7 +36,7 @@ import { Config, ConfigError, optionsHelp } from './config.js';
 import { Keyspace } from './keyspace/keyspace.js';
 import { typeName } from './limiters/registry.js';
 import { Logger } from './log.js';
-import { FileReadError, readWholeRegularFileSync } from './files/regular-file.js';
+import { readWholeRegularFileSync } from './files/regular-file.js';
 import { checkWritable, DirError, DirLock, makeDirs } from './persistence/dir.js';
 import { replaceFileSync } from './persistence/exclusive-file.js';
 import { SnapshotError, SnapshotLoad } from './persistence/reader.js';
@@ -368,7 +368,7 @@ function prepareDir(server: Server): void {
  */
 function unreadable(e: unknown, what: string): string {
   const code = (e as NodeJS.ErrnoException).code;
-  if (e instanceof FileReadError || code === 'NOT_REGULAR' || code === 'TOO_BIG') return (e as Error).message;
+  if (code === 'NOT_REGULAR' || code === 'TOO_BIG') return (e as Error).message;
   return `${what}: ${code ?? (e as Error).message}`;
 }
 
@@ -464,7 +464,7 @@ function checkSnapshot(file: string): number {
     process.stdout.write(lines.join('\n') + '\n');
     return 0;
   } catch (e) {
-    const message = e instanceof SnapshotError || e instanceof FileReadError ? e.message : `cannot read snapshot ${file}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`;
+    const message = e instanceof SnapshotError ? e.message : unreadable(e, `cannot read snapshot ${file}`);
     process.stderr.write(`cellgate: ${message}\n`);
     return 1;
   }

@@ -90,7 +90,8 @@ export function checkJournal(path: string): number | null {
     process.stdout.write(lines.join('\n') + '\n');
     return 0;
   } catch (e) {
-    const message = e instanceof JournalError || e instanceof SnapshotError || e instanceof FileReadError ? e.message : `cannot read journal ${path}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`;
+    const refused = e instanceof FileReadError && (e.code === 'NOT_REGULAR' || e.code === 'TOO_BIG');
+    const message = e instanceof JournalError || e instanceof SnapshotError || refused ? e.message : `cannot read journal ${path}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`;
     process.stderr.write(`cellgate: ${message}\n`);
     return 1;
   }
