@@ -99,11 +99,14 @@ export class AppendOnly {
 
   /** Whether the last write or fsync succeeded (INFO aof_last_write_status). */
   get lastWriteOk(): boolean {
-    return this.writer.lastWriteOk;
+    // Records the disk refused and that were dropped are in no file until the repairing rewrite is
+    // installed: until then the journal does not hold what was answered, whatever the last write did.
+    return this.writer.lastWriteOk && !this.writer.lost;
   }
 
   get lastWriteError(): string {
-    return this.writer.lastWriteError;
+    if (!this.writer.lastWriteOk) return this.writer.lastWriteError;
+    return this.writer.lost ? 'records the disk refused are not in the journal yet: the rewrite that writes them from memory has not succeeded' : '';
   }
 
   /**
@@ -302,9 +305,14 @@ export class AppendOnly {
     for (const name of gone) fs.rmSync(join(this.dirPath, name), { force: true });
     this.rewriteBaseSize = this.currentSize;
     this.book.succeeded(Math.round((performance.now() - rw.startedPerf) / 1000));
+    const repaired = this.writer.lost;
     this.writer.lost = false;
     // Its base was written: the disk takes writes. With nothing waiting, the journal is whole again.
     if (!this.writer.lastWriteOk && this.recorder.empty) this.writer.recovered();
+    else if (repaired && this.writer.lastWriteOk) {
+      server.snapshots.refreshDenyWrites();
+      server.log.warning('AOF repaired: the new base holds every record the disk had refused; the journal is whole again.');
+    }
     server.log.notice(`Background AOF rewrite terminated with success: base ${base.name}, ${keys} keys, ${baseBytes} bytes in ${ms.toFixed(1)} ms`, { base: base.name, keys, bytes: baseBytes });
   }
 
@@ -472,7 +480,7 @@ export class AppendOnly {
     const w = this.writer;
     return {
       enabled: this.on,
-      lastWriteOk: w.lastWriteOk,
+      lastWriteOk: this.lastWriteOk,
       lastBgrewriteOk: this.book.lastOk,
       rewriteInProgress: this.rewrite !== null,
       rewrites: this.book.count,
