@@ -97,7 +97,6 @@ describe('journal: a full disk that frees less than the backlog', () => {
 
       // "Freed": room for half of what waits. The retry writes part of it and fails again; the
       // rewrite from memory follows and its compact base fits.
-      const current = Number(full.aof_current_size);
       fileSizeLimit(s.proc.pid!, 16 * 1024 + Math.floor(waiting / 2));
       answered.set('after', ((await r.call('CL.THROTTLE', 'after', 100, 1, 3600, 1)) as number[])[2]);
       await waitFor('the journal repaired by a rewrite', async () => {
@@ -107,7 +106,6 @@ describe('journal: a full disk that frees less than the backlog', () => {
       expect(s.logs.some((l) => l.includes('AOF rewrite scheduled: the disk took part of the records that waited and refused the rest'))).toBe(true);
       const repaired = await info(r);
       expect(Number(repaired.aof_base_size)).toBeLessThan(16 * 1024 + Math.floor(waiting / 2));
-      expect(current).toBeGreaterThan(0);
       expect((await readyz(metricsPort)).status).toBe(200);
       const m = await aofMetrics(metricsPort);
       expect(m.get('cellgate_aof_last_write_ok')).toBe(1);
