@@ -93,7 +93,7 @@ export class AppendOnly {
     this.writer = new JournalWriter(server, this.recorder, {
       currentPath: () => this.currentIncrPath(),
       lostRecords: () => this.repairSoon('records were dropped while the journal could not be written, and the disk takes writes again'),
-      diskTookWrites: () => this.repairSoon('the disk took part of the records that waited and refused the rest'),
+      diskTookWrites: (why) => this.repairSoon(why),
     });
   }
 
