@@ -31,16 +31,18 @@
  * docs/envoy.md), as Envoy Gateway runs `/bin/ratelimit`: no file is written (no snapshot, journal,
  * lock or pidfile), the state lives on the backend.
  */
-import { readFileSync, renameSync, rmSync } from 'node:fs';
+import { renameSync, rmSync } from 'node:fs';
 import { Config, ConfigError, optionsHelp } from './config.js';
 import { Keyspace } from './keyspace/keyspace.js';
 import { typeName } from './limiters/registry.js';
 import { Logger } from './log.js';
+import { readWholeRegularFileSync } from './files/regular-file.js';
 import { checkWritable, DirError, DirLock, makeDirs } from './persistence/dir.js';
 import { replaceFileSync } from './persistence/exclusive-file.js';
 import { SnapshotError, SnapshotLoad } from './persistence/reader.js';
 import { checkJournal } from './persistence/journal-check.js';
 import { JournalError } from './persistence/journal-format.js';
+import { SNAPSHOT_FILE } from './persistence/persisted-file.js';
 import { APPENDONLY_WITH_BACKEND, Server } from './server/server.js';
 import { VERSION } from './version.js';
 import { warmUp, WARMUP_ROUNDS } from './server/warmup.js';
@@ -358,6 +360,16 @@ function prepareDir(server: Server): void {
  * (snapshot-corrupt-policy refuse), or the whole folder is renamed to
  * `<appenddirname>.corrupt-<timestamp>` and the server starts empty with a new journal (move-aside).
  */
+/**
+ * Why a persisted file could not be read: a file refused by the regular-file reader (a FIFO, a
+ * device, too large) says so itself, naming the file; an errno is named after `what`.
+ */
+function unreadable(e: unknown, what: string): string {
+  const code = (e as NodeJS.ErrnoException).code;
+  if (code === 'NOT_REGULAR' || code === 'TOO_BIG') return (e as Error).message;
+  return `${what}: ${code ?? (e as Error).message}`;
+}
+
 async function loadJournal(server: Server): Promise<void> {
   const dirPath = server.journal.dirPath;
   let fresh = false;
@@ -374,7 +386,7 @@ async function loadJournal(server: Server): Promise<void> {
     }
   } catch (e) {
     if (!(e instanceof JournalError || e instanceof SnapshotError)) {
-      fail(`cannot read the journal in ${dirPath}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}; refusing to start`);
+      fail(`${unreadable(e, `cannot read the journal in ${dirPath}`)}; refusing to start`);
     }
     if (server.config.get('snapshot-corrupt-policy') !== 'move-aside') fail(`${e.message}; refusing to start (the files are left untouched)`);
     const aside = `${dirPath}.corrupt-${new Date().toISOString().replace(/[-:.]/g, '')}`;
@@ -417,7 +429,7 @@ async function loadSnapshot(server: Server, finish = true): Promise<void> {
     }
   } catch (e) {
     if (!(e instanceof SnapshotError)) {
-      fail(`cannot read snapshot ${file}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}; refusing to start`);
+      fail(`${unreadable(e, `cannot read snapshot ${file}`)}; refusing to start`);
     }
     if (server.config.get('snapshot-corrupt-policy') !== 'move-aside') fail(`${e.message}; refusing to start (the file is left untouched)`);
     const aside = `${file}.corrupt-${new Date().toISOString().replace(/[-:.]/g, '')}`;
@@ -439,7 +451,7 @@ async function loadSnapshot(server: Server, finish = true): Promise<void> {
  */
 function checkSnapshot(file: string): number {
   try {
-    const { summary } = new SnapshotLoad(readFileSync(file), file, new Keyspace(), Date.now()).run();
+    const { summary } = new SnapshotLoad(readWholeRegularFileSync(file, SNAPSHOT_FILE), file, new Keyspace(), Date.now()).run();
     const lines = [
       `${file}: valid cellgate snapshot, format version ${summary.formatVersion}`,
       `created: ${new Date(summary.createdAtMs).toISOString()}`,
@@ -450,7 +462,7 @@ function checkSnapshot(file: string): number {
     process.stdout.write(lines.join('\n') + '\n');
     return 0;
   } catch (e) {
-    const message = e instanceof SnapshotError ? e.message : `cannot read snapshot ${file}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`;
+    const message = e instanceof SnapshotError ? e.message : unreadable(e, `cannot read snapshot ${file}`);
     process.stderr.write(`cellgate: ${message}\n`);
     return 1;
   }

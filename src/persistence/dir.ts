@@ -5,7 +5,7 @@
  * failed save hours later. Throws DirError with a one-line reason. A full disk is the exception: it
  * is reported to the caller, which warns and serves (the snapshot still loads).
  */
-import { closeSync, constants, fsyncSync, mkdirSync, openSync, readFileSync, rmSync, statSync, writeSync } from 'node:fs';
+import { closeSync, constants, fstatSync, fsyncSync, mkdirSync, openSync, readSync, rmSync, statSync, writeSync } from 'node:fs';
 import { join, parse, resolve, sep } from 'node:path';
 import { createExclusiveSync, EXCLUSIVE_CREATE_FLAGS, randomSuffix } from './exclusive-file.js';
 import { LOCK_FILE_NAME } from './format.js';
@@ -86,11 +86,22 @@ export function checkWritable(dir: string): string | null {
   }
 }
 
-/** A file's text, refusing a symlink (ELOOP) rather than reading its target. */
+/** A lock file holds a pid: anything longer is not one of ours. */
+const LOCK_FILE_MAX_BYTES = 64;
+
+/**
+ * A lock file's text, refusing a symlink (ELOOP) rather than reading its target, and anything but a
+ * regular file (code NOT_REGULAR: a FIFO is opened without waiting for a writer and never read).
+ * At most LOCK_FILE_MAX_BYTES are read.
+ */
 function readNoFollow(file: string): string {
-  const fd = openSync(file, constants.O_RDONLY | constants.O_NOFOLLOW);
+  const fd = openSync(file, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK | constants.O_NOCTTY);
   try {
-    return readFileSync(fd, 'utf8');
+    const st = fstatSync(fd);
+    if (st.isDirectory()) throw Object.assign(new Error(`${file} is a directory`), { code: 'EISDIR' });
+    if (!st.isFile()) throw Object.assign(new Error(`${file} is not a regular file`), { code: 'NOT_REGULAR' });
+    const buf = Buffer.alloc(LOCK_FILE_MAX_BYTES);
+    return buf.toString('utf8', 0, readSync(fd, buf, 0, buf.length, 0));
   } finally {
     closeSync(fd);
   }
@@ -149,8 +160,10 @@ export class DirLock {
         text = readNoFollow(this.file).trim();
       } catch (e) {
         if ((e as NodeJS.ErrnoException).code === 'ENOENT') continue; // released meanwhile
-        // ELOOP: a symlink planted at the lock's name is no lock; it is removed below, its target never read.
-        if ((e as NodeJS.ErrnoException).code !== 'ELOOP') throw new DirError(`cannot read the lock file ${this.file}: ${code(e)}`);
+        // ELOOP: a symlink planted at the lock's name is no lock; it is removed below, its target never
+        // read. NOT_REGULAR (a FIFO, a device node): no lock either, removed the same way.
+        const c = (e as NodeJS.ErrnoException).code;
+        if (c !== 'ELOOP' && c !== 'NOT_REGULAR') throw new DirError(`cannot read the lock file ${this.file}: ${code(e)}`);
       }
       const pid = /^\d+$/.test(text) ? Number(text) : 0;
       if (pid > 0 && pid !== process.pid && processAlive(pid)) {

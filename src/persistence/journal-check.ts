@@ -6,13 +6,15 @@
  * incremental file is reported; it is accepted (exit 0) because a start with aof-load-truncated yes,
  * the default, cuts it; anywhere else it is an error (exit 1).
  */
-import { closeSync, openSync, readdirSync, readFileSync, readSync, statSync } from 'node:fs';
+import { closeSync, readdirSync, readSync, statSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
+import { FileReadError, openRegularFileSync, readWholeRegularFileSync } from '../files/regular-file.js';
 import { Keyspace } from '../keyspace/keyspace.js';
 import { JOURNAL_MAGIC, JournalError } from './journal-format.js';
-import { parseManifest } from './journal-manifest.js';
+import { readManifestSync } from './journal-manifest.js';
 import { JournalParser } from './journal-parse.js';
 import { JournalReplay } from './journal-replay.js';
+import { JOURNAL_FILE, SNAPSHOT_FILE } from './persisted-file.js';
 import { SnapshotError, SnapshotLoad } from './reader.js';
 
 /** What `path` is, for check: a manifest (a folder resolves to the manifest in it), an incremental file, or neither. */
@@ -31,7 +33,14 @@ function journalKind(path: string): { manifest: string } | { incr: string } | nu
   }
   if (path.endsWith('.manifest')) return { manifest: path };
   const head = Buffer.alloc(JOURNAL_MAGIC.length);
-  const fd = openSync(path, 'r');
+  // Only a regular file is looked into (a FIFO is never waited on): anything else is checked as a
+  // snapshot, whose reader refuses it with its reason.
+  let fd: number;
+  try {
+    ({ fd } = openRegularFileSync(path, JOURNAL_FILE));
+  } catch {
+    return null;
+  }
   try {
     readSync(fd, head, 0, head.length, 0);
   } finally {
@@ -50,12 +59,12 @@ export function checkJournal(path: string): number | null {
   try {
     let incrs: string[];
     if ('manifest' in kind) {
-      const m = parseManifest(readFileSync(kind.manifest, 'latin1'), kind.manifest);
+      const m = readManifestSync(kind.manifest);
       const folder = dirname(kind.manifest);
       lines.push(`${kind.manifest}: valid cellgate journal manifest`);
       if (m.base !== null) {
         const baseFile = join(folder, m.base.name);
-        const { summary } = new SnapshotLoad(readFileSync(baseFile), baseFile, ks, nowMs).run();
+        const { summary } = new SnapshotLoad(readWholeRegularFileSync(baseFile, SNAPSHOT_FILE), baseFile, ks, nowMs).run();
         lines.push(`base: ${m.base.name} (${summary.keyCount} keys, ${summary.bytes} bytes)`);
       } else {
         lines.push('base: none');
@@ -68,7 +77,7 @@ export function checkJournal(path: string): number | null {
     const replay = new JournalReplay(ks, nowMs);
     let records = 0;
     for (let i = 0; i < incrs.length; i++) {
-      const buf = readFileSync(incrs[i]);
+      const buf = readWholeRegularFileSync(incrs[i], JOURNAL_FILE);
       const scan = new JournalParser(buf, incrs[i]).next(replay.apply, Number.MAX_SAFE_INTEGER)!;
       records += scan.records;
       lines.push(`incr: ${basename(incrs[i])} (${scan.records} records, ${buf.length} bytes)`);
@@ -81,7 +90,8 @@ export function checkJournal(path: string): number | null {
     process.stdout.write(lines.join('\n') + '\n');
     return 0;
   } catch (e) {
-    const message = e instanceof JournalError || e instanceof SnapshotError ? e.message : `cannot read journal ${path}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`;
+    const refused = e instanceof FileReadError && (e.code === 'NOT_REGULAR' || e.code === 'TOO_BIG');
+    const message = e instanceof JournalError || e instanceof SnapshotError || refused ? e.message : `cannot read journal ${path}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`;
     process.stderr.write(`cellgate: ${message}\n`);
     return 1;
   }

@@ -7,11 +7,11 @@
  * Either way the rules are JournalParser's: a torn tail of the last file is cut or refused per
  * aof-load-truncated, any other problem refuses the load with the same JournalError.
  */
-import fs from 'node:fs';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { setImmediate as nextTurn } from 'node:timers/promises';
 import type { Keyspace } from '../keyspace/keyspace.js';
+import { readWholeRegularFile } from '../files/regular-file.js';
 import type { Server } from '../server/server.js';
 import { incrementalReadError, JOURNAL_HEADER_BYTES, JournalError, OP_FLUSH } from './journal-format.js';
 import type { ManifestFile } from './journal-manifest.js';
@@ -19,6 +19,7 @@ import { JournalParser, type JournalRecord, type JournalScan } from './journal-p
 import type { JournalReadAhead } from './journal-read-ahead.js';
 import { BATCH_RECORDS, RECORD_INTS, RECORD_NUMBERS } from './journal-read-ring.js';
 import { JournalReplay } from './journal-replay.js';
+import { JOURNAL_FILE } from './persisted-file.js';
 
 /** Records replayed between two looks at the slice's clock while loading. */
 const LOAD_RECORDS_PER_CHECK = 1024;
@@ -189,7 +190,7 @@ class RecordLoader {
   async inThread(path: string, skip: number): Promise<FileReplay> {
     let buf: Buffer;
     try {
-      buf = fs.readFileSync(path);
+      buf = await readWholeRegularFile(path, JOURNAL_FILE);
     } catch (e) {
       throw incrementalReadError(path, e);
     }

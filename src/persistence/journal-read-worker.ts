@@ -8,11 +8,13 @@
  */
 import fs from 'node:fs';
 import { parentPort, workerData } from 'node:worker_threads';
+import { openRegularFileSync } from '../files/regular-file.js';
 import { incrementalReadError, JournalError } from './journal-format.js';
 import { JournalParser, type JournalRecord } from './journal-parse.js';
 import {
   ABORT, BATCH_RECORDS, CONSUMED, RECORD_INTS, RECORD_NUMBERS, RING_SLOTS, WAKE_AT, type ReadWorkerData, type ReadWorkerMessage,
 } from './journal-read-ring.js';
+import { JOURNAL_FILE } from './persisted-file.js';
 
 const data = workerData as ReadWorkerData;
 const port = parentPort!;
@@ -75,13 +77,14 @@ const store = (rec: JournalRecord): void => {
 /** The file whole, in memory the loading thread shares (it reads the keys' bytes there). */
 function readShared(path: string): { buf: Buffer; shared: SharedArrayBuffer } {
   let fd: number;
+  let size: number;
   try {
-    fd = fs.openSync(path, 'r');
+    // A regular file of at most the bound, or refused: a FIFO named in the manifest is never waited on.
+    ({ fd, size } = openRegularFileSync(path, JOURNAL_FILE));
   } catch (e) {
     throw incrementalReadError(path, e);
   }
   try {
-    const size = fs.fstatSync(fd).size;
     const shared = new SharedArrayBuffer(size);
     const buf = Buffer.from(shared);
     let got = 0;

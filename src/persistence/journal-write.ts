@@ -22,10 +22,13 @@ const FSYNC_DELAYED_MS = 2000;
 /** A write error is logged again at most this often while it lasts. */
 const WRITE_ERROR_LOG_MS = 30_000;
 
+/** An error's text for INFO and the log: its code first, and never empty (an empty reason tells an operator nothing). */
 export function describe(e: unknown): string {
-  const err = e as NodeJS.ErrnoException;
-  const message = String(err.message ?? e);
-  return err.code !== undefined && !message.startsWith(err.code) ? `${err.code}: ${message}` : message;
+  const err = (e ?? {}) as NodeJS.ErrnoException;
+  const message = String(err.message ?? e ?? '').trim();
+  const code = typeof err.code === 'string' && err.code !== '' ? err.code : undefined;
+  if (message === '') return code ?? `unknown error (${err.name ?? typeof e})`;
+  return code !== undefined && !message.startsWith(code) ? `${code}: ${message}` : message;
 }
 
 export interface JournalWriterHooks {
@@ -33,6 +36,8 @@ export interface JournalWriterHooks {
   currentPath(): string;
   /** Records were dropped while the disk refused them and it accepts writes again: the journal must be rebuilt. */
   lostRecords(): void;
+  /** Space came back, less than the records that waited need (a retry wrote part of them, or the filesystem says so). */
+  diskTookWrites(why: string): void;
 }
 
 export class JournalWriter {
@@ -56,6 +61,8 @@ export class JournalWriter {
   /** Every record byte written since start (bench: bytes per record). */
   bytesWritten = 0;
   private lastWriteLogMs = 0;
+  /** While writes fail, the filesystem's free bytes at the last look (roomShort); Infinity otherwise. */
+  private lastFreeBytes = Infinity;
   private lastDelayLogMs = 0;
   /** When the last fsync started (everysec's cadence), and from when a running one's next delay is counted. */
   private lastFsyncPerf = performance.now();
@@ -117,9 +124,31 @@ export class JournalWriter {
     }
   };
 
+  /**
+   * While writes fail: whether the filesystem has less room than the waiting records need. Then
+   * they are not written: part of them would only take the room that a rewrite from memory (a base
+   * far smaller than the records) needs to repair the journal; space that comes back, short of
+   * what they need, starts that rewrite instead. A file size limit (EFBIG) is not seen here: the
+   * write is tried, and a partial one says the same.
+   */
+  private roomShort(): boolean {
+    let free: number;
+    try {
+      const st = fs.statfsSync(this.hooks.currentPath());
+      free = st.bavail * st.bsize;
+    } catch {
+      return false;
+    }
+    if (free >= this.recorder.pos) return false;
+    if (free > this.lastFreeBytes) this.hooks.diskTookWrites('the disk has room again, less than the records that waited need');
+    this.lastFreeBytes = free;
+    return true;
+  }
+
   /** Writes the buffered records at the current end of the file. Returns false on an error (handled). */
   private writeBuffered(): boolean {
     const r = this.recorder;
+    if (!this.lastWriteOk && this.roomShort()) return false;
     let written = 0;
     try {
       while (written < r.pos) {
@@ -132,16 +161,20 @@ export class JournalWriter {
     } catch (e) {
       this.bytesWritten += written;
       r.consumed(written);
+      const wasFailing = !this.lastWriteOk;
       this.failed(e);
+      if (written > 0 && wasFailing) this.hooks.diskTookWrites('the disk took part of the records that waited and refused the rest');
       return false;
     }
     if (!this.lastWriteOk) this.recovered();
     return true;
   }
 
-  private recovered(): void {
+  /** The disk takes writes again: a successful write, or a rewrite installed with nothing left waiting. */
+  recovered(): void {
     this.lastWriteOk = true;
     this.lastWriteError = '';
+    this.lastFreeBytes = Infinity;
     this.server.snapshots.refreshDenyWrites();
     this.server.log.warning('AOF write error looks solved, cellgate can write again.');
     if (this.lost) this.hooks.lostRecords();

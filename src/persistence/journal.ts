@@ -21,29 +21,23 @@
  * - Write errors: `aof_last_write_status:err`, the records stay buffered and are retried each turn
  *   (positional writes at the last good offset, so a partial write never leaves garbage in the
  *   middle). With `always`, an answered decision must be on disk, so the process exits, as Redis
- *   does. Writes are refused (MISCONF) only with stop-writes-on-bgsave-error yes.
+ *   does. Writes are refused (MISCONF) only with stop-writes-on-bgsave-error yes. When the disk frees
+ *   less than the waiting records need, a rewrite repairs the journal without them: the keyspace
+ *   holds them, so its base does (startRewrite's `gap`).
  */
 import fs from 'node:fs';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import type { Server } from '../server/server.js';
-import { TEMP_FILE_PATTERN } from './format.js';
-import { processAlive } from './dir.js';
 import { JournalRecorder } from './journal-encode.js';
-import { encodeJournalHeader, JournalError, JOURNAL_HEADER_BYTES } from './journal-format.js';
+import { createIncrFile, existingJournalFiles, fileSize, highestSeq, openLastIncrFile, removeStaleJournalTemps } from './journal-folder.js';
+import { JournalError, JOURNAL_HEADER_BYTES } from './journal-format.js';
 import { replayIncrementalFiles } from './journal-load.js';
 import { startReadAhead } from './journal-read-ahead.js';
-import { CREATE_EXCLUSIVE, parseManifest, writeManifest, type ManifestFile } from './journal-manifest.js';
+import { nextSeq, readManifest, writeManifest, type ManifestFile } from './journal-manifest.js';
+import { RewriteBook } from './journal-rewrite.js';
 import { describe, JournalWriter } from './journal-write.js';
-import { BackgroundSave, fsyncDirSync, writeSnapshotSync } from './writer.js';
-
-const { O_NOFOLLOW, O_RDWR } = fs.constants;
-
-/** A rewrite that failed while the journal has no loadable set yet is retried by the cron after this long. */
-const REWRITE_RETRY_MS = 5000;
-/** Automatic rewrites failed in a row before the next ones are held back (autoRewriteLimited), and the longest wait. */
-const AUTO_REWRITE_FAILURES = 3;
-const AUTO_REWRITE_MAX_DELAY_MINUTES = 60;
+import { BackgroundSave, writeSnapshotSync } from './writer.js';
 
 export interface JournalLoadResult {
   manifest: string;
@@ -90,33 +84,29 @@ export class AppendOnly {
   /** The journal's size after the last rewrite or load (Redis's aof_rewrite_base_size). */
   private rewriteBaseSize = 0;
   private rewrite: { job: BackgroundSave; fromIncr: number; baseSeq: number; startedPerf: number } | null = null;
-  rewriteScheduled = false;
-  private rewriteRetryAtMs = 0;
-  private lastBgrewriteOk = true;
-  private lastRewriteSec = -1;
-  private rewrites = 0;
-  /** Rewrites failed in a row (INFO aof_rewrites_consecutive_failures); a success resets it. */
-  private rewriteFailuresInRow = 0;
-  /** Automatic rewrites held back after repeated failures (Redis's aofRewriteLimited): the delay and its end, server clock. */
-  private autoLimitMinutes = 0;
-  private autoLimitUntilMs = 0;
+  /** Scheduled rewrites, outcomes, automatic ones held back. */
+  private readonly book = new RewriteBook();
 
   constructor(private readonly server: Server) {
     // Built among the Server's fields, before its config is set: applyConfig (at start) reads it.
     this.recorder = new JournalRecorder(server.keyspace);
     this.writer = new JournalWriter(server, this.recorder, {
       currentPath: () => this.currentIncrPath(),
-      lostRecords: () => this.scheduleRewrite('records were dropped while the journal could not be written'),
+      lostRecords: () => this.repairSoon('records were dropped while the journal could not be written, and the disk takes writes again'),
+      diskTookWrites: (why) => this.repairSoon(why),
     });
   }
 
   /** Whether the last write or fsync succeeded (INFO aof_last_write_status). */
   get lastWriteOk(): boolean {
-    return this.writer.lastWriteOk;
+    // Records the disk refused and that were dropped are in no file until the repairing rewrite is
+    // installed: until then the journal does not hold what was answered, whatever the last write did.
+    return this.writer.lastWriteOk && !this.writer.lost;
   }
 
   get lastWriteError(): string {
-    return this.writer.lastWriteError;
+    if (!this.writer.lastWriteOk) return this.writer.lastWriteError;
+    return this.writer.lost ? 'records the disk refused are not in the journal yet: the rewrite that writes them from memory has not succeeded' : '';
   }
 
   /**
@@ -185,7 +175,7 @@ export class AppendOnly {
     if (!this.on) return;
     this.writer.cron();
     if (this.rewrite !== null || this.server.snapshots.bgsaveInProgress) return;
-    if (this.rewriteScheduled && nowMs >= this.rewriteRetryAtMs) {
+    if (this.book.due(nowMs)) {
       this.startRewrite();
       return;
     }
@@ -194,7 +184,7 @@ export class AppendOnly {
     if (pct > 0 && this.loadable && size > this.server.config.int('auto-aof-rewrite-min-size')) {
       const baseSize = this.rewriteBaseSize > 0 ? this.rewriteBaseSize : 1;
       const growth = ((size - baseSize) * 100) / baseSize;
-      if (growth >= pct && !this.autoRewriteLimited(nowMs)) {
+      if (growth >= pct && !this.book.autoLimited(nowMs, this.server.log)) {
         this.server.log.notice(`Starting automatic rewriting of AOF on ${Math.floor(growth)}% growth`);
         this.startRewrite();
       }
@@ -202,37 +192,22 @@ export class AppendOnly {
   }
 
   /**
-   * Whether automatic rewrites are held back: after AUTO_REWRITE_FAILURES failures in a row (a full
-   * disk fails each one after writing as much of a base as fits, and the growth that triggers them
-   * stays), the next waits a minute, then 2, 4, ... up to an hour of server time, as Redis's
-   * aofRewriteLimited. BGREWRITEAOF is never held back; a success ends it.
+   * The disk takes writes again, or part of them, while the journal lacks records: a rewrite from the
+   * keyspace (which holds them all) is started as soon as no BGSAVE runs.
    */
-  private autoRewriteLimited(nowMs: number): boolean {
-    if (this.rewriteFailuresInRow < AUTO_REWRITE_FAILURES) {
-      this.autoLimitMinutes = 0;
-      this.autoLimitUntilMs = 0;
-      return false;
-    }
-    if (this.autoLimitUntilMs !== 0) {
-      if (nowMs < this.autoLimitUntilMs) return true;
-      this.autoLimitUntilMs = 0;
-      return false;
-    }
-    this.autoLimitMinutes = Math.min(this.autoLimitMinutes === 0 ? 1 : this.autoLimitMinutes * 2, AUTO_REWRITE_MAX_DELAY_MINUTES);
-    this.autoLimitUntilMs = nowMs + this.autoLimitMinutes * 60_000;
-    this.server.log.warning(`Background AOF rewrite has repeatedly failed and triggered the limit, will retry in ${this.autoLimitMinutes} minutes`);
-    return true;
-  }
-
-  private scheduleRewrite(why: string): void {
+  private repairSoon(why: string): void {
+    if (this.rewrite !== null || (this.book.scheduled && this.book.retryAtMs === 0)) return;
     this.server.log.notice(`AOF rewrite scheduled: ${why}`);
-    this.rewriteScheduled = true;
+    this.book.schedule();
   }
 
   /** BGREWRITEAOF while a BGSAVE runs: start once it ends. */
   schedule(): void {
-    this.rewriteScheduled = true;
-    this.rewriteRetryAtMs = 0;
+    this.book.schedule();
+  }
+
+  get rewriteScheduled(): boolean {
+    return this.book.scheduled;
   }
 
   /**
@@ -242,18 +217,32 @@ export class AppendOnly {
   startRewrite(): boolean {
     if (this.rewrite !== null) return false;
     const { server } = this;
-    this.rewriteScheduled = false;
+    this.book.scheduled = false;
     try {
+      // No file yet: this rewrite builds the journal (appendonly turned on at run time).
+      const building = this.writer.fd === -1;
       // Everything recorded so far goes to the current file, synced: the files before the switch are complete.
       this.commit(true);
-      // Records waiting for a disk that refuses them stay with the file they were encoded for (the
-      // expiry of one may be relative to the one before it): no switch until they are written.
-      if (!this.recorder.empty) throw new Error(`the journal cannot be written: ${this.lastWriteError}`);
       this.writer.syncNow();
-      const nextIncr = this.openIncr((this.incrs[this.incrs.length - 1]?.seq ?? this.leftoverSeq()) + 1);
+      // Records the disk refused (still waiting, or dropped past the buffer's cap) are in no file,
+      // but they are in the keyspace, so the base this rewrite writes holds them: the rewrite needs
+      // no backlog written first (a disk that freed less than the backlog takes a compact base).
+      // Until that base is installed the manifest keeps naming the old set, without the new file:
+      // what the new file holds follows records the old files lack.
+      const gap = !building && (!this.recorder.empty || this.writer.lost);
+      const nextIncr = this.openIncr(nextSeq(this.incrs[this.incrs.length - 1]?.seq ?? this.leftoverSeq()));
       const fromIncr = this.incrs.length - 1;
-      if (this.loadable) writeManifest(this.dirPath, this.manifestName, { base: this.base, incrs: this.incrs });
-      const baseSeq = Math.max(this.base?.seq ?? 0, this.leftoverSeq()) + 1;
+      if (this.loadable && !gap) writeManifest(this.dirPath, this.manifestName, { base: this.base, incrs: this.incrs });
+      const baseSeq = nextSeq(Math.max(this.base?.seq ?? 0, this.leftoverSeq()));
+      if (building || gap) {
+        // From here every change is recorded into the new file; the base, the keyspace as it is at
+        // this instant (BackgroundSave's point-in-time view, taken below in this same turn), holds
+        // every change before.
+        server.keyspace.journal = this.recorder;
+        if (gap && !this.recorder.empty) server.log.warning(`AOF: ${this.recorder.pos} bytes of records the disk refused are dropped; the new base written from memory holds them`);
+        this.recorder.reset();
+        if (gap) this.writer.lost = true;
+      }
       const job = new BackgroundSave(server.keyspace, () => server.clock.nowMs(), this.dirPath, this.baseName(baseSeq), () => server.flushPending());
       this.rewrite = { job, fromIncr, baseSeq, startedPerf: performance.now() };
       server.log.notice(`Background append only file rewriting started (new incremental file ${nextIncr})`);
@@ -263,10 +252,7 @@ export class AppendOnly {
       );
       return true;
     } catch (e) {
-      this.lastBgrewriteOk = false;
-      this.rewriteFailuresInRow++;
-      this.rewriteScheduled = true;
-      this.rewriteRetryAtMs = server.clock.nowMs() + REWRITE_RETRY_MS;
+      this.book.failed(-1, true, server.clock.nowMs());
       server.log.warning(`Can't rewrite the append only file: ${describe(e)}`);
       return false;
     }
@@ -274,30 +260,13 @@ export class AppendOnly {
 
   /** Highest seq among the files of an earlier journal in the folder (so new names never reuse theirs). */
   private leftoverSeq(): number {
-    let seq = 0;
-    for (const name of this.leftovers) {
-      const m = /\.(\d+)\.(?:base\.snap|incr\.aof)$/.exec(name);
-      if (m !== null) seq = Math.max(seq, Number(m[1]));
-    }
-    return seq;
+    return highestSeq(this.leftovers);
   }
 
   /** Creates incremental file `seq` (header written and synced) and makes it the current one. Returns its name. */
   private openIncr(seq: number): string {
     const name = this.incrName(seq);
-    const path = join(this.dirPath, name);
-    // A leftover of a rewrite that died before naming it in the manifest: never part of a loaded set.
-    fs.rmSync(path, { force: true });
-    const fd = fs.openSync(path, CREATE_EXCLUSIVE, 0o644);
-    try {
-      const header = encodeJournalHeader();
-      fs.writeSync(fd, header, 0, header.length, 0);
-      fs.fdatasyncSync(fd);
-    } catch (e) {
-      fs.closeSync(fd);
-      throw e;
-    }
-    fsyncDirSync(this.dirPath);
+    const fd = createIncrFile(this.dirPath, name);
     this.switchTo(fd, JOURNAL_HEADER_BYTES);
     this.incrs.push({ name, seq });
     return name;
@@ -335,11 +304,15 @@ export class AppendOnly {
     this.leftovers = [];
     for (const name of gone) fs.rmSync(join(this.dirPath, name), { force: true });
     this.rewriteBaseSize = this.currentSize;
-    this.lastBgrewriteOk = true;
-    this.rewriteFailuresInRow = 0;
-    this.lastRewriteSec = Math.round((performance.now() - rw.startedPerf) / 1000);
-    this.rewrites++;
+    this.book.succeeded(Math.round((performance.now() - rw.startedPerf) / 1000));
+    const repaired = this.writer.lost;
     this.writer.lost = false;
+    // Its base was written: the disk takes writes. With nothing waiting, the journal is whole again.
+    if (!this.writer.lastWriteOk && this.recorder.empty) this.writer.recovered();
+    else if (repaired && this.writer.lastWriteOk) {
+      server.snapshots.refreshDenyWrites();
+      server.log.warning('AOF repaired: the new base holds every record the disk had refused; the journal is whole again.');
+    }
     server.log.notice(`Background AOF rewrite terminated with success: base ${base.name}, ${keys} keys, ${baseBytes} bytes in ${ms.toFixed(1)} ms`, { base: base.name, keys, bytes: baseBytes });
   }
 
@@ -351,15 +324,9 @@ export class AppendOnly {
   }
 
   private rewriteFailedWith(reason: string, startedPerf: number): void {
-    this.lastBgrewriteOk = false;
-    this.rewriteFailuresInRow++;
-    this.lastRewriteSec = Math.round((performance.now() - startedPerf) / 1000);
     // The manifest still names the old base and every incremental file since: nothing is lost.
     // Without a base yet (appendonly just turned on), the journal has no loadable set: try again.
-    if (!this.loadable || this.writer.lost) {
-      this.rewriteScheduled = true;
-      this.rewriteRetryAtMs = this.server.clock.nowMs() + REWRITE_RETRY_MS;
-    }
+    this.book.failed(Math.round((performance.now() - startedPerf) / 1000), !this.loadable || this.writer.lost, this.server.clock.nowMs());
     this.server.log.warning(`Background AOF rewrite failed: ${reason}`);
   }
 
@@ -373,15 +340,8 @@ export class AppendOnly {
     const { server } = this;
     const started = performance.now();
     const manifestPath = join(this.dirPath, this.manifestName);
-    let text: string;
-    try {
-      text = fs.readFileSync(manifestPath, 'latin1');
-    } catch (e) {
-      if ((e as NodeJS.ErrnoException).code === 'ENOENT') return null;
-      throw e;
-    }
-    const m = parseManifest(text, manifestPath);
-    if (m.base === null && m.incrs.length === 0) throw new JournalError(manifestPath, 0, 'the manifest names no file');
+    const m = await readManifest(manifestPath);
+    if (m === null) return null;
     let baseKeys = 0;
     // The incremental files are read and checked ahead, from now on, while the base loads.
     const readAhead = startReadAhead(server, m.incrs.map((f) => join(this.dirPath, f.name)));
@@ -403,7 +363,7 @@ export class AppendOnly {
     this.olderIncrBytes = older;
     this.loadable = true;
     if (this.incrs.length === 0) {
-      this.openIncr(1 + (m.base?.seq ?? 0));
+      this.openIncr(nextSeq(m.base?.seq ?? 0));
       writeManifest(this.dirPath, this.manifestName, { base: this.base, incrs: this.incrs });
     } else {
       this.openLastIncr(lastValid);
@@ -414,20 +374,7 @@ export class AppendOnly {
 
   /** Opens the last incremental file for appending at `validBytes` (a torn tail is cut off first). */
   private openLastIncr(validBytes: number): void {
-    const last = this.incrs[this.incrs.length - 1];
-    const path = join(this.dirPath, last.name);
-    const fd = fs.openSync(path, O_RDWR | O_NOFOLLOW);
-    let size = validBytes;
-    if (validBytes < JOURNAL_HEADER_BYTES) {
-      // Cut inside its header (a crash right after creating it): it holds no record; start it again.
-      const header = encodeJournalHeader();
-      fs.writeSync(fd, header, 0, header.length, 0);
-      size = JOURNAL_HEADER_BYTES;
-    }
-    if (fs.fstatSync(fd).size !== size) {
-      fs.ftruncateSync(fd, size);
-      fs.fdatasyncSync(fd);
-    }
+    const { fd, size } = openLastIncrFile(join(this.dirPath, this.incrs[this.incrs.length - 1].name), validBytes);
     this.writer.switchTo(fd, size);
   }
 
@@ -438,17 +385,19 @@ export class AppendOnly {
    */
   begin(fromScratch: boolean, sync: boolean): void {
     const { server } = this;
-    server.keyspace.journal = this.recorder;
     this.on = true;
+    if (!fromScratch || sync) server.keyspace.journal = this.recorder;
     if (!fromScratch) return;
     fs.mkdirSync(this.dirPath, { recursive: true });
-    this.leftovers = this.existingFiles();
+    this.leftovers = existingJournalFiles(this.dirPath, this.prefix);
     if (!sync) {
+      // Recording starts with the rewrite that builds the journal (startRewrite): what changes
+      // before it, while a BGSAVE holds the point-in-time view, is in the base it writes.
       if (server.snapshots.bgsaveInProgress) this.schedule();
       else this.startRewrite();
       return;
     }
-    const baseSeq = this.leftoverSeq() + 1;
+    const baseSeq = nextSeq(this.leftoverSeq());
     const result = writeSnapshotSync(server.keyspace, server.clock.nowMs(), this.dirPath, this.baseName(baseSeq));
     this.base = { name: this.baseName(baseSeq), seq: baseSeq };
     this.baseBytes = result.bytes;
@@ -459,16 +408,6 @@ export class AppendOnly {
     this.leftovers = [];
     this.rewriteBaseSize = this.currentSize;
     server.log.notice(`Creating AOF base file ${this.base.name} on server start: ${result.keys} keys`, { base: this.base.name, keys: result.keys });
-  }
-
-  /** The journal's own files in the folder (an earlier journal's, or a crashed rewrite's). */
-  private existingFiles(): string[] {
-    const pattern = new RegExp(`^${this.prefix.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}\\.\\d+\\.(?:base\\.snap|incr\\.aof)$`);
-    try {
-      return fs.readdirSync(this.dirPath).filter((n) => pattern.test(n));
-    } catch {
-      return [];
-    }
   }
 
   /** CONFIG SET appendonly no: the records so far are written and synced, and recording stops. */
@@ -483,7 +422,7 @@ export class AppendOnly {
       this.rewrite.job.abort();
       this.rewrite = null;
     }
-    this.rewriteScheduled = false;
+    this.book.scheduled = false;
     this.writer.close();
     this.base = null;
     this.incrs = [];
@@ -517,26 +456,7 @@ export class AppendOnly {
 
   /** Removes temp files of rewrites that died with their process (the snapshot's rule: writer.ts tempPath). */
   removeStaleTempFiles(): string[] {
-    const removed: string[] = [];
-    let names: string[];
-    try {
-      names = fs.readdirSync(this.dirPath);
-    } catch {
-      return removed;
-    }
-    for (const name of names) {
-      if (name.startsWith(`temp-${this.manifestName}.`)) {
-        // A manifest being written when the process died (the rename never happened): the lock is ours.
-        fs.rmSync(join(this.dirPath, name), { force: true });
-        removed.push(join(this.dirPath, name));
-        continue;
-      }
-      const m = TEMP_FILE_PATTERN.exec(name);
-      if (m === null || Number(m[1]) === process.pid || processAlive(Number(m[1]))) continue;
-      fs.rmSync(join(this.dirPath, name), { force: true });
-      removed.push(join(this.dirPath, name));
-    }
-    return removed;
+    return removeStaleJournalTemps(this.dirPath, this.manifestName);
   }
 
   /**
@@ -551,7 +471,7 @@ export class AppendOnly {
     const w = this.writer;
     if (!w.lastWriteOk) return `the journal cannot be written (INFO persistence aof_last_write_status:err: ${w.lastWriteError})`;
     if (w.lost) return 'journal records were dropped while the disk refused them; the rewrite that repairs the journal has not succeeded yet';
-    if (!this.loadable && !this.lastBgrewriteOk) return 'the journal has no complete set of files: its rewrite failed (INFO persistence aof_last_bgrewrite_status:err)';
+    if (!this.loadable && !this.book.lastOk) return 'the journal has no complete set of files: its rewrite failed (INFO persistence aof_last_bgrewrite_status:err)';
     return null;
   }
 
@@ -560,11 +480,11 @@ export class AppendOnly {
     const w = this.writer;
     return {
       enabled: this.on,
-      lastWriteOk: w.lastWriteOk,
-      lastBgrewriteOk: this.lastBgrewriteOk,
+      lastWriteOk: this.lastWriteOk,
+      lastBgrewriteOk: this.book.lastOk,
       rewriteInProgress: this.rewrite !== null,
-      rewrites: this.rewrites,
-      rewriteFailuresInRow: this.rewriteFailuresInRow,
+      rewrites: this.book.count,
+      rewriteFailuresInRow: this.book.failuresInRow,
       currentBytes: this.on ? this.currentSize : 0,
       baseBytes: this.on ? this.baseBytes : 0,
       bufferBytes: this.recorder.pos,
@@ -581,12 +501,12 @@ export class AppendOnly {
     const rows: [string, string | number][] = [
       ['aof_enabled', this.on ? 1 : 0],
       ['aof_rewrite_in_progress', rw !== null ? 1 : 0],
-      ['aof_rewrite_scheduled', this.rewriteScheduled ? 1 : 0],
-      ['aof_last_rewrite_time_sec', this.lastRewriteSec],
+      ['aof_rewrite_scheduled', this.book.scheduled ? 1 : 0],
+      ['aof_last_rewrite_time_sec', this.book.lastSec],
       ['aof_current_rewrite_time_sec', rw !== null ? Math.round((performance.now() - rw.startedPerf) / 1000) : -1],
-      ['aof_last_bgrewrite_status', this.lastBgrewriteOk ? 'ok' : 'err'],
-      ['aof_rewrites', this.rewrites],
-      ['aof_rewrites_consecutive_failures', this.rewriteFailuresInRow],
+      ['aof_last_bgrewrite_status', this.book.lastOk ? 'ok' : 'err'],
+      ['aof_rewrites', this.book.count],
+      ['aof_rewrites_consecutive_failures', this.book.failuresInRow],
       ['aof_last_write_status', this.lastWriteOk ? 'ok' : 'err'],
       ['aof_last_cow_size', 0],
     ];
@@ -594,20 +514,12 @@ export class AppendOnly {
       rows.push(
         ['aof_current_size', this.currentSize],
         ['aof_base_size', this.baseBytes],
-        ['aof_pending_rewrite', this.rewriteScheduled ? 1 : 0],
+        ['aof_pending_rewrite', this.book.scheduled ? 1 : 0],
         ['aof_buffer_length', this.recorder.pos],
         ['aof_pending_bio_fsync', this.writer.fsyncInFlight ? 1 : 0],
         ['aof_delayed_fsync', this.writer.delayedFsync],
       );
     }
     return rows;
-  }
-}
-
-function fileSize(path: string): number {
-  try {
-    return fs.statSync(path).size;
-  } catch {
-    return 0;
   }
 }

@@ -7,7 +7,9 @@
  * decisions do), so `DEBUG CLOCK ADVANCE` drives the policy deterministically in tests. In real mode
  * the server clock is the wall clock made monotonic, so this matches Redis's elapsed seconds.
  */
-import { readdirSync, readFileSync, rmSync } from 'node:fs';
+import { readdirSync, rmSync } from 'node:fs';
+import { readWholeRegularFile } from '../files/regular-file.js';
+import { SNAPSHOT_FILE } from './persisted-file.js';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { setImmediate as nextTurn } from 'node:timers/promises';
@@ -167,7 +169,9 @@ export class Snapshotter {
     try {
       let buf: Buffer;
       try {
-        buf = readFileSync(file);
+        // Off the event loop (the port answers LOADING meanwhile), and only a regular file: a FIFO or
+        // a symlink to /dev/zero in its place is refused, never waited on or read without end.
+        buf = await readWholeRegularFile(file, SNAPSHOT_FILE);
       } catch (e) {
         if ((e as NodeJS.ErrnoException).code === 'ENOENT') return null;
         throw e;

@@ -4,11 +4,11 @@
  * refused with a reason, and nothing blocks (a FIFO without a writer is refused at once).
  */
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { closeSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { FileReadError, readRegularFile, readRegularFileSync } from '../../src/files/regular-file.js';
+import { FileReadError, openRegularFileSync, readRegularFile, readRegularFileSync, readWholeRegularFile, readWholeRegularFileSync } from '../../src/files/regular-file.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'cellgate-files-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -69,5 +69,47 @@ describe('readRegularFile', () => {
     expect(loop.code).toBe('ELOOP');
     expect(loop.message).toContain('too many levels of symbolic links');
     expect((await refusal(join(dir, 'absent'))).code).toBe('ENOENT');
+  });
+});
+
+describe('readWholeRegularFile and openRegularFileSync (snapshots and journal files)', () => {
+  async function wholeRefusal(path: string): Promise<FileReadError> {
+    const e = await readWholeRegularFile(path, limits).then(() => null, (err: unknown) => err);
+    expect(e).toBeInstanceOf(FileReadError);
+    for (const sync of [() => readWholeRegularFileSync(path, limits), () => openRegularFileSync(path, limits)]) {
+      let syncError: unknown = null;
+      try {
+        sync();
+      } catch (err) {
+        syncError = err;
+      }
+      expect(syncError).toBeInstanceOf(FileReadError);
+      expect((syncError as FileReadError).code).toBe((e as FileReadError).code);
+    }
+    return e as FileReadError;
+  }
+
+  it('reads a regular file whole, of exactly the bound too, into one buffer of its size', async () => {
+    const full = join(dir, 'whole');
+    writeFileSync(full, Buffer.alloc(1000, 0x62));
+    expect((await readWholeRegularFile(full, limits)).equals(Buffer.alloc(1000, 0x62))).toBe(true);
+    expect(readWholeRegularFileSync(full, limits).length).toBe(1000);
+    const { fd, size } = openRegularFileSync(full, limits);
+    closeSync(fd);
+    expect(size).toBe(1000);
+  });
+
+  it('refuses a FIFO at once, /dev/zero behind a symlink, a directory and a file over the bound', async () => {
+    const fifo = join(dir, 'whole-fifo');
+    execFileSync('mkfifo', [fifo]);
+    expect((await wholeRefusal(fifo)).message).toBe(`cannot read test file '${fifo}': it is a FIFO, only regular files are read`);
+    const zero = join(dir, 'whole-zero');
+    symlinkSync('/dev/zero', zero);
+    expect((await wholeRefusal(zero)).message).toContain('it is a character device');
+    expect((await wholeRefusal(dir)).code).toBe('NOT_REGULAR');
+    const big = join(dir, 'whole-big');
+    writeFileSync(big, Buffer.alloc(1001));
+    expect((await wholeRefusal(big)).code).toBe('TOO_BIG');
+    expect((await wholeRefusal(join(dir, 'missing'))).code).toBe('ENOENT');
   });
 });

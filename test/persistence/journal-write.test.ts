@@ -43,7 +43,7 @@ describe('journal writer', () => {
     const ks = new Keyspace();
     const recorder = new JournalRecorder(ks);
     ks.journal = recorder;
-    const writer = new JournalWriter(serverForWriter([]), recorder, { currentPath: () => dir, lostRecords: () => {} });
+    const writer = new JournalWriter(serverForWriter([]), recorder, { currentPath: () => dir, lostRecords: () => {}, diskTookWrites: () => {} });
     const spend = (key: string): void => {
       const slot = ks.create(key, KeyType.Gcra);
       ks.setState(slot, 5_000_000, 0);
@@ -90,7 +90,7 @@ describe('journal writer', () => {
     const ks = new Keyspace();
     const recorder = new JournalRecorder(ks);
     ks.journal = recorder;
-    const writer = new JournalWriter(serverForWriter(warnings), recorder, { currentPath: () => dir, lostRecords: () => {} });
+    const writer = new JournalWriter(serverForWriter(warnings), recorder, { currentPath: () => dir, lostRecords: () => {}, diskTookWrites: () => {} });
     const spend = (key: string): void => {
       const slot = ks.lookup(key, 1000) === -1 ? ks.create(key, KeyType.Gcra) : ks.lookup(key, 1000);
       ks.setState(slot, 5_000_000, 0);
