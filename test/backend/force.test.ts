@@ -103,7 +103,7 @@ describe('COST n FORCE: a charge beyond the limit is debt, repaid exactly', () =
       expect(charged[0][0]).toBe(1);
       const again = await at(servers, T0 + 1, cmd, key, [...args, 'COST', String(Number.MAX_SAFE_INTEGER), 'FORCE']);
       expect(again[1], `${cmd}: backend equals local, again`).toEqual(again[0]);
-      const next = await at(servers, T0 + 2, cmd, key, args);
+      const next = await at(servers, T0 + 2, cmd, key, [...args]);
       expect(next[1]).toEqual(next[0]);
       expect(next[0][0], `${cmd}: refused after`).toBe(1);
     }
