@@ -15,7 +15,7 @@
  * A forced charge (`COST n FORCE`) is counted in the current window even past the limit: it weighs
  * on the estimate of this window and the next, so calls wait until it has slid out enough.
  */
-import { floorDiv, MAX_SCALED } from './rate-decision.js';
+import { ceilDiv, floorDiv, MAX_SCALED } from './rate-decision.js';
 import { peekDecision, RefundEffect, type Decision } from './decision.js';
 import { limitProduct, meterStateProblem, noCommit, luaSections, type Algorithm } from './algorithm.js';
 import { lua } from './sliding-window.lua.js';
@@ -40,16 +40,11 @@ export function slidingWindowDecide(
     }
   }
   const elapsedMs = atMs - windowStartMs;
-  const scaledLimit = limit * periodMs;
-  // A previous count beyond the limit (a forced charge's debt) can make this product inexact; it is
-  // then above the scaled limit, which the comparison of doubles still tells exactly (rounding is
-  // monotonic and the scaled limit is an exact double): nothing is spendable.
-  const weight = previous * (periodMs - elapsedMs);
-  let spendable = 0;
-  if (weight <= scaledLimit) {
-    const budget = scaledLimit - weight;
-    spendable = Math.max(0, floorDiv(budget, periodMs) - current);
-  }
+  // A previous count beyond the limit (a forced charge's debt) can make the product inexact; the
+  // budget is then negative all the same (rounding is monotonic and limit·period_ms an exact
+  // double): nothing is spendable, as exactly.
+  const budget = limit * periodMs - previous * (periodMs - elapsedMs);
+  const spendable = Math.max(0, (budget > 0 ? floorDiv(budget, periodMs) : -ceilDiv(-budget, periodMs)) - current);
   // Fresh again once every count has slid out of the previous window.
   const resetAfterMs = current > 0 ? windowStartMs + 2 * periodMs - nowMs : previous > 0 ? windowStartMs + periodMs - nowMs : 0;
   if (cost === 0) {
