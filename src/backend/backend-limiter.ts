@@ -421,12 +421,15 @@ function scriptLimits(call: LimiterCall): ScriptLimit[] {
   const out: ScriptLimit[] = [];
   for (let n = 0; n < call.count; n++) {
     const l = call.limits[n];
-    out.push({ kind: 'rl', type: l.algo.type, limit: l.limit, periodMs: l.periodMs, burst: l.burst, gcra: { ...l.gcra }, cost: call.cost, refund: call.refund });
+    out.push({ kind: 'rl', type: l.algo.type, limit: l.limit, periodMs: l.periodMs, burst: l.burst, gcra: { ...l.gcra }, cost: call.cost, refund: call.refund, force: l.force });
   }
   return out;
 }
 
-/** The parameters as text, for the refusal cache: '' for calls it never answers (RL.ALL, a refund). */
+/**
+ * The parameters as text, for the refusal cache: '' for calls it never answers (RL.ALL, a refund, a
+ * forced charge: it must reach the backend to be recorded).
+ */
 function signatureOf(call: LimiterCall): string {
   if (call.kind === 'cl.throttle') {
     const p = call.cell!;
@@ -438,6 +441,7 @@ function signatureOf(call: LimiterCall): string {
   }
   if (call.allOrNothing || call.refund !== 0) return '';
   const l = call.limits[0];
+  if (l.force) return '';
   return `${l.algo.name} ${l.limit} ${l.periodMs} ${l.burst}`;
 }
 

@@ -148,8 +148,11 @@ local function decide(op, x1, x2, x3, x4, x5, x6, key, has, sa, sb, sc, sv, slen
 --@decide c
 --@decide g
   end
-  -- The RL.* rate limiters (rate-decision.ts): limit x1, period x2 (ms), burst x3, cost x4.
+  -- The RL.* rate limiters (rate-decision.ts): limit x1, period x2 (ms), burst x3, cost x4; a
+  -- negative cost is FORCE (recorded beyond the limit, as debt) of its magnitude.
   local limit, period, burst, cost = x1, x2, x3, x4
+  local force = cost < 0
+  if force then cost = -cost end
 --@decide t
 --@decide f
 --@decide w

@@ -33,7 +33,7 @@ import { lua as typeScript } from './type-script.lua.js';
 export type ScriptLimit =
   | { kind: 'cl.throttle'; params: CellParams; quantity: number }
   | { kind: 'gcra'; params: GcraParams }
-  | { kind: 'rl'; /** The algorithm's type tag (src/limiters/registry.ts). */ type: number; limit: number; periodMs: number; burst: number; gcra: CellParams; cost: number; /** REFUND n (≥ 1) instead of a cost; absent or 0: a decision. */ refund?: number };
+  | { kind: 'rl'; /** The algorithm's type tag (src/limiters/registry.ts). */ type: number; limit: number; periodMs: number; burst: number; gcra: CellParams; cost: number; /** REFUND n (≥ 1) instead of a cost; absent or 0: a decision. */ refund?: number; /** FORCE: recorded beyond the limit (sent as the cost negated). */ force?: boolean };
 
 export interface LimitOutcome {
   /** The reply integers exactly as the local command writes them: 5 for cl.throttle/gcra, 6 for rl. */
@@ -159,7 +159,7 @@ export function limiterScriptArgv(limits: readonly ScriptLimit[], allOrNothing: 
     } else if (l.type === GCRA_KEY.type) {
       const p = l.gcra;
       const refund = l.refund ?? 0;
-      put(out, at, refund > 0 ? 'R' : 'r', p.limit, p.intervalUs, p.intervalNs, p.toleranceUs, p.toleranceNs, refund > 0 ? refund : l.cost);
+      put(out, at, refund > 0 ? 'R' : 'r', p.limit, p.intervalUs, p.intervalNs, p.toleranceUs, p.toleranceNs, refund > 0 ? refund : l.force === true ? -l.cost : l.cost);
     } else {
       const algo = algorithmOfType(l.type) as Algorithm;
       // Only the sliding log keeps a log whose length its limit bounds (its blob locally).
@@ -167,7 +167,8 @@ export function limiterScriptArgv(limits: readonly ScriptLimit[], allOrNothing: 
       const refund = l.refund ?? 0;
       // A refund (single-limit calls only) is the op in uppercase, with the units where the cost goes.
       const op = algo.op;
-      put(out, at, refund > 0 ? op.toUpperCase() : op, l.limit, l.periodMs, l.burst, refund > 0 ? refund : l.cost, 0, 0);
+      // FORCE is the cost negated (a cost is never negative otherwise).
+      put(out, at, refund > 0 ? op.toUpperCase() : op, l.limit, l.periodMs, l.burst, refund > 0 ? refund : l.force === true ? -l.cost : l.cost, 0, 0);
     }
     at += LIMIT_BYTES;
   }

@@ -1,6 +1,7 @@
 /**
  * The `RL.*` family (docs/algorithms.md): one command per algorithm, `RL.<ALGO> key limit period_ms
- * [BURST n] [COST n | REFUND n]` (REFUND gives n spent units back), and `RL.ALL`, several limits
+ * [BURST n] [COST n [FORCE] | REFUND n]` (REFUND gives n spent units back; FORCE records the cost
+ * even beyond the limit, as debt: usage charged after the fact), and `RL.ALL`, several limits
  * checked and spent all-or-nothing.
  *
  * Each call parses every argument first (an error leaves every key untouched), then hands the call
@@ -64,6 +65,7 @@ const SYNTAX_ERROR = 'ERR syntax error';
 const KEYWORD_BURST = Buffer.from('burst');
 const KEYWORD_COST = Buffer.from('cost');
 const KEYWORD_REFUND = Buffer.from('refund');
+const KEYWORD_FORCE = Buffer.from('force');
 /** Each algorithm's name, lowercase, for algoAt. */
 const ALGO_NAMES = ALGORITHMS.map((a) => Buffer.from(a.name.toLowerCase()));
 
@@ -107,11 +109,14 @@ function integerArg(argv: CommandArgs, i: number, name: string, limitNo: number,
 let parsedCost = 1;
 /** The REFUND a single-algorithm command asked for, 0 when none (set by parseLimit). */
 let parsedRefund = 0;
+/** Whether a single-algorithm command said FORCE (set by parseLimit). */
+let parsedForce = false;
 
 /**
- * Parses `limit period_ms [BURST n] [COST n | REFUND n]` at argv[i..] into `l`; returns the index
- * after them, or −1 with parseError. Each option may come once, and COST and REFUND exclude each
- * other: a repeated or second one is a syntax error. For RL.ALL
+ * Parses `limit period_ms [BURST n] [COST n | REFUND n] [FORCE]` at argv[i..] into `l`; returns the
+ * index after them, or −1 with parseError. Each option may come once, COST and REFUND exclude each
+ * other, and FORCE goes with a cost (COST n, or the default 1), never with REFUND: a repeated or
+ * excluded one is a syntax error. For RL.ALL
  * (`costAllowed` false) it stops at the first argument that is not `BURST`: the next limit's key,
  * or the trailing COST; a second `BURST` is a syntax error there too, never the next limit's key.
  */
@@ -141,8 +146,12 @@ function parseLimit(argv: CommandArgs, i: number, l: Limit, limitNo: number, cos
       parsedCost = c;
       costSeen = true;
       i += 2;
+    } else if (costAllowed && isKeyword(argv, i, KEYWORD_FORCE)) {
+      if (parsedForce || parsedRefund !== 0) return fail(SYNTAX_ERROR);
+      parsedForce = true;
+      i += 1;
     } else if (costAllowed && isKeyword(argv, i, KEYWORD_REFUND)) {
-      if (costSeen || i + 1 >= argv.length) return fail(SYNTAX_ERROR);
+      if (costSeen || parsedForce || i + 1 >= argv.length) return fail(SYNTAX_ERROR);
       const n = integerArg(argv, i + 1, 'REFUND', limitNo, 1, Number.MAX_SAFE_INTEGER);
       if (n === null) return -1;
       parsedRefund = n;
@@ -184,10 +193,12 @@ function single(algo: Algorithm): (ctx: CommandContext, argv: CommandArgs) => vo
     l.algo = algo;
     parsedCost = 1;
     parsedRefund = 0;
+    parsedForce = false;
     if (parseLimit(argv, 2, l, 0, true) === -1) {
       ctx.reply.error(parseError);
       return;
     }
+    l.force = parsedForce;
     l.keyArg = 1;
     call.argv = argv;
     call.count = 1;
@@ -254,6 +265,8 @@ function parseAll(argv: CommandArgs, base: number): number {
   for (let n = 0; n < count; n++) {
     if (i + 4 > argv.length) return fail(`ERR wrong number of arguments for 'rl.all' command: limit ${n + 1} of ${count} needs key ALGO limit period_ms`);
     const l = limits[n];
+    // RL.ALL is all or nothing: never forced (limits[0] may hold a single command's FORCE).
+    l.force = false;
     const algo = algoAt(argv, i + 1);
     if (algo === undefined) return invalid('ALGO', argv.text(i + 1), n + 1, `expected ${ALGO_LIST}`);
     l.algo = algo;
@@ -313,6 +326,7 @@ function argDocs(algo: Algorithm): ArgDoc[] {
         { name: 'refund', type: 'integer', token: 'REFUND' },
       ],
     },
+    { name: 'force', type: 'pure-token', token: 'FORCE', optional: true },
   ];
 }
 

@@ -20,6 +20,11 @@ export interface LimitParams {
   burst: number;
   /** RL.GCRA's derived intervals (filled by checkParams); unused by the other algorithms. */
   gcra: CellParams;
+  /**
+   * `FORCE`: a charge made after the fact, recorded even beyond the limit (as debt, each algorithm's
+   * way); the reply still says limited when it did not fit. False: a refused call spends nothing.
+   */
+  force: boolean;
 }
 
 /** Why a limit's parameters are refused beyond each number's own range (ratelimit.ts words the error). */

@@ -3,6 +3,9 @@
     -- cellThrottle: (µs, ns) pairs, as cell-throttle.ts, the pair operations inline (ns in [0, 1000)
     -- after each: a borrow or a carry of one). limit x1, interval x2/x3, tolerance x4/x5.
     local limit, iUs, iNs, tUs, tNs, q = x1, x2, x3, x4, x5, x6
+    -- RL.GCRA's FORCE is its cost negated.
+    local force = q < 0
+    if force then q = -q end
     local tatUs, tatNs = nowUs, 0
     if has then tatUs = sa; tatNs = sb end
     local limited, retry, write, first = false, -1, false, nil
@@ -92,6 +95,32 @@
     local cost = q
     limited = cost > 0 and limited
     write = cost > 0 and write
+    if force and limited then
+      -- forcedTat (gcra-ms.ts): the TAT moves by T*cost from max(now, TAT), its lead capped at
+      -- tolerance + 100 years; the wait is until one unit fits (TAT' + T - tolerance).
+      local maxTol = 3153600000000000
+      local bUs, bNs = nowUs, 0
+      if tatUs > nowUs or (tatUs == nowUs and tatNs > 0) then bUs = tatUs; bNs = tatNs end
+      local capUs = nowUs + tUs + maxTol
+      local us, ns = capUs, 0
+      if not (cost * (iUs + iNs / 1000) > maxTol + tUs + 1) then
+        local mUs, mNs = mul(iUs, iNs, cost)
+        us = bUs + mUs; ns = bNs + mNs
+        if ns >= 1000 then ns = ns - 1000; us = us + 1 end
+        if us >= capUs then us = capUs; ns = 0 end
+      end
+      local fReset, fRetry = 0, 0
+      if not (us - nowUs < 0 or (us == nowUs and ns == 0)) then
+        if ns > 0 then fReset = ceil_div(us - nowUs + 1, 1000) else fReset = ceil_div(us - nowUs, 1000) end
+      end
+      local wUs, wNs = us - nowUs + iUs - tUs, ns + iNs - tNs
+      while wNs >= 1000 do wNs = wNs - 1000; wUs = wUs + 1 end
+      while wNs < 0 do wNs = wNs + 1000; wUs = wUs - 1 end
+      if not (wUs < 0 or (wUs == 0 and wNs == 0)) then
+        if wNs > 0 then fRetry = ceil_div(wUs + 1, 1000) else fRetry = ceil_div(wUs, 1000) end
+      end
+      return true, limit, 0, fRetry, fReset, 0, true, us, ns, 0, nowMs + fReset, nil, nil
+    end
     retry = -1
     local rfirst = nil
     if limited and cost <= limit then

@@ -14,6 +14,12 @@
     if count + cost <= limit then
       return false, limit, limit - count - cost, -1, untilEnd, 0, true, ws, count + cost, 0, wend
     end
+    if force then
+      -- Counted past the limit (saturated at 2^52) until the window ends.
+      local count2 = count + cost
+      if count2 > 4503599627370496 then count2 = 4503599627370496 end
+      return true, limit, 0, untilEnd, untilEnd, 0, true, ws, count2, 0, wend
+    end
     if cost <= limit then
       -- The count is B until a window of this period starts after A: at untilEnd when A is one of
       -- this period's window starts, earlier when it was written with another period.

@@ -4,6 +4,11 @@
  *
  * State: A = start of the window the count belongs to (ms), B = units admitted in it. The key
  * expires at the end of that window; a count from an older window reads as 0.
+ *
+ * A forced charge (`COST n FORCE`) is counted even past the limit, as envoyproxy/ratelimit's INCRBY
+ * counts: the window is over for the rest of its period, and its debt ends with it (the next window
+ * starts empty, as every window does). The count saturates at MAX_SCALED, beyond any limit: a count
+ * that large refuses every call of the window, as the exact one would.
  */
 import { MAX_SCALED } from './rate-decision.js';
 import { peekDecision, RefundEffect, type Decision } from './decision.js';
@@ -12,7 +17,7 @@ import { lua } from './fixed-window.lua.js';
 
 export function fixedWindowDecide(
   limit: number, periodMs: number, cost: number,
-  hasKey: boolean, a: number, b: number, nowMs: number, out: Decision,
+  hasKey: boolean, a: number, b: number, nowMs: number, out: Decision, force = false,
 ): void {
   let windowStartMs = nowMs - (nowMs % periodMs);
   // A clock set backwards (DEBUG CLOCK SET) stays in the stored window.
@@ -36,6 +41,18 @@ export function fixedWindowDecide(
     out.write = true;
     out.a = windowStartMs;
     out.b = count + cost;
+    out.c = 0;
+    out.expireAtMs = windowEndMs;
+  } else if (force) {
+    out.limited = true;
+    out.remaining = 0;
+    // The next window starts empty: a unit fits at its start.
+    out.retryAfter = untilEndMs;
+    out.resetAfter = untilEndMs;
+    out.write = true;
+    out.a = windowStartMs;
+    // count + cost beyond 2^53 is inexact, but then above the cap anyway.
+    out.b = count + cost < MAX_SCALED ? count + cost : MAX_SCALED;
     out.c = 0;
     out.expireAtMs = windowEndMs;
   } else {
@@ -73,7 +90,7 @@ export const fixedWindow: Algorithm = {
   name: 'FIXEDWINDOW', typeName: 'fixedwindow', configName: 'fixed_window', type: 4, op: 'f', ...luaSections(lua), reply: 'rl-ms',
   acceptsBurst: false, maxLimit: MAX_SCALED, readsC: false, hasBlob: false,
   checkParams: limitProduct,
-  decide: (p, cost, has, a, b, _c, _blob, nowMs, _nowUs, out) => fixedWindowDecide(p.limit, p.periodMs, cost, has, a, b, nowMs, out),
+  decide: (p, cost, has, a, b, _c, _blob, nowMs, _nowUs, out) => fixedWindowDecide(p.limit, p.periodMs, cost, has, a, b, nowMs, out, p.force),
   commit: noCommit,
   refund: (p, units, has, a, b, _c, _blob, nowMs, _nowUs, out) => fixedWindowRefund(p.periodMs, units, has, a, b, nowMs, out),
   stateProblem: (expireAtMs, a, b, c) => meterStateProblem('fixedwindow', false, expireAtMs, a, b, c),

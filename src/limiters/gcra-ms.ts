@@ -12,6 +12,10 @@
  *   retry_after_ms = ⌈(max(now, TAT) + T·cost − τ − now) / 1 ms⌉,
  *   reset_after_ms = ⌈(TAT' − now) / 1 ms⌉ (TAT' the TAT after the call),
  * and the key expires at ⌊now⌋ms + reset_after_ms, so TTL equals reset_after_ms.
+ *
+ * A forced charge (`COST n FORCE`) that does not fit moves the TAT anyway, beyond the burst
+ * (TAT' = max(now, TAT) + T·cost, a debt): calls wait until TAT' + T − τ. The TAT's lead over now is
+ * capped at τ + MAX_TOLERANCE_US (100 years beyond the burst), so it stays an exact double.
  */
 import { cellThrottle, MAX_TOLERANCE_US, type CellParams } from './cell-throttle.js';
 import { ceilDiv, MAX_SCALED } from './rate-decision.js';
@@ -104,12 +108,16 @@ function fitsIn(p: CellParams, n: number, xUs: number, xNs: number): boolean {
  * writes (unlike CL.THROTTLE's quantity 0, which re-stores the TAT).
  */
 export function gcraMsDecide(
-  p: CellParams, cost: number, hasKey: boolean, tatUs: number, tatNs: number, nowUs: number, out: Decision,
+  p: CellParams, cost: number, hasKey: boolean, tatUs: number, tatNs: number, nowUs: number, out: Decision, force = false,
 ): void {
   cellThrottle(p, cost, hasKey, tatUs, tatNs, nowUs, cell);
   if (!hasKey) {
     tatUs = nowUs;
     tatNs = 0;
+  }
+  if (force && cost > 0 && cell.limited) {
+    forcedTat(p, cost, tatUs, tatNs, nowUs, out);
+    return;
   }
   out.limit = p.limit;
   out.delayMs = 0;
@@ -138,6 +146,51 @@ export function gcraMsDecide(
     out.c = 0;
     out.expireAtMs = Math.floor(nowUs / 1000) + out.resetAfter;
   }
+}
+
+/** A forced charge that did not fit: the TAT moves by T·cost from max(now, TAT), capped (see the top). */
+function forcedTat(p: CellParams, cost: number, tatUs: number, tatNs: number, nowUs: number, out: Decision): void {
+  if (!(tatUs > nowUs || (tatUs === nowUs && tatNs > 0))) {
+    tatUs = nowUs;
+    tatNs = 0;
+  }
+  const capUs = nowUs + p.toleranceUs + MAX_TOLERANCE_US;
+  // T·cost is formed exactly only when it can be below the cap (then below 2^53 µs): beyond, a float
+  // estimate above it is surely above the cap, as max(now, TAT) ≥ now.
+  let us: number;
+  let ns: number;
+  if (cost * (p.intervalUs + p.intervalNs / 1000) > MAX_TOLERANCE_US + p.toleranceUs + 1) {
+    us = capUs;
+    ns = 0;
+  } else {
+    timesInterval(p, cost);
+    us = tatUs + scratch[0];
+    ns = tatNs + scratch[1];
+    if (ns >= 1000) {
+      ns -= 1000;
+      us++;
+    }
+    if (us >= capUs) {
+      us = capUs;
+      ns = 0;
+    }
+  }
+  out.limit = p.limit;
+  out.delayMs = 0;
+  out.limited = true;
+  out.write = true;
+  out.remaining = 0;
+  out.a = us;
+  out.b = ns;
+  out.c = 0;
+  out.resetAfter = ceilMs(us - nowUs, ns);
+  out.expireAtMs = Math.floor(nowUs / 1000) + out.resetAfter;
+  // Until one unit fits again: now ≥ TAT' + T − τ.
+  let wUs = us - nowUs + p.intervalUs - p.toleranceUs;
+  let wNs = ns + p.intervalNs - p.toleranceNs;
+  while (wNs >= 1000) { wNs -= 1000; wUs++; }
+  while (wNs < 0) { wNs += 1000; wUs--; }
+  out.retryAfter = ceilMs(wUs, wNs);
 }
 
 /**
@@ -183,7 +236,7 @@ export const gcraMs: Algorithm = {
     if (error === 'zero-interval') return ParamsProblem.ZeroInterval;
     return error === null ? ParamsProblem.None : ParamsProblem.ToleranceOverflow;
   },
-  decide: (p, cost, has, a, b, _c, _blob, _nowMs, nowUs, out) => gcraMsDecide(p.gcra, cost, has, a, b, nowUs, out),
+  decide: (p, cost, has, a, b, _c, _blob, _nowMs, nowUs, out) => gcraMsDecide(p.gcra, cost, has, a, b, nowUs, out, p.force),
   commit: noCommit,
   refund: (p, units, has, a, b, _c, _blob, _nowMs, nowUs, out) => gcraMsRefund(p.gcra, units, has, a, b, nowUs, out),
   stateProblem: (_expireAtMs, a, b, c) => {

@@ -26,9 +26,10 @@ export const leakyBucketRefund = tokenBucketRefund;
 
 export function leakyBucketDecide(
   limit: number, periodMs: number, burst: number, cost: number,
-  hasKey: boolean, a: number, b: number, nowMs: number, out: Decision,
+  hasKey: boolean, a: number, b: number, nowMs: number, out: Decision, force = false,
 ): void {
-  tokenBucketDecide(limit, periodMs, burst, cost, hasKey, a, b, nowMs, out);
+  // A forced charge that did not fit is told it was limited (and queued as debt): no delay.
+  tokenBucketDecide(limit, periodMs, burst, cost, hasKey, a, b, nowMs, out, force);
   if (out.limited || cost === 0 || !hasKey) return;
   // After a clock set backwards the queue is read at its last write (atMs): the turn comes that much
   // later than now.
@@ -41,7 +42,7 @@ export const leakyBucket: Algorithm = {
   name: 'LEAKYBUCKET', typeName: 'leakybucket', configName: 'leaky_bucket', type: 3, op: 'l', luaDecide: '', luaRefund: '', reply: 'rl-ms',
   acceptsBurst: true, maxLimit: MAX_SCALED, readsC: false, hasBlob: false,
   checkParams: burstProduct,
-  decide: (p, cost, has, a, b, _c, _blob, nowMs, _nowUs, out) => leakyBucketDecide(p.limit, p.periodMs, p.burst, cost, has, a, b, nowMs, out),
+  decide: (p, cost, has, a, b, _c, _blob, nowMs, _nowUs, out) => leakyBucketDecide(p.limit, p.periodMs, p.burst, cost, has, a, b, nowMs, out, p.force),
   commit: noCommit,
   refund: (p, units, has, a, b, _c, _blob, nowMs, _nowUs, out) => leakyBucketRefund(p.limit, p.periodMs, units, has, a, b, nowMs, out),
   stateProblem: (expireAtMs, a, b, c) => meterStateProblem('leakybucket', false, expireAtMs, a, b, c),

@@ -50,11 +50,8 @@
   local reset = 0
   if live > 0 then reset = newest + period - nowMs end
   if cost == 0 then return false, limit, spendable, -1, reset, 0, false end
-  if cost > spendable then
-    if cost > limit then return true, limit, spendable, -1, reset, 0, false end
-    -- first_reaching: the first entry from expiredEntries whose units reach the target.
-    local target = expiredUnits + live + cost - limit
-    local from = expiredEntries
+  -- first_reaching: the first entry from `from` whose units reach the target.
+  local function first_reaching(from, target)
     local k = from
     if log_total(from) - offset < target then
       local lo, step = from + 1, 1
@@ -70,10 +67,31 @@
       end
       k = lo
     end
-    return true, limit, spendable, log_ms(k) + period - nowMs, reset, 0, false
+    return k
+  end
+  local limited, retry, remaining = false, -1, spendable - cost
+  local first, units, kept = expiredEntries, live, live + cost
+  if cost > spendable then
+    if not force then
+      if cost > limit then return true, limit, spendable, -1, reset, 0, false end
+      return true, limit, spendable, log_ms(first_reaching(expiredEntries, expiredUnits + live + cost - limit)) + period - nowMs, reset, 0, false
+    end
+    -- FORCE: logged anyway; only the newest `limit` units are kept (sliding-log.ts), and the wait is
+    -- until the oldest kept entry has slid out (the new one when the cost alone fills the log).
+    limited, remaining, retry, kept = true, 0, atMs + period - nowMs, limit
+    if cost >= limit then
+      cost = limit
+      first = n
+      units = 0
+    else
+      first = first_reaching(expiredEntries, expiredUnits + live + cost + 1 - limit)
+      retry = log_ms(first) + period - nowMs
+      units = sc
+      if first > 0 then units = sc - (log_total(first - 1) - offset) end
+    end
   end
   local exp = atMs + period
-  local when, first, units = atMs, expiredEntries, live
+  local when = atMs
   -- Stores the log after the allowed call (slidingLogRecord): drops what slid out, merges or
   -- appends the call's entry. In place (APPEND / SETRANGE of a few bytes) while the dropped prefix
   -- is shorter than the log; else the log is rewritten without it, which each entry pays for once
@@ -87,7 +105,7 @@
     if nlive > 0 then newestTotal = log_total(n - 1) end
     -- Keep the totals exact integers: past 2^52 count them from the oldest live entry again.
     local restart = newestTotal + cost > 4503599627370496
-    local total = units + cost
+    local total = kept
     if has and not sv and nlive > 0 and not restart and sa + first < after then
       if merge then
         redis.call('SETRANGE', key, HEADER + 16 * (sa + n - 1) + 8, struct.pack('<d', newestTotal + cost))
@@ -121,7 +139,7 @@
     end
     redis.call('SET', key, struct.pack('<BBdddd', MAGIC, 5, exp, 0, after, total) .. body, 'PXAT', string.format('%.0f', exp))
   end
-  return false, limit, spendable - cost, -1, exp - nowMs, 0, true, nil, nil, nil, exp, nil, commit
+  return limited, limit, remaining, retry, exp - nowMs, 0, true, nil, nil, nil, exp, nil, commit
 --@refund
       else
         -- The sliding log (header A entries slid out, then B entries (ms, running total)): the newest

@@ -24,6 +24,13 @@
  * then below C, which a running total never is) and rewrites it as running totals, once.
  *
  * `slidingLogDecide` only reads the log; when it allows, `slidingLogRecord` prunes and appends.
+ *
+ * A forced charge (`COST n FORCE`) is logged even when it does not fit. Only the newest `limit` units
+ * of a log can ever matter (a call is allowed when the live units plus its cost are at most `limit`,
+ * and the oldest slide out first): so a log driven past the limit keeps its newest entries holding
+ * exactly `limit` units, the oldest of them in part (C = limit; the running totals' offset absorbs
+ * the part dropped). Every later decision is the one the whole log would give, and a key still holds
+ * at most `limit` units and entries. A REFUND after such a charge gives back from what was kept.
  */
 import { MAX_SCALED } from './rate-decision.js';
 import { peekDecision, RefundEffect, type Decision } from './decision.js';
@@ -140,7 +147,7 @@ function firstReaching(from: number, entries: number, target: number): number {
 export function slidingLogDecide(
   limit: number, periodMs: number, cost: number,
   hasKey: boolean, a: number, b: number, c: number, log: Float64Array | undefined, nowMs: number,
-  out: Decision,
+  out: Decision, force = false,
 ): void {
   const entries = load(hasKey, a, b, c, log);
   let expiredEntries = 0;
@@ -168,6 +175,17 @@ export function slidingLogDecide(
     out.resetAfter = atMs + periodMs - nowMs;
     out.write = true;
     out.expireAtMs = atMs + periodMs;
+  } else if (force) {
+    out.limit = limit;
+    out.limited = true;
+    out.remaining = 0;
+    out.resetAfter = atMs + periodMs - nowMs;
+    out.write = true;
+    out.expireAtMs = atMs + periodMs;
+    // Until one unit fits again: the oldest entry slidingLogRecord keeps has slid out (the new entry
+    // itself when the cost alone fills the log).
+    out.retryAfter = atMs + periodMs - nowMs;
+    if (cost < limit) out.retryAfter = msAt(firstReaching(expiredEntries, entries, expiredUnits + live + cost + 1 - limit)) + periodMs - nowMs;
   } else {
     out.limit = limit;
     out.limited = true;
@@ -198,13 +216,27 @@ export function slidingLogRecord(
   const entries = load(hasKey, a, b, c, log);
   let whenMs = nowMs;
   if (entries > 0 && msAt(entries - 1) > whenMs) whenMs = msAt(entries - 1);
-  const first = countExpired(entries, whenMs - periodMs);
-  const expiredUnits = first > 0 ? unitsThrough(first - 1) : 0;
-  const units = entries > 0 ? c - expiredUnits : 0;
+  let first = countExpired(entries, whenMs - periodMs);
+  let expiredUnits = first > 0 ? unitsThrough(first - 1) : 0;
+  let units = entries > 0 ? c - expiredUnits : 0;
+  // A forced charge past the limit: its units beyond `limit` change no decision, and the entries
+  // older than the newest `limit` units are dropped as if slid out (see the top of this file).
+  let kept = units + cost;
+  if (kept > limit) {
+    if (cost >= limit) {
+      cost = limit;
+      first = entries;
+    } else {
+      first = firstReaching(first, entries, expiredUnits + units + cost + 1 - limit);
+    }
+    expiredUnits = first > 0 ? unitsThrough(first - 1) : 0;
+    units = entries > 0 ? c - expiredUnits : 0;
+    kept = limit;
+  }
   const live = entries - first;
   const merge = live > 0 && msAt(entries - 1) === whenMs;
   const after = merge ? live : live + 1;
-  out.c = units + cost;
+  out.c = kept;
   out.b = after;
   let result: Float64Array | undefined;
   if (after === 1) {
@@ -347,7 +379,7 @@ export const slidingLog: Algorithm = {
   name: 'SLIDINGLOG', typeName: 'slidinglog', configName: 'sliding_log', type: 5, op: 's', ...luaSections(lua), reply: 'rl-ms',
   acceptsBurst: false, maxLimit: MAX_SLIDING_LOG_LIMIT, readsC: true, hasBlob: true,
   checkParams: limitProduct,
-  decide: (p, cost, has, a, b, c, blob, nowMs, _nowUs, out) => slidingLogDecide(p.limit, p.periodMs, cost, has, a, b, c, blob, nowMs, out),
+  decide: (p, cost, has, a, b, c, blob, nowMs, _nowUs, out) => slidingLogDecide(p.limit, p.periodMs, cost, has, a, b, c, blob, nowMs, out, p.force),
   commit: (p, cost, has, a, b, c, blob, nowMs, _nowUs, out) => {
     out.blob = slidingLogRecord(p.limit, p.periodMs, cost, has, a, b, c, blob, nowMs, out);
   },

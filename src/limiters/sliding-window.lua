@@ -20,15 +20,29 @@
     if cost <= spendable then
       return false, limit, spendable - cost, -1, ws + 2 * period - nowMs, 0, true, ws, current + cost, previous, ws + 2 * period
     end
-    if cost > limit then return true, limit, spendable, -1, reset, 0, false end
-    local room = limit - current - cost
+    -- A forced charge is counted (saturated at 2^52) and the wait is for one unit on the new state.
+    local w, wc, wcur = false, cost, current
+    if force then
+      w = true
+      wcur = current + cost
+      if wcur > 4503599627370496 then wcur = 4503599627370496 end
+      wc = 1
+      spendable = 0
+      reset = ws + 2 * period - nowMs
+    elseif cost > limit then return true, limit, spendable, -1, reset, 0, false end
+    local retry
+    local room = limit - wcur - wc
     if room >= 0 and previous > 0 then
       local needed = period - floor_div(room * period, previous)
-      if needed < period then return true, limit, spendable, ws + needed - nowMs, reset, 0, false end
+      if needed < period then retry = ws + needed - nowMs end
     end
-    local nextElapsed = 0
-    if current ~= 0 then nextElapsed = math.max(0, period - floor_div((limit - cost) * period, current)) end
-    return true, limit, spendable, ws + period + nextElapsed - nowMs, reset, 0, false
+    if retry == nil then
+      local nextElapsed = 0
+      if wcur ~= 0 then nextElapsed = math.max(0, period - floor_div((limit - wc) * period, wcur)) end
+      retry = ws + period + nextElapsed - nowMs
+    end
+    if w then return true, limit, 0, retry, reset, 0, true, ws, wcur, previous, ws + 2 * period end
+    return true, limit, spendable, retry, reset, 0, false
 --@refund
       elseif op == 'w' then
         local atMs = nowMs

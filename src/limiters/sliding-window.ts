@@ -11,6 +11,9 @@
  * State: A = start of the window the current count belongs to (ms), B = that count, C = the count of
  * the window before it. A key written in window k lives to the end of window k+1, when both counts
  * have slid out.
+ *
+ * A forced charge (`COST n FORCE`) is counted in the current window even past the limit: it weighs
+ * on the estimate of this window and the next, so calls wait until it has slid out enough.
  */
 import { ceilDiv, floorDiv, MAX_SCALED } from './rate-decision.js';
 import { peekDecision, RefundEffect, type Decision } from './decision.js';
@@ -19,7 +22,7 @@ import { lua } from './sliding-window.lua.js';
 
 export function slidingWindowDecide(
   limit: number, periodMs: number, cost: number,
-  hasKey: boolean, a: number, b: number, c: number, nowMs: number, out: Decision,
+  hasKey: boolean, a: number, b: number, c: number, nowMs: number, out: Decision, force = false,
 ): void {
   // A clock set backwards (DEBUG CLOCK SET) before the stored window's start is treated as no time
   // passing: the counts are read at that start. (A start that is not a multiple of period_ms was
@@ -37,6 +40,9 @@ export function slidingWindowDecide(
     }
   }
   const elapsedMs = atMs - windowStartMs;
+  // A previous count beyond the limit (a forced charge's debt) can make the product inexact; the
+  // budget is then negative all the same (rounding is monotonic and limit·period_ms an exact
+  // double): nothing is spendable, as exactly.
   const budget = limit * periodMs - previous * (periodMs - elapsedMs);
   const spendable = Math.max(0, (budget > 0 ? floorDiv(budget, periodMs) : -ceilDiv(-budget, periodMs)) - current);
   // Fresh again once every count has slid out of the previous window.
@@ -60,25 +66,44 @@ export function slidingWindowDecide(
     return;
   }
   out.limited = true;
+  if (force) {
+    // Recorded in the current window beyond the limit: it weighs on this window and the next as any
+    // count does. Saturated at MAX_SCALED (≥ limit·period_ms: a previous count that large already
+    // refuses the whole next window, as the exact one would).
+    const recorded = current + cost < MAX_SCALED ? current + cost : MAX_SCALED;
+    out.remaining = 0;
+    out.resetAfter = windowStartMs + 2 * periodMs - nowMs;
+    out.write = true;
+    out.a = windowStartMs;
+    out.b = recorded;
+    out.c = previous;
+    out.expireAtMs = windowStartMs + 2 * periodMs;
+    // Until one unit fits again on the new state.
+    out.retryAfter = slidingWindowWait(limit, periodMs, 1, recorded, previous, windowStartMs, nowMs);
+    return;
+  }
   out.write = false;
   out.remaining = spendable;
   out.resetAfter = resetAfterMs;
-  if (cost > limit) {
-    out.retryAfter = -1;
-    return;
-  }
+  out.retryAfter = cost > limit ? -1 : slidingWindowWait(limit, periodMs, cost, current, previous, windowStartMs, nowMs);
+}
+
+/**
+ * The wait (ms from nowMs) until a call of `cost` ≤ limit fits, with `current` counted in the window
+ * starting at windowStartMs and `previous` in the one before, when it does not fit now.
+ */
+function slidingWindowWait(
+  limit: number, periodMs: number, cost: number, current: number, previous: number, windowStartMs: number, nowMs: number,
+): number {
   // Later in this window: prev·(period − e) ≤ (limit − current − cost)·period, e integer.
   const room = limit - current - cost;
   if (room >= 0 && previous > 0) {
     const elapsedNeededMs = periodMs - floorDiv(room * periodMs, previous);
-    if (elapsedNeededMs < periodMs) {
-      out.retryAfter = windowStartMs + elapsedNeededMs - nowMs;
-      return;
-    }
+    if (elapsedNeededMs < periodMs) return windowStartMs + elapsedNeededMs - nowMs;
   }
   // In the next window the current count becomes the previous one and the new count starts at 0.
   const nextElapsedMs = current === 0 ? 0 : Math.max(0, periodMs - floorDiv((limit - cost) * periodMs, current));
-  out.retryAfter = windowStartMs + periodMs + nextElapsedMs - nowMs;
+  return windowStartMs + periodMs + nextElapsedMs - nowMs;
 }
 
 /**
@@ -116,7 +141,7 @@ export const slidingWindow: Algorithm = {
   name: 'SLIDINGWINDOW', typeName: 'slidingwindow', configName: 'sliding_window', type: 6, op: 'w', ...luaSections(lua), reply: 'rl-ms',
   acceptsBurst: false, maxLimit: MAX_SCALED, readsC: true, hasBlob: false,
   checkParams: limitProduct,
-  decide: (p, cost, has, a, b, c, _blob, nowMs, _nowUs, out) => slidingWindowDecide(p.limit, p.periodMs, cost, has, a, b, c, nowMs, out),
+  decide: (p, cost, has, a, b, c, _blob, nowMs, _nowUs, out) => slidingWindowDecide(p.limit, p.periodMs, cost, has, a, b, c, nowMs, out, p.force),
   commit: noCommit,
   refund: (p, units, has, a, b, c, _blob, nowMs, _nowUs, out) => slidingWindowRefund(p.periodMs, units, has, a, b, c, nowMs, out),
   stateProblem: (expireAtMs, a, b, c) => meterStateProblem('slidingwindow', true, expireAtMs, a, b, c),

@@ -25,6 +25,13 @@
       if op == 'l' and has then delay = ahead + ceil_div(deficit, limit) end
       return false, burst, floor_div(capacity - needed, period), -1, exp - nowMs, delay, true, atMs, needed, 0, exp
     end
+    if force then
+      -- Recorded as debt (saturated at 2^52 scaled units); until one unit fits again.
+      local owed = needed
+      if owed > 4503599627370496 then owed = 4503599627370496 end
+      local exp = atMs + ceil_div(owed, limit)
+      return true, burst, 0, ahead + ceil_div(owed + period - capacity, limit), exp - nowMs, 0, true, atMs, owed, 0, exp
+    end
     local retry = -1
     if cost <= burst then retry = ahead + ceil_div(needed - capacity, limit) end
     return true, burst, spendable, retry, reset, 0, false

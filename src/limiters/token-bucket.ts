@@ -11,6 +11,10 @@
  *
  * The leaky bucket (leaky-bucket.ts) is this same meter read the other way round (the deficit is the
  * queue), plus the delay each accepted request is told.
+ *
+ * A forced charge (`COST n FORCE`: usage reported after the fact) is recorded even when it does not
+ * fit: the deficit goes beyond the capacity (the bucket below zero, a debt) and the next request waits
+ * until the debt and its own cost have drained. The deficit saturates at MAX_SCALED scaled units.
  */
 import { ceilDiv, floorDiv, MAX_SCALED } from './rate-decision.js';
 import { peekDecision, RefundEffect, type Decision } from './decision.js';
@@ -33,7 +37,7 @@ export function drainedDeficit(deficit: number, sinceMs: number, nowMs: number, 
  */
 export function tokenBucketDecide(
   limit: number, periodMs: number, burst: number, cost: number,
-  hasKey: boolean, a: number, b: number, nowMs: number, out: Decision,
+  hasKey: boolean, a: number, b: number, nowMs: number, out: Decision, force = false,
 ): void {
   const capacity = burst * periodMs;
   // A clock set backwards (DEBUG CLOCK SET) is treated as no time passing: the bucket is read at the
@@ -61,6 +65,20 @@ export function tokenBucketDecide(
     return;
   }
   out.limited = true;
+  if (force) {
+    // Recorded as debt: a product beyond 2^53 is inexact, but it is then above the cap anyway.
+    const owed = needed < MAX_SCALED ? needed : MAX_SCALED;
+    out.write = true;
+    out.remaining = 0;
+    out.a = atMs;
+    out.b = owed;
+    out.c = 0;
+    out.expireAtMs = atMs + ceilDiv(owed, limit);
+    out.resetAfter = out.expireAtMs - nowMs;
+    // Until one unit fits again: the debt repaid, then that unit's refill.
+    out.retryAfter = aheadMs + ceilDiv(owed + periodMs - capacity, limit);
+    return;
+  }
   out.write = false;
   out.remaining = spendableUnits(capacity, deficit, periodMs);
   out.resetAfter = deficit > 0 ? aheadMs + ceilDiv(deficit, limit) : 0;
@@ -106,7 +124,7 @@ export const tokenBucket: Algorithm = {
   name: 'TOKENBUCKET', typeName: 'tokenbucket', configName: 'token_bucket', type: 2, op: 't', ...luaSections(lua), reply: 'rl-ms',
   acceptsBurst: true, maxLimit: MAX_SCALED, readsC: false, hasBlob: false,
   checkParams: burstProduct,
-  decide: (p, cost, has, a, b, _c, _blob, nowMs, _nowUs, out) => tokenBucketDecide(p.limit, p.periodMs, p.burst, cost, has, a, b, nowMs, out),
+  decide: (p, cost, has, a, b, _c, _blob, nowMs, _nowUs, out) => tokenBucketDecide(p.limit, p.periodMs, p.burst, cost, has, a, b, nowMs, out, p.force),
   commit: noCommit,
   refund: (p, units, has, a, b, _c, _blob, nowMs, _nowUs, out) => tokenBucketRefund(p.limit, p.periodMs, units, has, a, b, nowMs, out),
   stateProblem: (expireAtMs, a, b, c) => meterStateProblem('tokenbucket', false, expireAtMs, a, b, c),

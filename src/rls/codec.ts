@@ -44,6 +44,17 @@ class Reader {
     throw new CodecError('varint longer than 10 bytes');
   }
 
+  /**
+   * A uint64 varint as a Number (the nearest double above 2^53), or −1 when it is 2^63 or more: then
+   * it has ten bytes and the last holds bit 63 (or bits a uint64 does not have).
+   */
+  uint64AsInt64(): number {
+    const start = this.pos;
+    const v = this.varint();
+    if (this.pos - start === 10 && (this.buf[this.pos - 1] & 0x7f) !== 0) return -1;
+    return v;
+  }
+
   /** The bounds of a length-delimited field's bytes; the reader moves past them. */
   bytes(): number {
     const len = this.varint();
@@ -131,7 +142,8 @@ function decodeDescriptor(r: Reader, end: number, d: Descriptor): void {
       const m = new Reader(sub.buf, start, sub.pos);
       while (m.pos < m.end) {
         const t = m.varint();
-        if (Math.floor(t / 8) === 1 && (t & 7) === 0) h.value = m.varint();
+        // −1: at or above 2^63, which the service refuses (as envoyproxy/ratelimit fails the call).
+        if (Math.floor(t / 8) === 1 && (t & 7) === 0) h.value = m.uint64AsInt64();
         else m.skip(t & 7);
       }
       d.hits_addend = h;

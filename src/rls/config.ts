@@ -12,8 +12,10 @@
  * (parseRlsDomain, rlsDomainFromValue), and the domains of one source make the configuration value
  * the service uses (rlsConfigOf). Where the documents came from (config-dir.ts reads the directory)
  * is not this file's concern.
- * cellgate adds `algorithm` and `burst` to `rate_limit` (an extension: without them a file counts
- * exactly as it does there, in fixed windows).
+ * cellgate adds `algorithm`, `burst` and `allow_debt` to `rate_limit` (an extension: without them a
+ * file counts exactly as it does there, in fixed windows). `allow_debt: true` marks a limit for
+ * charges after the fact (a gateway's token count sent with the response): its hits are recorded even
+ * beyond the limit, as debt, and the calls after wait until it is repaid.
  */
 import { Document, isMap, isScalar, isSeq, parseDocument, type Node as YamlNode } from 'yaml';
 import { ParamsProblem, type Algorithm } from '../limiters/algorithm.js';
@@ -64,6 +66,11 @@ export interface RlsLimit {
   detailedMetric: boolean;
   algorithm: RlsAlgorithm;
   burst: number;
+  /**
+   * `allow_debt`: hits are charged even beyond the limit (RL.* `COST n FORCE`), as debt the next
+   * calls wait out. A fixed window always counts every hit (as envoyproxy/ratelimit), marked or not.
+   */
+  allowDebt: boolean;
   /** The stats key: domain.key_value.subkey... (envoyproxy/ratelimit's FullKey). */
   fullKey: string;
 }
@@ -96,7 +103,7 @@ export class RlsConfigError extends Error {}
 const VALID_KEYS = new Set([
   'domain', 'key', 'value', 'descriptors', 'rate_limit', 'unit', 'requests_per_unit', 'unlimited', 'shadow_mode',
   'quota_mode', 'name', 'replaces', 'detailed_metric', 'value_to_metric', 'share_threshold', 'metadata',
-  'algorithm', 'burst',
+  'algorithm', 'burst', 'allow_debt',
 ]);
 
 function newNode(): DescriptorNode {
@@ -141,7 +148,7 @@ export class RlsConfig {
       return {
         limit: {
           requestsPerUnit: override.requestsPerUnit, unit: override.unit, unitSeconds, unlimited: false, name: '', replaces: [],
-          shadowMode: false, quotaMode: false, detailedMetric: false, algorithm: 'fixed_window', burst: 0, fullKey: key,
+          shadowMode: false, quotaMode: false, detailedMetric: false, algorithm: 'fixed_window', burst: 0, allowDebt: false, fullKey: key,
         },
         statsKey: key,
         sharePatterns: null,
@@ -465,9 +472,10 @@ class FileLoader {
     const burst = burstGiven ? this.uint(r, 'burst', at, MAX_UINT32) : requestsPerUnit;
     if (burstGiven && burst < 1) this.fail('burst must be at least 1', `${at}.burst`);
     if (!unlimited && algorithm !== 'fixed_window') this.checkAlgorithm(algorithm, requestsPerUnit, burst, (unitSeconds ?? 0) * 1000, at);
+    const allowDebt = this.bool(r, 'allow_debt', at);
     return {
       requestsPerUnit, unit: unlimited ? '' : unit, unitSeconds: unitSeconds ?? 0, unlimited, name, replaces,
-      shadowMode, quotaMode, detailedMetric, algorithm, burst, fullKey,
+      shadowMode, quotaMode, detailedMetric, algorithm, burst, allowDebt, fullKey,
     };
   }
 }

@@ -18,6 +18,8 @@ export interface RlsCall {
   burst: number;
   /** Hits to add (0: only look). */
   hits: number;
+  /** The limit allows debt (`allow_debt`): the hits are recorded even beyond it (COST n FORCE). */
+  force: boolean;
 }
 
 /** What a limit said. */

@@ -191,6 +191,12 @@ export class RlsService {
       matched[i] = m;
       // The descriptor's own hits_addend (0 allowed: look without counting), else the request's, at least 1.
       const own = d.hits_addend;
+      // At or above 2^63 (the codec's −1): beyond what envoyproxy/ratelimit can count (Redis's INCRBY
+      // takes a signed 64-bit integer), so the call fails there, and here. Below, a count beyond 2^53
+      // is not an exact double: limits saturate (src/limiters/), which refuses as the exact count would.
+      if (own !== null && own !== undefined && Number(own.value) < 0) {
+        return finish(new RlsRequestError('UNKNOWN', `descriptor ${i}: hits_addend is above 2^63-1 (9223372036854775807)`), null);
+      }
       hits[i] = Math.min(Number.MAX_SAFE_INTEGER, own !== null && own !== undefined ? Number(own.value) || 0 : Math.max(1, Number(request.hits_addend) || 0));
     }
     for (let i = 0; i < n; i++) {
@@ -207,7 +213,7 @@ export class RlsService {
       const key = cacheKey(settings.keyPrefix, domain, descriptors[i].entries, m, nowSec);
       if (key.length > MAX_KEY_BYTES) return finish(new RlsRequestError('INVALID_ARGUMENT', `a descriptor's cache key is longer than ${MAX_KEY_BYTES} bytes`), null);
       callOf[i] = calls.length;
-      calls.push({ key, algorithm: m.limit.algorithm, limit: m.limit.requestsPerUnit, periodMs: m.limit.unitSeconds * 1000, burst: m.limit.burst, hits: hits[i] });
+      calls.push({ key, algorithm: m.limit.algorithm, limit: m.limit.requestsPerUnit, periodMs: m.limit.unitSeconds * 1000, burst: m.limit.burst, hits: hits[i], force: m.limit.allowDebt });
       this.stats.of(m.statsKey).totalHits += hits[i];
     }
     const outcomes: RlsOutcome[] = calls.map(newOutcome);

@@ -9,7 +9,12 @@
  * RL.* algorithm does; it goes as RL.FIXEDWINDOW with a limit no window reaches (COUNT_ALL), which
  * always spends (the count then grows as INCRBY's would), and the real limit is compared here with
  * the count it reports (COUNT_ALL minus remaining): the same windows (aligned to the unit), the same
- * counts, on one key per window as there.
+ * counts, on one key per window as there. It goes with FORCE, so hits beyond even COUNT_ALL (a
+ * hits_addend up to 2^63 − 1) are counted too, the window's count saturating at COUNT_ALL: over for
+ * the rest of the window, as the exact count would be.
+ *
+ * A limit with `allow_debt` goes with FORCE in every algorithm: hits charged after the fact (a
+ * gateway's token count at the end of a response) are recorded beyond the limit, as debt.
  */
 import { CommandArgs } from '../protocol/command-args.js';
 import { ReplyWriter } from '../protocol/reply-writer.js';
@@ -128,6 +133,7 @@ function limiterCall(c: RlsCall): LimiterCall {
     // Checked when the configuration loaded; this derives RL.GCRA's intervals.
     l.algo.checkParams(c.limit, c.periodMs, c.burst, l.gcra);
   }
+  l.force = c.force || c.algorithm === 'fixed_window';
   call.count = 1;
   call.cost = c.hits;
   call.counter = COUNTER;
@@ -138,7 +144,7 @@ function limiterCall(c: RlsCall): LimiterCall {
 function read(c: RlsCall, six: number[], o: RlsOutcome): void {
   if (c.algorithm === 'fixed_window') {
     if (six[0] === 1) {
-      // 2^52 hits in one window: over, whatever requests_per_unit says.
+      // 2^52 hits or more in one window (counted, saturated): over, whatever requests_per_unit says.
       o.over = true;
       o.remaining = 0;
       o.before = o.after = COUNT_ALL;
@@ -154,7 +160,10 @@ function read(c: RlsCall, six: number[], o: RlsOutcome): void {
     o.resetAfterMs = six[4];
     return;
   }
-  o.over = six[0] === 1;
+  // A look (no hits) on a limit with debt allowed is over while nothing is left: the check a gateway
+  // makes before the work it charges afterwards refuses while the debt lasts. (A plain peek reports
+  // allowed; without debt, the algorithms but the fixed window keep that.)
+  o.over = six[0] === 1 || (c.force && c.hits === 0 && six[2] === 0);
   o.remaining = o.over ? 0 : six[2];
   o.resetAfterMs = six[4];
   o.before = 0;

@@ -22,13 +22,15 @@ export interface Limit {
   periodMs: number;
   burst: number;
   gcra: CellParams;
+  /** `FORCE`: recorded even beyond the limit (LimitParams.force). */
+  force: boolean;
   /** The key's slot, or −1 when absent (set by the local store). */
   slot: number;
   decision: Decision;
 }
 
 export function newLimit(algo: Algorithm): Limit {
-  return { algo, keyArg: 1, limit: 0, periodMs: 0, burst: 0, gcra: newGcraMsParams(), slot: -1, decision: newDecision() };
+  return { algo, keyArg: 1, limit: 0, periodMs: 0, burst: 0, gcra: newGcraMsParams(), force: false, slot: -1, decision: newDecision() };
 }
 
 /** The command family: how the key's state is read and the reply written. */

@@ -7,7 +7,8 @@
  * Keys are reused across algorithms (WRONGTYPE, and the gcra family sharing its keys), parameters
  * change within a timeline (a key read with other limits than the ones that wrote it), costs include
  * 0 and more than the capacity, time steps include 0, sub-ms, big jumps and steps back; about one RL.*
- * call in five is a `REFUND n` instead.
+ * call in five is a `REFUND n` instead, and about one decision in six is forced (`COST n FORCE`: recorded
+ * beyond the limit, as debt).
  *
  * Each refusal's refusedForUs is checked too, on a copy of the key taken right after the call: the
  * same call at now + refusedForUs is refused, at now + refusedForUs + 1 allowed.
@@ -194,11 +195,11 @@ interface Call {
   all: boolean;
 }
 
-function singleCall(spec: Spec, key: string, cost: number): Call {
+function singleCall(spec: Spec, key: string, cost: number, force = false): Call {
   const command = spec.family === 'cl' ? ['CL.THROTTLE', key, ...spec.args(cost)]
     : spec.family === 'gcra' ? ['GCRA', key, ...spec.args(cost)]
-      : [`RL.${RL_NAMES[spec.family]}`, key, ...spec.args(cost), 'COST', String(cost)];
-  return { command, keys: [key], limits: [spec.limit(cost)], all: false };
+      : [`RL.${RL_NAMES[spec.family]}`, key, ...spec.args(cost), 'COST', String(cost), ...(force ? ['FORCE'] : [])];
+  return { command, keys: [key], limits: [force ? { ...spec.limit(cost), force: true } as ScriptLimit : spec.limit(cost)], all: false };
 }
 
 /** An RL.* `REFUND units` call (single-limit only). */
@@ -211,8 +212,9 @@ function refundCall(spec: Spec, key: string, units: number): Call {
 
 /** An RL.* call on `key`: a decision of a random cost, or about one in five a refund. */
 function rlOrRefundCall(r: Rand, spec: Spec, key: string): Call {
-  if (spec.family !== 'cl' && spec.family !== 'gcra' && r() < 0.2) return refundCall(spec, key, Math.max(1, costFor(r, spec.capacity, spec.family)));
-  return singleCall(spec, key, costFor(r, spec.capacity, spec.family));
+  const rl = spec.family !== 'cl' && spec.family !== 'gcra';
+  if (rl && r() < 0.2) return refundCall(spec, key, Math.max(1, costFor(r, spec.capacity, spec.family)));
+  return singleCall(spec, key, costFor(r, spec.capacity, spec.family), rl && r() < 0.17);
 }
 
 function allCall(specs: Spec[], keys: string[], cost: number): Call {
@@ -330,7 +332,8 @@ async function replaySegment(calls: Call[], times: number[], history: string[], 
       outcome.limits.forEach((l, n) => {
         const refused = l.values[0] === 1;
         if (!refused) expect(l.refusedForUs, `refusedForUs when allowed, ${where()}`).toBe(-1);
-        else if (l.refusedForUs !== -1) {
+        // A forced charge is recorded whatever it finds: "the same call refused" does not apply to it.
+        else if (l.refusedForUs !== -1 && (c.limits[n] as { force?: boolean }).force !== true) {
           expect(l.refusedForUs, `refusedForUs, ${where()}`).toBeGreaterThanOrEqual(0);
           probes.push({ call: c, limit: n, key: `probe:${c.keys[n]}:${i}`, at: nowUs + l.refusedForUs });
         }

@@ -56,7 +56,7 @@ describe('the algorithm registry', () => {
   it('every entry decides, stores and refunds through the one signature (a fresh key: full, then one spent, then given back)', () => {
     const d = newDecision();
     for (const a of ALGORITHMS) {
-      const p = { limit: 5, periodMs: 1000, burst: 5, gcra: newGcraMsParams() };
+      const p = { limit: 5, periodMs: 1000, burst: 5, gcra: newGcraMsParams(), force: false };
       expect(a.checkParams(p.limit, p.periodMs, p.burst, p.gcra)).toBe(ParamsProblem.None);
       a.decide(p, 1, false, 0, 0, 0, undefined, 10_000, 10_000_000, d);
       expect([a.name, d.limited, d.remaining, d.write]).toEqual([a.name, false, 4, true]);
@@ -71,7 +71,7 @@ describe('the algorithm registry', () => {
   it('an entry that does not read C decides the same whatever C holds (the command then skips reading it)', () => {
     const d = newDecision();
     for (const a of ALGORITHMS.filter((x) => !x.readsC)) {
-      const p = { limit: 5, periodMs: 1000, burst: 5, gcra: newGcraMsParams() };
+      const p = { limit: 5, periodMs: 1000, burst: 5, gcra: newGcraMsParams(), force: false };
       a.checkParams(p.limit, p.periodMs, p.burst, p.gcra);
       a.decide(p, 2, false, 0, 0, 0, undefined, 10_000, 10_000_000, d);
       const [sa, sb] = [d.a, d.b];

@@ -218,6 +218,20 @@ descriptors:
     expect(c.getLimit('d', E(['sl', '']), null)!.limit.algorithm).toBe('sliding_log');
     expect(c.getLimit('d', E(['lb', '']), null)!.limit.algorithm).toBe('leaky_bucket');
   });
+  it('allow_debt marks a limit for charges after the fact; off by default; a boolean only', () => {
+    const c = load(`
+domain: d
+descriptors:
+  - key: t
+    rate_limit: { unit: minute, requests_per_unit: 60, algorithm: token_bucket, allow_debt: true }
+  - key: f
+    rate_limit: { unit: minute, requests_per_unit: 60 }
+`);
+    expect(c.getLimit('d', E(['t', '']), null)!.limit.allowDebt).toBe(true);
+    expect(c.getLimit('d', E(['f', '']), null)!.limit.allowDebt).toBe(false);
+    expect(refusal('domain: d\ndescriptors:\n  - key: t\n    rate_limit: { unit: minute, requests_per_unit: 6, allow_debt: 1 }\n'))
+      .toBe("bad.yaml: error loading config file: 'allow_debt' must be true or false (at descriptors[0].rate_limit.allow_debt)");
+  });
   it('scalars in string fields are their text (yaml.v2 decodes them so); yes/no are booleans (YAML 1.1)', () => {
     const c = load('domain: 42\ndescriptors:\n  - key: k\n    value: 007\n    shadow_mode: yes\n    rate_limit: { unit: SECOND, requests_per_unit: 2 }\n');
     const m = c.getLimit('42', E(['k', '007']), null)!;
