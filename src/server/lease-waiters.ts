@@ -132,7 +132,14 @@ export class LeaseWaiters implements LeaseWaiting {
     this.byClient.set(client, w);
     this.waiting++;
     this.memory.set(client, 'blocked', WAITER_BYTES + copy.argv.byteLength(1) + (copy.idArg === -1 ? 0 : copy.argv.byteLength(copy.idArg)));
-    this.serve(q);
+    // Tried once the command has returned, never inside it: a wait granted at once is then answered
+    // through the blocked client's deferred reply like any other (answered synchronously, inside the
+    // command that blocked, the reply was never sent and the connection stayed held).
+    this.ready.add(q);
+    if (!this.scheduled) {
+      this.scheduled = true;
+      queueMicrotask(this.serveReady);
+    }
   }
 
   serveKey(key: Buffer): void {

@@ -53,6 +53,20 @@ describe('RL.ACQUIRE ... WAIT', () => {
     expect(await info('blocked_clients')).toBe(0);
   });
 
+  it('a WAIT that a free slot grants at once answers at once, and the commands pipelined after it run', async () => {
+    const r = env.redis;
+    await r.call('DEBUG', 'CLOCK', 'SET', String(T0));
+    const c = connect();
+    const pipe = c.pipeline();
+    pipe.call('RL.ACQUIRE', 'w:now', '2', '60000', 'ID', 'a', 'WAIT', '0');
+    pipe.ping();
+    pipe.call('RL.ACQUIRE', 'w:now', '2', '60000', 'ID', 'b', 'WAIT', '5000');
+    pipe.call('RL.ACQUIRE', 'w:now', '2', '60000', 'ID', 'c');
+    const replies = (await pipe.exec())!.map(([e, v]) => e ?? v);
+    expect(replies).toEqual([[0, 2, 1, -1, 60000, 0, 'a'], 'PONG', [0, 2, 0, -1, 60000, 0, 'b'], [1, 2, 0, 60000, 60000, 0, null]]);
+    expect(await info('blocked_clients')).toBe(0);
+  });
+
   it('serves waiters first come first served, before a caller that does not wait', async () => {
     const r = env.redis;
     await r.call('DEBUG', 'CLOCK', 'SET', String(T0));
