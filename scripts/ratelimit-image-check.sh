@@ -39,8 +39,10 @@ fi
 
 work=$(mktemp -d)
 cid=
+# Named, so that a container the engine created but could not start is removed too.
+name=cellgate-ratelimit-check-$$
 cleanup() {
-  [ -n "$cid" ] && "$ENGINE" rm -f -t 5 "$cid" >/dev/null 2>&1 || true
+  "$ENGINE" rm -f -t 5 "$name" >/dev/null 2>&1 || true
   if [ -f "$work/xds.pid" ]; then kill "$(cat "$work/xds.pid")" 2>/dev/null || true; fi
   if [ -f "$work/redis.pid" ]; then
     pid=$(cat "$work/redis.pid"); kill "$pid" 2>/dev/null || true
@@ -94,7 +96,7 @@ const d = parse(readFileSync('test/fixtures/envoy-gateway/ratelimit-deployment.y
 const over = $over;
 for (const e of d.env) console.log('--env=' + e.name + '=' + (over[e.name] ?? e.value));")
 net=(); [ "$ENGINE" = podman ] && net=(--network slirp4netns:allow_host_loopback=true)
-cid=$("$ENGINE" run -d --user 65534:65534 --read-only --cap-drop ALL --security-opt no-new-privileges "${net[@]}" \
+cid=$("$ENGINE" run -d --name "$name" --user 65534:65534 --read-only --cap-drop ALL --security-opt no-new-privileges "${net[@]}" \
   -p "127.0.0.1:$HPORT:8080" -p "127.0.0.1:$((HPORT + 1)):8081" -p "127.0.0.1:$((HPORT + 2)):19001" \
   -v "$work/certs:/certs:ro" "${mounts[@]}" "${envargs[@]}" \
   --entrypoint /bin/ratelimit "$IMAGE" 2> >(grep -v 'systemd connection' >&2))
