@@ -14,6 +14,9 @@ import {
   CellgateUnavailableError,
   toCellgateError,
 } from './errors.js';
+import { leaseFrom, type Lease } from './leases.js';
+
+export type { Lease } from './leases.js';
 
 export {
   CellgateArgumentError,
@@ -57,6 +60,16 @@ export interface RlOptions {
 }
 
 export interface CallOptions {
+  timeoutMs?: number;
+}
+
+/** Options of `acquire()`. */
+export interface AcquireOptions {
+  /** The lease's id (1 to 64 bytes); acquiring with the id of a live lease renews it. Default: the server makes one. */
+  id?: string;
+  /** When every slot is taken, wait up to this many ms for one to free (`WAIT`); default: answer at once. */
+  waitMs?: number;
+  /** Overrides the client's timeout for this call (a `waitMs` is added to it). */
   timeoutMs?: number;
 }
 
@@ -333,6 +346,48 @@ export class CellgateClient {
     if (String(reply) !== 'OK') throw unexpected('RL.BLOCK', reply);
   }
 
+  /**
+   * `RL.ACQUIRE key limit lease_ms [ID id] [WAIT ms]`: takes one of `limit` slots for `leaseMs` ms,
+   * or, with `waitMs`, waits for one that long (first come, first served). Granted: `limited` false
+   * and `id` the lease to `release()` or `renew()`; refused: `id` null and `retryAfterMs` until the
+   * earliest lease ends. A lease nobody renews ends on its own (a crashed holder frees its slot).
+   */
+  async acquire(key: string, limit: number, leaseMs: number, options: AcquireOptions = {}): Promise<Lease> {
+    checkKey(key);
+    checkInt('limit', limit, 1);
+    checkInt('lease_ms', leaseMs, 1);
+    const args = ['RL.ACQUIRE', key, String(limit), String(leaseMs)];
+    if (options.id !== undefined) {
+      if (typeof options.id !== 'string' || options.id.length === 0) throw new CellgateArgumentError('ID', `invalid ID '${String(options.id)}': must be a non-empty string`);
+      args.push('ID', options.id);
+    }
+    let timeoutMs = options.timeoutMs ?? this.timeoutMs;
+    if (options.waitMs !== undefined) {
+      checkInt('WAIT', options.waitMs, 1);
+      args.push('WAIT', String(options.waitMs));
+      timeoutMs += options.waitMs;
+    }
+    return leaseFrom(await this.call(args, timeoutMs));
+  }
+
+  /** `RL.RELEASE key id`: frees the lease's slot. Resolves true if it was live, false if unknown or already ended. */
+  async release(key: string, id: string, options: CallOptions = {}): Promise<boolean> {
+    checkKey(key);
+    checkId(id);
+    return toInt(await this.call(['RL.RELEASE', key, id], options.timeoutMs), 'RL.RELEASE') === 1;
+  }
+
+  /**
+   * `RL.RENEW key id lease_ms`: the lease now ends `leaseMs` from now. Resolves false when it had
+   * already ended (or was released): the caller no longer holds a slot.
+   */
+  async renew(key: string, id: string, leaseMs: number, options: CallOptions = {}): Promise<boolean> {
+    checkKey(key);
+    checkId(id);
+    checkInt('lease_ms', leaseMs, 1);
+    return toInt(await this.call(['RL.RENEW', key, id, String(leaseMs)], options.timeoutMs), 'RL.RENEW') === 1;
+  }
+
   /** Closes the connection if this client created it (`connect(url)`); a wrapped one stays the application's. */
   async close(): Promise<void> {
     if (this.owned) await this.owned.quit();
@@ -453,6 +508,10 @@ export async function connect(url: string, options: ConnectOptions = {}): Promis
 
 function checkKey(key: unknown): void {
   if (typeof key !== 'string' || key.length === 0) throw new CellgateArgumentError('key', `invalid key '${String(key)}': must be a non-empty string`);
+}
+
+function checkId(id: unknown): void {
+  if (typeof id !== 'string' || id.length === 0) throw new CellgateArgumentError('id', `invalid id '${String(id)}': must be a non-empty string`);
 }
 
 function checkInt(name: string, value: unknown, min: number): void {
