@@ -14,7 +14,7 @@ import {
   CellgateUnavailableError,
   toCellgateError,
 } from './errors.js';
-import { leaseFrom, type Lease } from './leases.js';
+import { checkId, leaseFrom, type Lease } from './leases.js';
 
 export type { Lease } from './leases.js';
 
@@ -135,6 +135,7 @@ export class CellgateClient {
   readonly timeoutMs: number;
   private readonly send: (args: string[]) => Promise<unknown>;
   private readonly owned: OwnedConnection | undefined;
+  private readonly connection: Connection;
   /** The connection's events, when it has them (ioredis, node-redis): ready() waits for its 'ready'. */
   private readonly events: EventSourceLike | undefined;
   /**
@@ -155,6 +156,7 @@ export class CellgateClient {
     this.timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
     checkInt('timeoutMs', this.timeoutMs, 1);
     this.owned = owned;
+    this.connection = connection;
     if (typeof (connection as NodeRedisLike).sendCommand === 'function' && typeof (connection as IoredisLike).call !== 'function') {
       const c = connection as NodeRedisLike;
       this.send = (args) => c.sendCommand(args);
@@ -388,6 +390,20 @@ export class CellgateClient {
     return toInt(await this.call(['RL.RENEW', key, id, String(leaseMs)], options.timeoutMs), 'RL.RENEW') === 1;
   }
 
+  /**
+   * A client on a new connection like this one's (`duplicate()`), owned and closed by it: a blocking
+   * `acquire` with `waitMs` holds up its connection, as BLPOP does. Undefined when not duplicable.
+   */
+  duplicate(): CellgateClient | undefined {
+    const c = this.connection as Connection & { duplicate?: () => unknown };
+    if (typeof c.duplicate !== 'function') return undefined;
+    const copy = c.duplicate() as Connection & { connect?: () => Promise<unknown>; isOpen?: boolean; on?: (e: string, f: () => void) => unknown; quit?: () => Promise<unknown>; disconnect?: () => void };
+    copy.on?.('error', () => {});
+    // node-redis opens a duplicate on request; ioredis opens it at once.
+    if (copy.isOpen === false && typeof copy.connect === 'function') copy.connect().catch(() => {});
+    return new CellgateClient(copy, { timeoutMs: this.timeoutMs }, { quit: () => (typeof copy.disconnect === 'function' ? copy.disconnect() : copy.quit?.()) });
+  }
+
   /** Closes the connection if this client created it (`connect(url)`); a wrapped one stays the application's. */
   async close(): Promise<void> {
     if (this.owned) await this.owned.quit();
@@ -508,10 +524,6 @@ export async function connect(url: string, options: ConnectOptions = {}): Promis
 
 function checkKey(key: unknown): void {
   if (typeof key !== 'string' || key.length === 0) throw new CellgateArgumentError('key', `invalid key '${String(key)}': must be a non-empty string`);
-}
-
-function checkId(id: unknown): void {
-  if (typeof id !== 'string' || id.length === 0) throw new CellgateArgumentError('id', `invalid id '${String(id)}': must be a non-empty string`);
 }
 
 function checkInt(name: string, value: unknown, min: number): void {

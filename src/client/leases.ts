@@ -4,7 +4,7 @@
  * ioredis's legacy mapping flattens into `[name, value, ...]`, node-redis makes an object, others a
  * `Map`). Kept apart from index.ts: one reply shape per file.
  */
-import { CellgateError } from './errors.js';
+import { CellgateArgumentError, CellgateError } from './errors.js';
 
 /** `RL.ACQUIRE`'s answer: a rate-limiter decision whose `id` is the lease held (null when refused). */
 export interface Lease {
@@ -60,4 +60,8 @@ export function leaseFrom(reply: unknown): Lease {
   };
   if (!limited && lease.id === null) throw bad(reply);
   return lease;
+}
+
+export function checkId(id: unknown): void {
+  if (typeof id !== 'string' || id.length === 0) throw new CellgateArgumentError('id', `invalid id '${String(id)}': must be a non-empty string`);
 }

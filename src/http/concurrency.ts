@@ -91,9 +91,19 @@ export function checkConcurrency<Req>(c: unknown): ConcurrencyOptions<Req> {
   return o;
 }
 
+/**
+ * Requests of one middleware waiting for a slot at once, at most: each holds a connection of its
+ * own (a blocking call holds up its connection), so past this a request is refused at once.
+ */
+export const MAX_WAITING = 64;
+/** Connections kept open for the next waits, at most. */
+const IDLE_WAIT_CONNECTIONS = 4;
+
 export class ConcurrencyGate {
   /** Insurance leases by key (onUnavailable: 'insurance'), oldest key first. */
   private readonly local = new Map<string, number>();
+  /** Connections for waiting acquires, not in use. */
+  private readonly idle: CellgateClient[] = [];
 
   constructor(
     private readonly options: ConcurrencyOptions<never>,
@@ -111,13 +121,21 @@ export class ConcurrencyGate {
     const { limit, leaseMs, waitMs } = this.options;
     const c = await this.client;
     let lease = await c.acquire(key, limit, leaseMs, { timeoutMs: this.timeoutMs });
-    if (lease.limited && waitMs !== undefined) {
+    if (lease.limited && waitMs !== undefined && this.stats.waiting < MAX_WAITING) {
+      // A connection of its own: the WAIT blocks it (as BLPOP does) and must not hold up the others.
+      const w = this.idle.pop() ?? c.duplicate();
+      if (w === undefined) throw new CellgateArgumentError('concurrency', 'concurrency.waitMs needs a connection that can be duplicated (ioredis, node-redis)');
       this.stats.waits++;
       this.stats.waiting++;
+      let ok = false;
       try {
-        lease = await c.acquire(key, limit, leaseMs, { waitMs, timeoutMs: this.timeoutMs });
+        lease = await w.acquire(key, limit, leaseMs, { waitMs, timeoutMs: this.timeoutMs });
+        ok = true;
       } finally {
         this.stats.waiting--;
+        // A connection whose call failed may still have it pending: not reused.
+        if (ok && this.idle.length < IDLE_WAIT_CONNECTIONS) this.idle.push(w);
+        else void w.close();
       }
       if (lease.limited) this.stats.waitTimeouts++;
     }
@@ -200,6 +218,11 @@ export class ConcurrencyGate {
     res.once('close', finish);
     // A client that left while the request waited for its slot: the events have passed.
     if (res.writableFinished || res.destroyed === true) finish();
+  }
+
+  /** Closes the connections kept for waits. */
+  async close(): Promise<void> {
+    await Promise.all(this.idle.splice(0).map((w) => w.close()));
   }
 
   /** Forgets the insurance leases once cellgate answers again (it holds the real count). */

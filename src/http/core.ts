@@ -580,6 +580,7 @@ export function createLimiter<Req extends RequestLike>(options: RateLimitOptions
       await (await connection.client).ready(waitMs);
     },
     async close() {
+      await gate?.close();
       if (!connection.owned) return;
       const c = await connection.client.catch(() => undefined);
       await c?.close();
