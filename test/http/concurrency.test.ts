@@ -216,6 +216,8 @@ describe('beside a rate limit, and the typed client', () => {
     const blocking = client.duplicate()!;
     closers.push(() => blocking.close());
     const waiting = blocking.acquire(key, 1, 5000, { waitMs: 20_000 });
+    // Parked on cellgate (refused at first) before the slot frees.
+    await waitFor(async () => /blocked_clients:1\r/.test(String(await redis.call('INFO', 'clients'))), 'the acquire waiting');
     expect(await client.release(key, 'mine')).toBe(true);
     const w = await waiting;
     expect(w.limited).toBe(false);
