@@ -148,7 +148,7 @@ for (const make of [standalone, cluster]) {
       const mine = await acquire(sidecars[1], key, 3, 600_000, 'ID', 'survivor');
       expect(mine[0]).toBe(0);
       expect((await acquire(sidecars[1], other, 1, 600_000, 'ID', 'o'))[0]).toBe(0);
-      expect((await sidecars[1].admin.call('RL.FIXEDWINDOW', `{${key}}:rate`, '10', '600000'))).toEqual([0, 10, 9, -1, 600000, 0]);
+      expect((await sidecars[1].admin.call('RL.FIXEDWINDOW', `{${key}}:rate`, '10', '600000') as number[]).slice(0, 3)).toEqual([0, 10, 9]);
       victim.server.proc.kill('SIGKILL');
       await new Promise((resolve) => victim.server.proc.once('exit', resolve));
       const rest = sidecars.slice(1);
