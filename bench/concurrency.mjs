@@ -129,6 +129,13 @@ async function drive(conns, pair, seconds, pids = {}) {
   return { pairs: n, rate: n / elapsed, refused, errors, cpu };
 }
 
+/** The sidecar's batches so far (INFO backend): scripts sent and the calls they carried. */
+async function batchCounts(port) {
+  const info = String(await command(port, ['INFO', 'backend']));
+  const field = (name) => Number(new RegExp(`^${name}:(\\d+)`, 'm').exec(info)?.[1] ?? NaN);
+  return { batches: field('backend_batches'), calls: field('backend_batched_calls') };
+}
+
 async function main() {
   if (!existsSync(MAIN)) throw new Error(`${MAIN} is missing: run npm run build (npm run bench:concurrency does)`);
   if (PIN) spawnSync('taskset', ['-a', '-p', '-c', String(APP_CPU), String(process.pid)], { stdio: 'ignore' });
@@ -157,8 +164,8 @@ async function main() {
     const conn = client(t.port);
     await conn.connect();
     try {
-      await t.pair(conn, 'sem:probe');
-      say(`# check ${t.id}: one pair on sem:probe answered`);
+      await t.pair(conn, `probe:${t.id}`);
+      say(`# check ${t.id}: one pair on probe:${t.id} answered`);
     } catch (e) {
       say(`# ${t.id} skipped: ${e.message}`);
       targets.splice(targets.indexOf(t), 1);
@@ -178,9 +185,15 @@ async function main() {
     for (const t of order) {
       await command(t.port, ['FLUSHALL']);
       await drive(t.conns, t.pair, WARM_S);
+      const before = t.id === 'backend' ? await batchCounts(t.port) : null;
       const r = await drive(t.conns, t.pair, SECONDS, t.pids);
+      if (before !== null) {
+        const after = await batchCounts(t.port);
+        r.scriptsPerPair = (after.batches - before.batches) / Math.max(1, r.pairs);
+        r.callsPerScript = (after.calls - before.calls) / Math.max(1, after.batches - before.batches);
+      }
       runs.get(t.id).push(r);
-      say(`round ${round} ${t.id.padEnd(9)} ${fmtInt(r.rate).padStart(8)} pairs/s  server CPU ${r.cpu.server.toFixed(2)} µs/pair${r.cpu.sidecar !== undefined ? `  sidecar CPU ${r.cpu.sidecar.toFixed(2)} µs/pair` : ''}  refused ${r.refused}`);
+      say(`round ${round} ${t.id.padEnd(9)} ${fmtInt(r.rate).padStart(8)} pairs/s  server CPU ${r.cpu.server.toFixed(2)} µs/pair${r.cpu.sidecar !== undefined ? `  sidecar CPU ${r.cpu.sidecar.toFixed(2)} µs/pair, ${r.callsPerScript.toFixed(1)} calls per script` : ''}  refused ${r.refused}`);
     }
   }
   for (const t of targets) for (const c of t.conns) c.disconnect();
@@ -246,7 +259,7 @@ ${verdict}
 ${skipped.length ? `\nSkipped (the build measured did not answer them): ${skipped.join(', ')}.\n` : ''}
 Every round:
 
-${table(['target', 'round', 'pairs/s', 'server CPU µs/pair', 'sidecar CPU µs/pair', 'refused'], targets.flatMap((t) => runs.get(t.id).map((r, i) => [t.id, i + 1, fmtInt(r.rate), r.cpu.server.toFixed(2), r.cpu.sidecar?.toFixed(2) ?? '', r.refused])))}
+${table(['target', 'round', 'pairs/s', 'server CPU µs/pair', 'sidecar CPU µs/pair', 'calls per script', 'refused'], targets.flatMap((t) => runs.get(t.id).map((r, i) => [t.id, i + 1, fmtInt(r.rate), r.cpu.server.toFixed(2), r.cpu.sidecar?.toFixed(2) ?? '', r.callsPerScript?.toFixed(1) ?? '', r.refused])))}
 `;
     const previous = existsSync(RESULTS) ? readFileSync(RESULTS, 'utf8') : '';
     const start = previous.search(/^# Concurrency benchmark$/m);
