@@ -110,6 +110,15 @@ local function lease(one, key)
   if op == 'R' then v = redis.pcall('GETDEL', key) else v = redis.pcall('GET', key) end
   if type(v) == 'table' then return unread(elsewhere(v)) end
   if not v then return reply(0) end
+  -- The common RELEASE: the key's only lease, this one (the GETDEL deleted it), read without tables.
+  if op == 'R' and #v == HEADER + 9 + #id and string.byte(v, 1) == MAGIC and string.byte(v, 2) == LEASE_TYPE
+    and string.sub(v, HEADER + 10) == id and string.byte(v, HEADER + 9) == #id then
+    local _, _, _, n, _, _, e = struct.unpack('<BBddddd', v)
+    if n == 1 then
+      if nowMs < e then return reply(1) end
+      return reply(0)
+    end
+  end
   local ends, ids, block = lease_parse(v)
   if not ends then
     if op == 'R' then restore(key, v) end
