@@ -165,3 +165,65 @@ for (const make of [standalone, cluster]) {
     });
   });
 }
+
+describe('hostile values on the backend', () => {
+  let node: RedisNode;
+  let sidecars: Sidecar[] = [];
+
+  beforeAll(async () => {
+    node = await RedisNode.start();
+    sidecars = await startSidecars(1, node.url, { conns: 1, args: ['--backend-timeout', TIMEOUT_MS] });
+  }, 60_000);
+
+  afterAll(async () => {
+    await stopSidecars(sidecars);
+    await node?.destroy();
+  });
+
+  it('a lease call on a rate limit\'s key is WRONGTYPE and leaves it as it was (RELEASE reads it with GETDEL and puts it back)', async () => {
+    const [s] = sidecars;
+    const first = await s.admin.call('RL.FIXEDWINDOW', 'rate:k', '10', '600000') as number[];
+    const pttl = Number(await node.call('PTTL', `${PREFIX}rate:k`));
+    for (const argv of [['RL.ACQUIRE', 'rate:k', '2', '1000'], ['RL.RELEASE', 'rate:k', 'x'], ['RL.RENEW', 'rate:k', 'x', '1000']]) {
+      await expect(s.admin.call(argv[0], ...argv.slice(1))).rejects.toThrow(/WRONGTYPE/);
+    }
+    expect(Number(await node.call('PTTL', `${PREFIX}rate:k`))).toBeGreaterThan(pttl - 60_000);
+    expect((await s.admin.call('RL.FIXEDWINDOW', 'rate:k', '10', '600000') as number[])[2]).toBe(first[2] - 1);
+    // A block (RL.BLOCK) refuses an ACQUIRE until it ends; RELEASE and RENEW answer 0 and keep it.
+    await s.admin.call('RL.BLOCK', 'blocked:k', '60000');
+    expect((await s.admin.call('RL.ACQUIRE', 'blocked:k', '2', '1000') as unknown[]).slice(0, 3)).toEqual([1, 2, 0]);
+    expect(await s.admin.call('RL.RELEASE', 'blocked:k', 'x')).toBe(0);
+    expect(await s.admin.call('TYPE', 'blocked:k')).toBe('block');
+  });
+
+  it('a malformed lease value (counts and lengths that lie) is WRONGTYPE, never a script error; the sidecar serves on', async () => {
+    const [s] = sidecars;
+    const header = (n: number) => {
+      const b = Buffer.alloc(34);
+      b[0] = 198;
+      b[1] = 8;
+      b.writeDoubleLE(Date.now() + 600_000, 2);
+      b.writeDoubleLE(n, 10);
+      return b;
+    };
+    const entry = (len: number, id: string) => Buffer.concat([Buffer.from(new Float64Array([Date.now() + 600_000]).buffer), Buffer.from([len]), Buffer.from(id)]);
+    const bad = [
+      Buffer.concat([header(3), entry(1, 'a')]), // fewer entries than counted
+      Buffer.concat([header(1), entry(200, 'a')]), // an id longer than the value
+      Buffer.concat([header(1), entry(1, 'a'), Buffer.from('junk')]), // bytes after the last entry
+      Buffer.concat([header(1e9), entry(1, 'a')]), // a count past the largest limit
+      Buffer.concat([header(0.5), entry(1, 'a')]), // not an integer
+    ];
+    for (const [i, v] of bad.entries()) {
+      const client = new (await import('ioredis')).Redis({ port: Number(new URL(node.url).port), host: '127.0.0.1' });
+      await client.set(`${PREFIX}bad:${i}`, v);
+      client.disconnect();
+      for (const argv of [['RL.ACQUIRE', `bad:${i}`, '5', '1000'], ['RL.RENEW', `bad:${i}`, 'a', '1000'], ['RL.RELEASE', `bad:${i}`, 'a']]) {
+        await expect(s.admin.call(argv[0], ...argv.slice(1)), `${i} ${argv[0]}`).rejects.toThrow(/WRONGTYPE/);
+      }
+      expect(await s.admin.call('EXISTS', `bad:${i}`)).toBe(1); // put back by the RELEASE
+    }
+    expect((await s.admin.call('RL.ACQUIRE', 'good', '1', '1000') as unknown[])[0]).toBe(0);
+    expect((await backendInfo(s)).backend_errors).toBe('0');
+  });
+});
