@@ -265,3 +265,50 @@ describe('onUnavailable', () => {
     expect(allow.limit.stats.concurrency.inUse).toBe(0);
   });
 });
+
+describe('bounds and mistakes', () => {
+  it('at most 64 requests wait at once per middleware (each on a connection of its own); the next is refused at once', async () => {
+    const gate = gatedHandlers();
+    const limiter = expressLimit({ client, key: testKey, timeoutMs: 5000, concurrency: { limit: 1, leaseMs: 60_000, waitMs: 60_000 } });
+    closers.push(() => limiter.close());
+    const app = express();
+    app.get('/x', limiter, async (_req, res) => {
+      await gate.enter();
+      res.end('ok');
+    });
+    const url = `${await listen(http.createServer(app))}/x`;
+    const first = get(url, 'flood');
+    await waitFor(() => gate.held === 1, 'the first running');
+    const waiting = Array.from({ length: 64 }, () => get(url, 'flood'));
+    await waitFor(() => limiter.stats.concurrency.waiting === 64, '64 waiting');
+    const over = await get(url, 'flood');
+    expect(over.status).toBe(429);
+    expect(limiter.stats.concurrency.waiting).toBe(64);
+    // One by one, each waiter gets the slot as the one before finishes: never two at once.
+    const all = [first, ...waiting];
+    for (let i = 0; i < all.length; i++) {
+      await waitFor(() => gate.held === 1, `handler ${i} running`);
+      gate.releaseAll();
+    }
+    const statuses = (await Promise.all(all)).map((r) => r.status);
+    expect(statuses.every((s) => s === 200)).toBe(true);
+    expect(gate.maxRunning).toBe(1);
+    expect(limiter.stats.concurrency).toMatchObject({ waits: 64, waitTimeouts: 0, waiting: 0 });
+  }, 120_000);
+
+  it('options are checked when the middleware is made', () => {
+    const bad: [unknown, RegExp][] = [
+      [{ limit: 0, leaseMs: 1000 }, /concurrency.limit must be an integer >= 1/],
+      [{ limit: 1.5, leaseMs: 1000 }, /concurrency.limit/],
+      [{ limit: 1, leaseMs: 1 }, /concurrency.leaseMs must be an integer >= 2/],
+      [{ limit: 1, leaseMs: 1000, waitMs: 0 }, /concurrency.waitMs/],
+      [{ limit: 1, leaseMs: 1000, key: 'k' }, /concurrency.key must be a function/],
+      [{ limit: 1, leaseMs: 1000, max: 3 }, /unknown concurrency option 'max'/],
+      ['4', /concurrency must be an object/],
+    ];
+    for (const [concurrency, message] of bad) {
+      expect(() => expressLimit({ client, concurrency } as never)).toThrow(message);
+    }
+    expect(() => expressLimit({ client } as never)).toThrow(/a policy or a concurrency limit is needed/);
+  });
+});
