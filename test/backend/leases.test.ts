@@ -227,3 +227,34 @@ describe('hostile values on the backend', () => {
     expect((await backendInfo(s)).backend_errors).toBe('0');
   });
 });
+
+describe('leases while the backend is down: backend-unavailable answers', () => {
+  it('deny refuses, allow grants without state, local decides on the sidecar; the backend decides again once it is back', async () => {
+    const node = await RedisNode.start();
+    const [s] = await startSidecars(1, node.url, { conns: 0, args: ['--backend-timeout', '500'] });
+    try {
+      expect((await acquire(s, 'down:k', 1, 60_000, 'ID', 'on-backend'))[0]).toBe(0);
+      await node.stop();
+      await pollUntil(async () => (await backendInfo(s)).backend_state === 'down', 'backend down');
+      await s.admin.call('CONFIG', 'SET', 'backend-unavailable', 'deny');
+      expect(await acquire(s, 'down:k', 1, 60_000)).toEqual([1, 1, 0, 1000, 1000, 0, null]);
+      expect(await s.admin.call('RL.RELEASE', 'down:k', 'on-backend')).toBe(0);
+      await s.admin.call('CONFIG', 'SET', 'backend-unavailable', 'allow');
+      const allowed = await acquire(s, 'down:k', 1, 60_000);
+      expect(allowed.slice(0, 5)).toEqual([0, 1, 0, -1, 60_000]);
+      expect(await s.admin.call('RL.RENEW', 'down:k', 'anything', '1000')).toBe(1);
+      await s.admin.call('CONFIG', 'SET', 'backend-unavailable', 'local');
+      expect((await acquire(s, 'down:k', 1, 60_000, 'ID', 'local-1'))[0]).toBe(0);
+      expect((await acquire(s, 'down:k', 1, 60_000))[0]).toBe(1); // this sidecar's own count
+      expect(Number((await backendInfo(s)).backend_policy_decisions)).toBeGreaterThanOrEqual(6);
+      await node.restart();
+      await pollUntil(async () => (await backendInfo(s)).backend_state === 'up', 'backend up');
+      // The backend decides again (its restart without persistence emptied it: the slot is free).
+      const back = await acquire(s, 'down:k', 1, 60_000);
+      expect(back[0]).toBe(0);
+    } finally {
+      await stopSidecars([s]);
+      await node.destroy();
+    }
+  }, 90_000);
+});
