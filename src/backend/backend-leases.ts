@@ -159,7 +159,7 @@ export class BackendLeaseStore implements LeaseStore, BatchReceiver<LeaseSent> {
       if (parts === null) this.answer(sent, null, undefined);
       else if (typeof parts[0] === 'string') this.answer(sent, new Error(parts[0]), undefined);
       else this.answer(sent, null, parts[0]);
-    });
+    }, true);
   }
 
   /** The backend's answer to one call (its reply integers), or its failure. */

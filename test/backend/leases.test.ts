@@ -7,7 +7,7 @@
  * sidecar; kill -9 of a sidecar holding leases leaves them to end, and nothing else is lost.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { RedisCluster, RedisNode, stopAllRedis } from '../helpers/redis.js';
+import { keySlot, RedisCluster, RedisNode, stopAllRedis } from '../helpers/redis.js';
 import { backendInfo, burst, freezeClocks, frozenInstant, pollUntil, startSidecars, stopSidecars, type Sidecar } from './helpers.js';
 
 const PREFIX = 'cellgate:';
@@ -257,4 +257,42 @@ describe('leases while the backend is down: backend-unavailable answers', () => 
       await node.destroy();
     }
   }, 90_000);
+});
+
+describe('a lease key whose Cluster slot moved', () => {
+  it('is sent again on its own by its slot (the batch of one) and decided on its new master; the rest of its batch once', async () => {
+    const c = await RedisCluster.start();
+    const [s] = await startSidecars(1, c.url, { conns: 1, args: ['--backend-timeout', TIMEOUT_MS] });
+    try {
+      await freezeClocks([s], T0);
+      const masters = await c.masters();
+      const topology = await c.topology();
+      const idOf = (n: RedisNode) => topology.find((t) => t.port === n.port)!.id;
+      const [{ master: from, keys }] = (await c.keysPerMaster('lmove', 4, PREFIX)).filter((m) => m.master.port === masters[0].port);
+      const moved = PREFIX + keys[0];
+      const to = masters[1];
+      // The other keys once, so the sidecar's slot map is current for them.
+      for (const k of keys.slice(1)) expect((await acquire(s, k, 2, 60_000))[0]).toBe(0);
+      const slot = keySlot(moved);
+      expect(await from.call('CLUSTER', 'COUNTKEYSINSLOT', String(slot))).toBe(0);
+      await to.call('CLUSTER', 'SETSLOT', String(slot), 'IMPORTING', idOf(from));
+      await from.call('CLUSTER', 'SETSLOT', String(slot), 'MIGRATING', idOf(to));
+      await to.call('CLUSTER', 'SETSLOT', String(slot), 'NODE', idOf(to));
+      await from.call('CLUSTER', 'SETSLOT', String(slot), 'NODE', idOf(to));
+      for (const m of masters.slice(2)) await m.call('CLUSTER', 'SETSLOT', String(slot), 'NODE', idOf(to));
+      const before = await backendInfo(s);
+      const p = s.conns[0].pipeline();
+      for (const k of keys) p.call('RL.ACQUIRE', k, '2', '60000', 'ID', 'second');
+      const replies = ((await p.exec()) ?? []).map(([e, v]) => (e ? (e as Error).message : v)) as unknown[][];
+      expect(replies.map((r) => r.slice(0, 3))).toEqual([[0, 2, 1], [0, 2, 0], [0, 2, 0], [0, 2, 0]]);
+      expect(await to.call('EXISTS', moved)).toBe(1);
+      expect(await s.conns[0].call('RL.RELEASE', keys[0], 'second')).toBe(1);
+      expect(await to.call('EXISTS', moved)).toBe(0);
+      const after = await backendInfo(s);
+      expect(after.backend_policy_decisions, JSON.stringify([before, after])).toBe(before.backend_policy_decisions);
+    } finally {
+      await stopSidecars([s]);
+      await c.destroy();
+    }
+  }, 120_000);
 });
