@@ -470,7 +470,7 @@ export function createLimiter<Req extends RequestLike>(options: RateLimitOptions
       return { ...(rate ?? { proceed: true, status: 200, headers: [], body: undefined }), info, hold: a?.hold };
     }
     // Refused: what the rate limit spent is given back as for any failed request (skipFailedRequests).
-    if (rate !== undefined) stats.allowed--;
+    if (rate !== undefined && rate.info?.source !== 'onUnavailable') stats.allowed--;
     stats.limited++;
     rate?.settle?.(statusCode);
     info.limited = true;
