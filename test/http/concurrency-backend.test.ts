@@ -58,6 +58,8 @@ describe('three replicas, one limit', () => {
     const requests = Array.from({ length: 9 }, (_, i) => fetch(urls[i % 3]));
     // Two run; the other seven wait (in whichever apps they came to).
     await waitFor(() => waiting.length === 2 && limiters.reduce((n, l) => n + l.stats.concurrency.waiting, 0) === 7, '2 running, 7 waiting');
+    const blocked = async () => (await Promise.all(sidecars.map(async (s) => Number(/blocked_clients:(\d+)/.exec(String(await s.admin.call('INFO', 'clients')))?.[1])))).reduce((a, b) => a + b, 0);
+    await waitFor(async () => (await blocked()) === 7, 'the 7 WAITs parked on their sidecars');
     for (let done = 0; done < 9; done++) {
       await waitFor(() => waiting.length >= 1, `a handler running (${done} done)`);
       expect(running).toBeLessThanOrEqual(2);

@@ -124,6 +124,7 @@ describe('at most `limit` handlers at once', () => {
     await waitFor(() => gate.held === 1, 'the first handler running');
     const second = get(url, 'fa');
     await waitFor(() => hook.stats.concurrency.waiting === 1, 'the second request waiting');
+    await waitFor(async () => /blocked_clients:1\r/.test(String(await redis.call('INFO', 'clients'))), 'its WAIT parked on cellgate');
     expect(gate.running).toBe(1);
     gate.releaseAll();
     expect((await first).status).toBe(200);
@@ -281,6 +282,7 @@ describe('bounds and mistakes', () => {
     await waitFor(() => gate.held === 1, 'the first running');
     const waiting = Array.from({ length: 64 }, () => get(url, 'flood'));
     await waitFor(() => limiter.stats.concurrency.waiting === 64, '64 waiting');
+    await waitFor(async () => /blocked_clients:64\r/.test(String(await redis.call('INFO', 'clients'))), 'their WAITs parked on cellgate');
     const over = await get(url, 'flood');
     expect(over.status).toBe(429);
     expect(limiter.stats.concurrency.waiting).toBe(64);
