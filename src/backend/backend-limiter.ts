@@ -173,6 +173,16 @@ export class BackendLimiterStore implements LimiterStore {
     if (this.unit.length === MAX_UNIT_CALLS) this.flushUnit();
   }
 
+  /**
+   * Adds another store's call (a concurrency lease's: its `own` receiver answers it) to this turn's
+   * batch of its node, so it rides in the same script as the rate limits: after any transaction's
+   * calls so far, which go first.
+   */
+  addForeign(call: BatchedCall): void {
+    this.flushUnit();
+    this.batches.add(call as SentCall);
+  }
+
   beginUnit(): void {
     this.unit = [];
   }

@@ -44,6 +44,11 @@ export interface BatchedCall {
   node: NodeState;
   /** Whether it carries a frozen debug clock (DEBUG CLOCK) rather than using the backend's TIME. */
   frozen: boolean;
+  /**
+   * Where its outcome goes when not to the batches' own receiver: a call of another store riding in
+   * the same scripts (a concurrency lease's, backend-leases.ts).
+   */
+  own?: BatchReceiver<never>;
 }
 
 /** Where a batch's outcome goes. */
@@ -170,7 +175,7 @@ export class LimiterBatches<T extends BatchedCall> {
     batch.node.queued -= n;
     const redis = backend.connectionOf(batch.node);
     if (redis === null) {
-      for (const call of batch.calls) receiver.sendAlone(call);
+      for (const call of batch.calls) receiverOf(call, receiver).sendAlone(call);
       return;
     }
     batch.elements[0] = batchScriptHeader(batch.frozen);
@@ -198,26 +203,32 @@ export class LimiterBatches<T extends BatchedCall> {
     const { calls } = batch;
     const receiver = this.receiver;
     if (error !== null) {
-      for (const call of calls) receiver.answer(call, error, undefined);
+      for (const call of calls) receiverOf(call, receiver).answer(call, error, undefined);
       return;
     }
     const replies = splitBatchReply(reply, calls.length);
     if (replies === null) {
       // Each call's parse fails the same way: counted as an error each, and answered by the policy.
-      for (const call of calls) receiver.answer(call, null, undefined);
+      for (const call of calls) receiverOf(call, receiver).answer(call, null, undefined);
       return;
     }
     let moved = false;
     for (let i = 0; i < calls.length; i++) {
       const one = replies[i];
-      if (typeof one !== 'string') receiver.answer(calls[i], null, one);
+      const to = receiverOf(calls[i], receiver);
+      if (typeof one !== 'string') to.answer(calls[i], null, one);
       else if (one === NOT_SERVED) {
         if (!moved) this.backend.refreshSlots();
         moved = true;
-        receiver.sendAlone(calls[i]);
-      } else receiver.answer(calls[i], errorOf(one), undefined);
+        to.sendAlone(calls[i]);
+      } else to.answer(calls[i], errorOf(one), undefined);
     }
   }
+}
+
+/** The call's own receiver, if it has one (a lease's), else the batches'. */
+function receiverOf<T extends BatchedCall>(call: T, receiver: BatchReceiver<T>): BatchReceiver<T> {
+  return (call.own as BatchReceiver<T> | undefined) ?? receiver;
 }
 
 /** The error of a call in a batch, as the script's reply error would be (a decision such as WRONGTYPE, or a failure). */

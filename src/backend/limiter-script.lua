@@ -344,6 +344,7 @@ if reply ~= as_table then return reply(unpack(out)) end
 return out
 end
 
+--@leases
 if flags < 4 then return run(args, KEYS, all) end
 if flags >= 8 then
   -- A batch (the calls of one sidecar's event-loop turn for this node, in order): no KEYS; after
@@ -384,7 +385,14 @@ if flags >= 8 then
     local one = ARGV[c]
     local n = (#one - 9) / 49
     local out
-    if n == 1 then
+    if string.byte(one, 1) >= 16 then
+      -- A concurrency lease's call (lease-script.lua): one key.
+      n = 1
+      if string.byte(one, 1) % 4 >= 2 then nowUs = struct.unpack('<d', one, 2) else nowUs = timeUs end
+      nowMs = floor(nowUs / 1000)
+      seen[ARGV[c + 1]] = true
+      out = lease(one, ARGV[c + 1])
+    elseif n == 1 then
       local key = ARGV[c + 1]
       if not seen[key] and nx_misses <= nx_hits + 2 then
         seen[key] = true

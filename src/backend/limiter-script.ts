@@ -27,6 +27,9 @@ import { ALGORITHMS, GCRA_KEY, KEY_TYPES, SCRIPT_OPS, algorithmOfType } from '..
 import { lua as blockScript } from './block-script.lua.js';
 import { WRONGTYPE } from '../store/limiter-replies.js';
 import { lua as dispatcher } from './limiter-script.lua.js';
+import { lua as leaseScript } from './lease-script.lua.js';
+import { MAX_LEASE_LIMIT } from '../limiters/lease-limits.js';
+import { BACKEND_LEASE_TYPE } from './lease-type.js';
 import { lua as typeScript } from './type-script.lua.js';
 
 /** One limit of a call, as the command parsed it (the same objects the local path passes to src/limiters). */
@@ -111,8 +114,11 @@ function assembleLimiterScript(): string {
     if (o === undefined) throw new Error(`limiter-script.lua: no op '${op}'`);
     return part === 'decide' ? o.luaDecide : o.luaRefund;
   });
+  const withLeases = text.replace(/^--@leases\n/m, () => leaseScript);
   // The leading newline: the script began with one when it was a template literal (same bytes, same SHA1).
-  return '\n' + text
+  return '\n' + withLeases
+    .replaceAll('${LEASE_TYPE}', String(BACKEND_LEASE_TYPE))
+    .replaceAll('${MAX_LEASE_LIMIT}', String(MAX_LEASE_LIMIT))
     .replaceAll('${MAX_BACKEND_SLIDING_LOG_LIMIT}', String(MAX_BACKEND_SLIDING_LOG_LIMIT))
     .replaceAll('${BACKEND_WIDE_ERROR}', BACKEND_WIDE_ERROR)
     .replaceAll('${NOT_SERVED}', NOT_SERVED)

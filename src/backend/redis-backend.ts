@@ -68,6 +68,7 @@ interface InFlight {
 
 interface LimiterClient {
   cellgateLimit(numKeys: number, ...args: (Buffer | string)[]): Promise<unknown>;
+  cellgateLimitBuffer(numKeys: number, ...args: (Buffer | string)[]): Promise<unknown>;
   cellgateType(numKeys: number, ...args: (Buffer | string)[]): Promise<unknown>;
   cellgateBlock(numKeys: number, ...args: (Buffer | string)[]): Promise<unknown>;
 }
@@ -199,12 +200,13 @@ export class RedisBackend {
     return node;
   }
 
-  /** Runs the limiter script with these keys (already prefixed) and ARGV on `node` (from admit); `done` is called exactly once. */
-  limit(node: NodeState, keys: Buffer[], argv: readonly (Buffer | string)[], done: CallDone): void {
+  /** Runs the limiter script with these keys (prefixed) and ARGV on `node` (from admit); `done` is called exactly once; `packed`: the reply as Buffers (a batch's packed reply). */
+  limit(node: NodeState, keys: Buffer[], argv: readonly (Buffer | string)[], done: CallDone, packed = false): void {
     this.beforeSend();
     this.calls++;
     if (!this.corked) this.cork();
-    this.track((this.client as unknown as LimiterClient).cellgateLimit(keys.length, ...keys, ...argv), done, node);
+    const c = this.client as unknown as LimiterClient;
+    this.track(packed ? c.cellgateLimitBuffer(keys.length, ...keys, ...argv) : c.cellgateLimit(keys.length, ...keys, ...argv), done, node);
   }
 
   /** The connection a node's batches are written to (one Redis: the client), or null when not ready. */

@@ -20,6 +20,9 @@ local function isint(x) return x == x and x == math.floor(x) and math.abs(x) <= 
 if not (isint(exp) and isint(a) and isint(b) and isint(c)) then return redis.status_reply('string') end
 if name == 'slidinglog' then
   if (len - 34) % 16 ~= 0 or a < 0 or b < 1 or b > ${MAX_BACKEND_SLIDING_LOG_LIMIT} or a + b ~= (len - 34) / 16 then return redis.status_reply('string') end
+elseif name == 'concurrency' then
+  -- Leases follow the header (lease-script.lua): their count is A.
+  if a < 0 then return redis.status_reply('string') end
 elseif len ~= 34 then
   return redis.status_reply('string')
 end

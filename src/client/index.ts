@@ -14,6 +14,9 @@ import {
   CellgateUnavailableError,
   toCellgateError,
 } from './errors.js';
+import { checkId, leaseFrom, type Lease } from './leases.js';
+
+export type { Lease } from './leases.js';
 
 export {
   CellgateArgumentError,
@@ -57,6 +60,16 @@ export interface RlOptions {
 }
 
 export interface CallOptions {
+  timeoutMs?: number;
+}
+
+/** Options of `acquire()`. */
+export interface AcquireOptions {
+  /** The lease's id (1 to 64 bytes); acquiring with the id of a live lease renews it. Default: the server makes one. */
+  id?: string;
+  /** When every slot is taken, wait up to this many ms for one to free (`WAIT`); default: answer at once. */
+  waitMs?: number;
+  /** Overrides the client's timeout for this call (a `waitMs` is added to it). */
   timeoutMs?: number;
 }
 
@@ -122,6 +135,7 @@ export class CellgateClient {
   readonly timeoutMs: number;
   private readonly send: (args: string[]) => Promise<unknown>;
   private readonly owned: OwnedConnection | undefined;
+  private readonly connection: Connection;
   /** The connection's events, when it has them (ioredis, node-redis): ready() waits for its 'ready'. */
   private readonly events: EventSourceLike | undefined;
   /**
@@ -142,6 +156,7 @@ export class CellgateClient {
     this.timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
     checkInt('timeoutMs', this.timeoutMs, 1);
     this.owned = owned;
+    this.connection = connection;
     if (typeof (connection as NodeRedisLike).sendCommand === 'function' && typeof (connection as IoredisLike).call !== 'function') {
       const c = connection as NodeRedisLike;
       this.send = (args) => c.sendCommand(args);
@@ -331,6 +346,62 @@ export class CellgateClient {
     checkInt('ms', ms, 1);
     const reply = await this.call(['RL.BLOCK', key, String(ms)], options.timeoutMs);
     if (String(reply) !== 'OK') throw unexpected('RL.BLOCK', reply);
+  }
+
+  /**
+   * `RL.ACQUIRE key limit lease_ms [ID id] [WAIT ms]`: takes one of `limit` slots for `leaseMs` ms,
+   * or, with `waitMs`, waits for one that long (first come, first served). Granted: `limited` false
+   * and `id` the lease to `release()` or `renew()`; refused: `id` null and `retryAfterMs` until the
+   * earliest lease ends. A lease nobody renews ends on its own (a crashed holder frees its slot).
+   */
+  async acquire(key: string, limit: number, leaseMs: number, options: AcquireOptions = {}): Promise<Lease> {
+    checkKey(key);
+    checkInt('limit', limit, 1);
+    checkInt('lease_ms', leaseMs, 1);
+    const args = ['RL.ACQUIRE', key, String(limit), String(leaseMs)];
+    if (options.id !== undefined) {
+      if (typeof options.id !== 'string' || options.id.length === 0) throw new CellgateArgumentError('ID', `invalid ID '${String(options.id)}': must be a non-empty string`);
+      args.push('ID', options.id);
+    }
+    let timeoutMs = options.timeoutMs ?? this.timeoutMs;
+    if (options.waitMs !== undefined) {
+      checkInt('WAIT', options.waitMs, 1);
+      args.push('WAIT', String(options.waitMs));
+      timeoutMs += options.waitMs;
+    }
+    return leaseFrom(await this.call(args, timeoutMs));
+  }
+
+  /** `RL.RELEASE key id`: frees the lease's slot. Resolves true if it was live, false if unknown or already ended. */
+  async release(key: string, id: string, options: CallOptions = {}): Promise<boolean> {
+    checkKey(key);
+    checkId(id);
+    return toInt(await this.call(['RL.RELEASE', key, id], options.timeoutMs), 'RL.RELEASE') === 1;
+  }
+
+  /**
+   * `RL.RENEW key id lease_ms`: the lease now ends `leaseMs` from now. Resolves false when it had
+   * already ended (or was released): the caller no longer holds a slot.
+   */
+  async renew(key: string, id: string, leaseMs: number, options: CallOptions = {}): Promise<boolean> {
+    checkKey(key);
+    checkId(id);
+    checkInt('lease_ms', leaseMs, 1);
+    return toInt(await this.call(['RL.RENEW', key, id, String(leaseMs)], options.timeoutMs), 'RL.RENEW') === 1;
+  }
+
+  /**
+   * A client on a new connection like this one's (`duplicate()`), owned and closed by it: a blocking
+   * `acquire` with `waitMs` holds up its connection, as BLPOP does. Undefined when not duplicable.
+   */
+  duplicate(): CellgateClient | undefined {
+    const c = this.connection as Connection & { duplicate?: () => unknown };
+    if (typeof c.duplicate !== 'function') return undefined;
+    const copy = c.duplicate() as Connection & { connect?: () => Promise<unknown>; isOpen?: boolean; on?: (e: string, f: () => void) => unknown; quit?: () => Promise<unknown>; disconnect?: () => void };
+    copy.on?.('error', () => {});
+    // node-redis opens a duplicate on request; ioredis opens it at once.
+    if (copy.isOpen === false && typeof copy.connect === 'function') copy.connect().catch(() => {});
+    return new CellgateClient(copy, { timeoutMs: this.timeoutMs }, { quit: () => (typeof copy.disconnect === 'function' ? copy.disconnect() : copy.quit?.()) });
   }
 
   /** Closes the connection if this client created it (`connect(url)`); a wrapped one stays the application's. */

@@ -28,12 +28,14 @@ import {
   type Decision,
 } from '../client/index.js';
 import { toCellgateError } from '../client/errors.js';
+import { ConcurrencyGate, checkConcurrency, newConcurrencyStats, type Admission, type ConcurrencyInfo, type ConcurrencyOptions, type ConcurrencyStats, type HeldResponse } from './concurrency.js';
 import { DRAFTS, pushRateLimitHeaders, retryAfterField, type HeaderDraft } from './headers.js';
-import { INSURANCE_MAX_KEYS, InsuranceLimiter } from './insurance.js';
+import { InsuranceLimiter, insuranceMaxKeys } from './insurance.js';
 import { defaultKey, type RequestLike } from './keys.js';
 import { describe, resolvePolicies, type Policy, type PolicySet, type ResolvedPolicy } from './policies.js';
 import { refusalProblem, unavailableProblem, type ProblemDetails } from './problem.js';
 
+export type { ConcurrencyInfo, ConcurrencyOptions, ConcurrencyStats } from './concurrency.js';
 export type { HeaderDraft } from './headers.js';
 export { defaultKey, ipKey, type RequestLike } from './keys.js';
 export type { Policy } from './policies.js';
@@ -45,9 +47,14 @@ export interface RateLimitOptions<Req = RequestLike> {
   /**
    * One policy, or several checked together (all-or-nothing, with `RL.ALL`), or a function of the
    * request that returns them (plans). A function should return the same objects for the same plan:
-   * they are checked and formatted once per object.
+   * they are checked and formatted once per object. Optional with `concurrency`.
    */
-  policy: Policy | Policy[] | ((req: Req) => Policy | Policy[] | Promise<Policy | Policy[]>);
+  policy?: Policy | Policy[] | ((req: Req) => Policy | Policy[] | Promise<Policy | Policy[]>);
+  /**
+   * A limit on requests in flight (leases, held while the response is open; see concurrency.ts),
+   * alone or checked after the rate limit: `{ limit, leaseMs, waitMs?, key? }`.
+   */
+  concurrency?: ConcurrencyOptions<Req>;
   /** Units a request spends (default 1), or a function of the request; an integer >= 0. */
   cost?: number | ((req: Req) => number | Promise<number>);
   /**
@@ -111,6 +118,8 @@ export interface LimiterStats {
   refundErrors: number;
   /** The last unavailability, for a log line or a health check. */
   lastError: CellgateError | undefined;
+  /** The concurrency limit's gauges and counters (zeros without `concurrency`). */
+  concurrency: ConcurrencyStats;
 }
 
 /** One policy's state after a request, as `req.rateLimit.policies` shows it. */
@@ -147,6 +156,8 @@ export interface RateLimitInfo {
   policies: PolicyState[];
   /** Who decided: 'cellgate', 'onUnavailable' or 'insurance'. */
   source: DecisionSource;
+  /** The lease this request holds (with `concurrency`; absent when refused or let through by onUnavailable: 'allow'). */
+  concurrency?: ConcurrencyInfo;
 }
 
 export interface Outcome {
@@ -163,10 +174,12 @@ export interface Outcome {
    * errored or closed before finishing (see `settleWhenDone`). Later calls do nothing.
    */
   settle?: (status: number | undefined) => void;
+  /** Set when the request holds a lease: the adapter hands it the response, which renews the lease while open and releases it when done. */
+  hold?: (res: HeldResponse) => void;
 }
 
 /** What settleWhenDone uses of a node:http response (Express's and Fastify's `reply.raw` are one). */
-export interface ResponseEvents {
+export interface ResponseEvents extends HeldResponse {
   statusCode: number;
   writableFinished: boolean;
   once(event: 'finish' | 'close', listener: () => void): unknown;
@@ -177,6 +190,7 @@ export interface ResponseEvents {
  * finish (the client went away, or the response errored) as failed.
  */
 export function settleWhenDone(res: ResponseEvents, outcome: Outcome): void {
+  outcome.hold?.(res);
   const settle = outcome.settle;
   if (settle === undefined) return;
   res.once('finish', () => settle(res.statusCode));
@@ -206,7 +220,7 @@ export interface SharedClient {
 const KNOWN_OPTIONS: ReadonlySet<string> = new Set([
   'client', 'policy', 'cost', 'key', 'ipv6Subnet', 'prefix', 'onUnavailable', 'insurance', 'timeoutMs', 'skip',
   'standardHeaders', 'legacyHeaders', 'statusCode', 'message', 'log', 'handler',
-  'skipFailedRequests', 'skipSuccessfulRequests',
+  'skipFailedRequests', 'skipSuccessfulRequests', 'concurrency',
 ]);
 
 /** ready()'s default wait: a TCP connection, the ready check and a PING, on a busy host. */
@@ -262,7 +276,8 @@ export function createLimiter<Req extends RequestLike>(options: RateLimitOptions
   const cost = options.cost ?? 1;
   if (typeof cost !== 'function') checkCost(cost);
   const policyOption = options.policy;
-  const fixedPolicies = typeof policyOption === 'function' ? undefined : resolvePolicies(policyOption);
+  if (policyOption === undefined && options.concurrency === undefined) throw new CellgateArgumentError('policy', 'a policy or a concurrency limit is needed');
+  const fixedPolicies = typeof policyOption === 'function' || policyOption === undefined ? undefined : resolvePolicies(policyOption);
   // Plans: a policy function returns one of a few objects; each is checked and formatted once.
   const planCache = new WeakMap<object, PolicySet>();
   const keyOf = options.key ?? ((req: Req) => defaultKey(req, ipv6Subnet));
@@ -270,6 +285,8 @@ export function createLimiter<Req extends RequestLike>(options: RateLimitOptions
   const log = options.log ?? ((line: string) => console.error(line));
   const connection = shared ?? shareClient(options.client);
   const stats: LimiterStats = newStats();
+  const concurrency = options.concurrency === undefined ? undefined : checkConcurrency<Req>(options.concurrency);
+  const gate = concurrency === undefined ? undefined : new ConcurrencyGate(concurrency as ConcurrencyOptions<never>, connection.client, timeoutMs, stats.concurrency, insuranceMaxKeys(options.insurance));
   /** The outage in progress (since its first failed call), or undefined while cellgate answers. */
   let outage: CellgateError | undefined;
 
@@ -307,7 +324,7 @@ export function createLimiter<Req extends RequestLike>(options: RateLimitOptions
     throw err;
   }
 
-  async function inputs(req: Req): Promise<{ who: string; units: number; set: PolicySet }> {
+  async function inputs(req: Req): Promise<{ who: string; units: number; set: PolicySet | undefined }> {
     let who: unknown;
     try {
       who = await keyOf(req);
@@ -325,7 +342,7 @@ export function createLimiter<Req extends RequestLike>(options: RateLimitOptions
       checkCost(units);
     }
     let set = fixedPolicies;
-    if (set === undefined) {
+    if (set === undefined && policyOption !== undefined) {
       let p: unknown;
       try {
         p = await (policyOption as (req: Req) => unknown)(req);
@@ -355,14 +372,15 @@ export function createLimiter<Req extends RequestLike>(options: RateLimitOptions
     if (outage === undefined) return;
     outage = undefined;
     insurance?.clear();
+    gate?.clearInsurance();
     log('cellgate rate limiter: cellgate answers again');
   }
 
-  function unavailable(err: CellgateError, who: string, units: number, set: PolicySet, tagged: string): Outcome {
+  function unavailable(err: CellgateError, who: string, units: number, set: PolicySet, tagged: string, slots?: number): Outcome {
     stats.unavailable++;
     stats.lastError = err;
     outageStarts(err);
-    if (insurance !== undefined) {
+    if (insurance !== undefined && slots === undefined) {
       stats.insurance++;
       const { limited, results } = insurance.decide(tagged, set.list, units);
       return decided(who, units, set, tagged, results, limited, 'insurance');
@@ -374,8 +392,8 @@ export function createLimiter<Req extends RequestLike>(options: RateLimitOptions
     const info: RateLimitInfo = {
       key: who,
       limited: deny,
-      limit: set.list[tight].capacity,
-      remaining: set.list[tight].capacity,
+      limit: slots ?? set.list[tight].capacity,
+      remaining: slots ?? set.list[tight].capacity,
       resetAfterMs: 0,
       retryAfterMs: deny ? 1000 : -1,
       policies: set.list.map((p) => ({ name: p.name, limit: p.capacity, remaining: p.capacity, resetAfterMs: 0, limited: false })),
@@ -402,13 +420,73 @@ export function createLimiter<Req extends RequestLike>(options: RateLimitOptions
       stats.skipped++;
       return { proceed: true, status: 200, headers: [], body: undefined, info: undefined };
     }
-    let input: { who: string; units: number; set: PolicySet };
+    let input: { who: string; units: number; set: PolicySet | undefined };
     try {
       input = await inputs(req);
     } catch (err) {
       return misuse(err);
     }
     const { who, units, set } = input;
+    const rate = set === undefined ? undefined : await rateCheck(who, units, set);
+    if (gate === undefined) return rate!;
+    if (rate !== undefined && !rate.proceed) return rate;
+    let key = who;
+    if (concurrency!.key !== undefined) {
+      try {
+        key = await concurrency!.key(req);
+      } catch (err) {
+        return misuse(new CellgateArgumentError('concurrency', `the concurrency key function threw: ${err instanceof Error ? err.message : String(err)}`, { cause: err }));
+      }
+      if (typeof key !== 'string' || key.length === 0) return misuse(new CellgateArgumentError('concurrency', `the concurrency key function must return a non-empty string, not ${describe(key)}`));
+    }
+    const tagged = `${prefix}{${key}}:concurrency`;
+    let admission: Admission;
+    let source: DecisionSource = 'cellgate';
+    try {
+      admission = await gate.admit(tagged);
+      answered();
+    } catch (err) {
+      const e = toCellgateError(err);
+      if (!(e instanceof CellgateTimeoutError || e instanceof CellgateUnavailableError)) return misuse(e);
+      if (onUnavailable === 'deny') return unavailable(e, who, units, { list: [] } as unknown as PolicySet, tagged, concurrency!.limit);
+      stats.lastError = e;
+      outageStarts(e);
+      if (rate === undefined) stats.unavailable++;
+      if (insurance === undefined) return rate ?? admitted(who, concurrency!.limit, undefined, 'onUnavailable');
+      if (rate === undefined) stats.insurance++;
+      admission = gate.insure(tagged);
+      source = 'insurance';
+    }
+    return admitted(who, concurrency!.limit, admission, source, rate);
+  }
+
+  /** The outcome of a concurrency admission, on top of the rate limit's (when there is one). */
+  function admitted(who: string, limit: number, a: Admission | undefined, source: DecisionSource, rate?: Outcome): Outcome {
+    const info: RateLimitInfo = rate?.info ?? { key: who, limited: false, limit, remaining: limit, resetAfterMs: 0, retryAfterMs: -1, policies: [], source };
+    if (a === undefined || !a.limited) {
+      if (rate === undefined) stats.allowed++;
+      if (a !== undefined) info.concurrency = { limit: a.limit, remaining: a.remaining, id: a.id };
+      if (rate === undefined && a !== undefined) info.remaining = a.remaining;
+      return { ...(rate ?? { proceed: true, status: 200, headers: [], body: undefined }), info, hold: a?.hold };
+    }
+    // Refused: what the rate limit spent is given back as for any failed request (skipFailedRequests).
+    if (rate !== undefined && rate.info?.source !== 'onUnavailable') stats.allowed--;
+    stats.limited++;
+    rate?.settle?.(statusCode);
+    info.limited = true;
+    info.retryAfterMs = a.retryAfterMs;
+    if (rate === undefined) info.remaining = 0;
+    const headers: [string, string][] = [...(rate?.headers ?? []), retryAfterField(Math.max(0, a.retryAfterMs))];
+    if (message !== undefined && typeof message !== 'string') {
+      headers.push(['Content-Type', 'application/json']);
+      return { proceed: false, status: statusCode, headers, body: message, info };
+    }
+    headers.push(['Content-Type', 'application/problem+json']);
+    return { proceed: false, status: statusCode, headers, body: refusalProblem(statusCode, message ?? `at most ${a.limit} requests at once for this key`), info };
+  }
+
+  /** The rate limit's decision (cellgate's, or onUnavailable's when it is unavailable). */
+  async function rateCheck(who: string, units: number, set: PolicySet): Promise<Outcome> {
     const policies = set.list;
     // The hash tag comes first, so every policy's key of this request lives in one Cluster slot.
     const tagged = `${prefix}{${who}}:`;
@@ -502,6 +580,7 @@ export function createLimiter<Req extends RequestLike>(options: RateLimitOptions
       await (await connection.client).ready(waitMs);
     },
     async close() {
+      await gate?.close();
       if (!connection.owned) return;
       const c = await connection.client.catch(() => undefined);
       await c?.close();
@@ -511,16 +590,7 @@ export function createLimiter<Req extends RequestLike>(options: RateLimitOptions
 
 /** Counters at zero. */
 export function newStats(): LimiterStats {
-  return { allowed: 0, limited: 0, skipped: 0, unavailable: 0, insurance: 0, errors: 0, refunded: 0, refundErrors: 0, lastError: undefined };
-}
-
-function insuranceMaxKeys(options: unknown): number {
-  if (options === undefined) return INSURANCE_MAX_KEYS;
-  if (options === null || typeof options !== 'object') throw new CellgateArgumentError('insurance', `insurance must be an object ({ maxKeys }), not ${describe(options)}`);
-  for (const name of Object.keys(options)) if (name !== 'maxKeys') throw new CellgateArgumentError('insurance', `unknown insurance option '${name}' (the options: maxKeys)`);
-  const maxKeys = (options as { maxKeys?: unknown }).maxKeys ?? INSURANCE_MAX_KEYS;
-  if (typeof maxKeys !== 'number' || !Number.isSafeInteger(maxKeys) || maxKeys < 1) throw new CellgateArgumentError('insurance', `insurance.maxKeys must be an integer >= 1, not ${describe(maxKeys)}`);
-  return maxKeys;
+  return { allowed: 0, limited: 0, skipped: 0, unavailable: 0, insurance: 0, errors: 0, refunded: 0, refundErrors: 0, lastError: undefined, concurrency: newConcurrencyStats() };
 }
 
 function checkCost(units: unknown): void {

@@ -17,7 +17,7 @@
 import type { IncomingHttpHeaders } from 'node:http';
 import { createLimiter, newStats, settleWhenDone, shareClient, type LimiterStats, type ResponseEvents, type RateLimitInfo, type RateLimitOptions, type RequestLike, type SharedClient } from './core.js';
 
-export { defaultKey, ipKey, type Policy, type RateLimitOptions, type LimiterStats, type ProblemDetails, type RateLimitInfo, type PolicyState, type HeaderDraft, type DecisionSource } from './core.js';
+export { defaultKey, ipKey, type Policy, type RateLimitOptions, type LimiterStats, type ProblemDetails, type RateLimitInfo, type PolicyState, type HeaderDraft, type DecisionSource, type ConcurrencyOptions, type ConcurrencyInfo, type ConcurrencyStats } from './core.js';
 
 /** What the hook uses of Fastify's request and reply (kept structural: no type dependency on fastify). */
 export interface FastifyRequestLike extends RequestLike {
@@ -72,7 +72,7 @@ function hookFor<R extends FastifyRequestLike>(options: FastifyRateLimitOptions<
     if (outcome.info !== undefined) request.rateLimit = outcome.info;
     if (outcome.proceed) {
       // Fastify's reply wraps node:http's response: its events say when the response is done.
-      if (outcome.settle !== undefined && res.raw !== undefined) settleWhenDone(res.raw, outcome);
+      if ((outcome.settle !== undefined || outcome.hold !== undefined) && res.raw !== undefined) settleWhenDone(res.raw, outcome);
       return;
     }
     // The handler answers the limit's refusals; a 503 of onUnavailable: 'deny' is the middleware's own.
@@ -101,7 +101,7 @@ export interface CellgateHandle {
 }
 
 /** The plugin's options: the instance's limit (optional when only some routes are limited). */
-export type CellgatePluginOptions = Omit<FastifyRateLimitOptions, 'policy'> & Partial<Pick<FastifyRateLimitOptions, 'policy'>>;
+export type CellgatePluginOptions = FastifyRateLimitOptions;
 
 /** A route's `config.rateLimit`: its own options over the plugin's (same connection), or false for none. */
 export type RouteRateLimit = Partial<Omit<FastifyRateLimitOptions, 'client'>> | false;
@@ -129,7 +129,7 @@ export interface RouteOptionsLike {
  */
 export async function cellgatePlugin(app: FastifyInstanceLike, options: CellgatePluginOptions): Promise<void> {
   const shared = shareClient(options.client);
-  const global = options.policy !== undefined ? hookFor(options as FastifyRateLimitOptions, shared) : undefined;
+  const global = options.policy !== undefined || options.concurrency !== undefined ? hookFor(options as FastifyRateLimitOptions, shared) : undefined;
   if (!app.hasRequestDecorator('rateLimit')) app.decorateRequest('rateLimit', null);
   const stats: LimiterStats = global?.stats ?? newStats();
   const handle: CellgateHandle = {
@@ -144,7 +144,7 @@ export async function cellgatePlugin(app: FastifyInstanceLike, options: Cellgate
     if (own !== undefined && own !== null) {
       if (typeof own !== 'object') throw new TypeError('config.rateLimit must be an options object or false');
       const merged = { ...options, ...own, client: options.client } as FastifyRateLimitOptions;
-      if (merged.policy === undefined) throw new TypeError('config.rateLimit needs a policy (the plugin was registered without one)');
+      if (merged.policy === undefined && merged.concurrency === undefined) throw new TypeError('config.rateLimit needs a policy or a concurrency limit (the plugin was registered without either)');
       hook = hookFor(merged, shared);
     }
     if (hook === undefined) return;

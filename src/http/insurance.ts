@@ -21,8 +21,8 @@
  * Times come from a monotonic clock (performance.now()): a wall-clock step never refills or empties it.
  */
 import { performance } from 'node:perf_hooks';
-import type { Decision } from '../client/index.js';
-import type { ResolvedPolicy } from './policies.js';
+import { CellgateArgumentError, type Decision } from '../client/index.js';
+import { describe, type ResolvedPolicy } from './policies.js';
 
 /** How many keys an insurance limiter keeps by default (about 100 bytes each). */
 export const INSURANCE_MAX_KEYS = 10_000;
@@ -126,4 +126,14 @@ export class InsuranceLimiter {
     const oldest = this.tat.keys().next();
     if (oldest.done !== true) this.tat.delete(oldest.value);
   }
+}
+
+/** The `insurance` option's `maxKeys`, checked (INSURANCE_MAX_KEYS when absent). */
+export function insuranceMaxKeys(options: unknown): number {
+  if (options === undefined) return INSURANCE_MAX_KEYS;
+  if (options === null || typeof options !== 'object') throw new CellgateArgumentError('insurance', `insurance must be an object ({ maxKeys }), not ${describe(options)}`);
+  for (const name of Object.keys(options)) if (name !== 'maxKeys') throw new CellgateArgumentError('insurance', `unknown insurance option '${name}' (the options: maxKeys)`);
+  const maxKeys = (options as { maxKeys?: unknown }).maxKeys ?? INSURANCE_MAX_KEYS;
+  if (typeof maxKeys !== 'number' || !Number.isSafeInteger(maxKeys) || maxKeys < 1) throw new CellgateArgumentError('insurance', `insurance.maxKeys must be an integer >= 1, not ${describe(maxKeys)}`);
+  return maxKeys;
 }

@@ -11,7 +11,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { createLimiter, problemText, settleWhenDone, type LimiterStats, type RateLimitInfo, type RateLimitOptions, type RequestLike } from './core.js';
 
-export { createLimiter, defaultKey, ipKey, type RequestLike, type Policy, type RateLimitOptions, type LimiterStats, type ProblemDetails, type Outcome, type RateLimitInfo, type PolicyState, type HeaderDraft, type DecisionSource } from './core.js';
+export { createLimiter, defaultKey, ipKey, type RequestLike, type Policy, type RateLimitOptions, type LimiterStats, type ProblemDetails, type Outcome, type RateLimitInfo, type PolicyState, type HeaderDraft, type DecisionSource, type ConcurrencyOptions, type ConcurrencyInfo, type ConcurrencyStats } from './core.js';
 
 type Req = IncomingMessage & RequestLike & { rateLimit?: RateLimitInfo };
 

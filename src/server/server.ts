@@ -34,6 +34,7 @@ import { RedisBackend, type UnavailablePolicy } from '../backend/redis-backend.j
 import { BackendTls, type BackendTlsFiles } from '../backend/backend-tls.js';
 import { BLOCK_SCRIPT, LIMITER_SCRIPT, TYPE_SCRIPT } from '../backend/limiter-script.js';
 import { BackendLimiterStore } from '../backend/backend-limiter.js';
+import { BackendLeaseStore } from '../backend/backend-leases.js';
 import { BackendKeyStore } from '../backend/backend-keys.js';
 import { LocalLimiterStore } from '../store/local-limiter.js';
 import { LocalLeaseStore } from '../store/local-leases.js';
@@ -210,6 +211,7 @@ export class Server implements CommandServer {
     const limiter = new BackendLimiterStore(this.backend, new PolicyLimiterStore(this.localLimiter, this.stats, this.backend), this.stats, this.clock);
     this.dispatcher.ctx.limiter = limiter;
     this.dispatcher.ctx.keys = new BackendKeyStore(this.backend, this.localKeys, limiter, this.stats, this.clock);
+    this.dispatcher.ctx.leases = new BackendLeaseStore(this.backend, limiter, this.localLeases, this.stats, this.clock);
     this.log.notice(`limiter state on the backend ${target.display} (${target.mode}, prefix '${this.config.get('backend-prefix')}', timeout ${this.config.int('backend-timeout')} ms, backend-unavailable ${this.config.get('backend-unavailable')})`, { backend: target.display });
   }
 
