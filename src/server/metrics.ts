@@ -22,6 +22,7 @@ import { REDIS_VERSION, VERSION } from '../version.js';
 import type { CommandStat } from './stats.js';
 import { processMemory } from './memory.js';
 import { DURATION_BOUNDS_US } from './stats.js';
+import { streamExposition } from './metrics-stream.js';
 
 /** Metrics scrapes that may be open at once; the server reserves them in its descriptor budget. */
 export const METRICS_MAX_CONNECTIONS = 16;
@@ -33,7 +34,8 @@ export const METRICS_MAX_REQUESTS_PER_CONNECTION = 100;
  * its readiness, and the requests it answers itself (`POST /json`). main.ts registers it.
  */
 export interface MetricsExtension {
-  metricsText(): string;
+  /** Its families in the text format, in parts (a large family cut in several: sent in slices). */
+  metricsParts(): Iterable<string>;
   notReadyReason(): string | null;
   /** Answers the request (true) or leaves it to the metrics port (false). */
   handleHttp(req: http.IncomingMessage, res: http.ServerResponse): boolean;
@@ -117,8 +119,12 @@ function escapeLabel(value: string): string {
   return value.replace(/\\/g, '\\\\').replace(/\n/g, '\\n').replace(/"/g, '\\"');
 }
 
-/** The whole exposition, read from the server's counters at the time of the scrape. */
-export function metricsText(server: Server): string {
+/**
+ * The exposition in parts, each read when it is rendered: the server's own families, then the
+ * extensions' (sent in slices by metrics-stream.ts, so counters read in a later slice may have
+ * moved since an earlier one, as between two scrapes).
+ */
+export function* metricsParts(server: Server): Generator<string> {
   const s = server.stats;
   const ks = server.keyspace;
   const m = processMemory();
@@ -135,7 +141,7 @@ export function metricsText(server: Server): string {
     failed.push([{ command }, c.failedCalls + c.rejectedCalls]);
   }
   const keys: Sample[] = KEY_TYPES.map(([type, name]) => [{ type: name }, ks.countOfType(type)]);
-  return [
+  yield* [
     family('cellgate_info', 'gauge', 'Version information.', [[{ version: VERSION, redis_version: REDIS_VERSION }, 1]]),
     family('cellgate_uptime_seconds', 'gauge', 'Seconds since the server started.', [[null, Math.floor((Date.now() - server.startedMs) / 1000)]]),
     family('cellgate_connected_clients', 'gauge', 'Client connections open now.', [[null, server.clients.size]]),
@@ -167,8 +173,8 @@ export function metricsText(server: Server): string {
     ...journalFamilies(server),
     ...backendFamilies(server),
     family('cellgate_loading', 'gauge', 'Whether the snapshot is loading (INFO loading).', [[null, server.snapshots.loading ? 1 : 0]]),
-    ...metricsExtensions.map((x) => x.metricsText()),
-  ].join('');
+  ];
+  for (const x of metricsExtensions) yield* x.metricsParts();
 }
 
 /** The append-only journal's figures (INFO persistence aof_*), named as INFO names them. */
@@ -252,16 +258,9 @@ function answer(server: Server, req: http.IncomingMessage, res: http.ServerRespo
     res.writeHead(404, { 'content-type': 'text/plain' }).end('not found: try /metrics, /healthz or /readyz\n');
     return;
   }
-  let body: string;
-  try {
-    body = metricsText(server);
-  } catch (e) {
-    // Whatever fails while rendering (a bug, say): a 500, not a crash.
-    server.tasks.failed('metrics scrape', e);
-    res.writeHead(500, { 'content-type': 'text/plain' }).end('metrics unavailable\n');
-    return;
-  }
-  res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8' }).end(body);
+  // In slices, the loop given back between them; whatever fails while rendering (a bug, say) is a
+  // 500 or a broken connection, not a crash.
+  streamExposition(res, metricsParts(server), 'text/plain; version=0.0.4; charset=utf-8', (e) => server.tasks.failed('metrics scrape', e));
 }
 
 /** Listens for scrapes on `port` of every address given (`metrics-bind`). */
