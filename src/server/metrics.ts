@@ -7,10 +7,13 @@
  * (`_total` counters, base units).
  *
  * Nobody can hold the port (README "Health and metrics"): at most METRICS_MAX_CONNECTIONS connections
- * are open at once, shared among the addresses, each address with its own share (so connections to
- * one address, a pod's say, never take the share of another, loopback); a new connection beyond its share closes the one
- * that has waited longest for a request of its own (idle, kept alive, or sending its headers slowly)
- * instead of being refused, so a prober's connection is always served. `metrics-timeout` closes
+ * are served at once, shared among the addresses, each address with its own share (so connections to
+ * one address, a pod's say, never take the share of another, loopback); a new connection beyond its
+ * share takes the place of the one that has waited longest for a request of its own (idle, kept
+ * alive, or sending its headers slowly) instead of being refused, so a prober's connection is always
+ * served. One answering a request never makes room; the connections beyond the share (at most
+ * METRICS_MAX_REFUSING) are answered `503` with `Retry-After` (the health endpoints as usual), so a
+ * burst gets a status, never silence. `metrics-timeout` closes
  * connections that send nothing, take longer over their headers or request, or stay idle between
  * keep-alive requests; a connection serves at most METRICS_MAX_REQUESTS_PER_CONNECTION requests.
  */
@@ -24,8 +27,19 @@ import { processMemory } from './memory.js';
 import { DURATION_BOUNDS_US } from './stats.js';
 import { streamExposition } from './metrics-stream.js';
 
-/** Metrics scrapes that may be open at once; the server reserves them in its descriptor budget. */
+/** Metrics-port connections served at once. */
 export const METRICS_MAX_CONNECTIONS = 16;
+/**
+ * Connections beyond METRICS_MAX_CONNECTIONS: a new connection while every served one is answering
+ * a request, and served ones that waited for a request and were moved out to make room. Each is told
+ * `503` with `Retry-After` if it sends a request (`/healthz` and `/readyz` still answered) and closed,
+ * so that a burst of scrapes or `/json` calls gets a status instead of nothing; beyond these the one
+ * that waited longest for a request is closed. The server reserves both in its descriptor budget.
+ */
+export const METRICS_MAX_REFUSING = 48;
+export const METRICS_MAX_DESCRIPTORS = METRICS_MAX_CONNECTIONS + METRICS_MAX_REFUSING;
+/** Seconds a refused client is told to wait (Retry-After). */
+const RETRY_AFTER_SECONDS = 1;
 /** Requests one keep-alive connection may make; the last is answered with `Connection: close`. */
 export const METRICS_MAX_REQUESTS_PER_CONNECTION = 100;
 
@@ -45,6 +59,9 @@ export const metricsExtensions: MetricsExtension[] = [];
 
 /** Connections closed to make room for new ones (cellgate_metrics_connections_evicted_total). */
 let evictedConnections = 0;
+/** Requests answered 503 because every connection was answering, and connections closed at once beyond that. */
+let refusedRequests = 0;
+let refusedConnections = 0;
 
 /** What the eviction needs to know about one connection. */
 interface MetricsConnection {
@@ -166,7 +183,8 @@ export function* metricsParts(server: Server): Generator<string> {
     family('cellgate_net_input_bytes_total', 'counter', 'Bytes received from clients.', [[null, s.netInputBytes]]),
     family('cellgate_net_output_bytes_total', 'counter', 'Bytes sent to clients.', [[null, s.netOutputBytes]]),
     family('cellgate_auth_failures_total', 'counter', 'Failed AUTH and HELLO AUTH attempts.', [[null, s.authFailures]]),
-    family('cellgate_metrics_connections_evicted_total', 'counter', 'Metrics-port connections closed to make room for a new one (the port was at its connection cap).', [[null, evictedConnections]]),
+    family('cellgate_metrics_connections_evicted_total', 'counter', 'Metrics-port connections that waited for a request moved out of the 16 served to make room for a new one (closed if kept alive after a response, else a request they send is answered 503).', [[null, evictedConnections]]),
+    family('cellgate_metrics_busy_refusals_total', 'counter', 'Metrics-port requests answered 503 (Retry-After) beyond the 16 served connections, and connections closed beyond the 48 refusals.', [[{ result: 'status_503' }, refusedRequests], [{ result: 'closed' }, refusedConnections]]),
     family('cellgate_snapshot_changes_since_last_save', 'gauge', 'Writes since the last snapshot.', [[null, server.snapshots.changesSinceLastSave]]),
     family('cellgate_snapshot_last_save_timestamp_seconds', 'gauge', 'When the last snapshot was saved (server clock).', [[null, Math.floor(server.snapshots.lastSaveMs / 1000)]]),
     family('cellgate_snapshot_last_bgsave_ok', 'gauge', 'Whether the last background save succeeded (INFO rdb_last_bgsave_status: 1 ok, 0 err).', [[null, server.snapshots.lastBgsaveSucceeded ? 1 : 0]]),
@@ -218,23 +236,42 @@ function backendFamilies(server: Server): string[] {
 }
 
 /**
- * Makes room for a new connection in a full share: closes the one that has waited longest for a
- * request (a connection that sent nothing, one kept alive after its response, a slow sender of
- * headers), or, if every one is answering, the oldest of those.
+ * The connection of `connections` that has waited longest for a request (one that sent nothing,
+ * one kept alive after its response, a slow sender of headers), or null when every one is
+ * answering a request: one answering is never moved or closed to make room.
  */
-function evictOne(connections: Map<Socket, MetricsConnection>): void {
+function oldestIdle(connections: Map<Socket, MetricsConnection>): Socket | null {
   let victim: Socket | null = null;
   let best: MetricsConnection | null = null;
   for (const [socket, c] of connections) {
-    if (best === null || (best.answering && !c.answering) || (best.answering === c.answering && c.waitingSinceMs < best.waitingSinceMs)) {
+    if (c.answering) continue;
+    if (best === null || c.waitingSinceMs < best.waitingSinceMs) {
       victim = socket;
       best = c;
     }
   }
-  if (victim === null) return;
-  connections.delete(victim);
-  evictedConnections++;
-  victim.destroy();
+  return victim;
+}
+
+/**
+ * A request on a connection taken while every served one was answering: the health endpoints are
+ * answered (a probe must not fail because scrapes are busy), anything else gets 503 with
+ * Retry-After once its body is read (a response before the body is read would reach some clients
+ * as a reset); the connection closes after it.
+ */
+function refuseBusy(server: Server, req: http.IncomingMessage, res: http.ServerResponse): void {
+  res.shouldKeepAlive = false;
+  const path = (req.url ?? '').split('?', 1)[0];
+  if (req.method === 'GET' && (path === '/healthz' || path === '/readyz')) {
+    answer(server, req, res);
+    return;
+  }
+  refusedRequests++;
+  req.resume();
+  req.once('end', () => {
+    res.writeHead(503, { 'content-type': 'text/plain', 'retry-after': String(RETRY_AFTER_SECONDS), connection: 'close' })
+      .end(`busy: ${METRICS_MAX_CONNECTIONS} requests are being answered on this port; retry after ${RETRY_AFTER_SECONDS} s\n`);
+  });
 }
 
 /** The request handler: `/healthz` first, before any other work. */
@@ -269,9 +306,12 @@ export async function startMetrics(server: Server, addresses: string[], port: nu
   // One budget for all the addresses (the descriptor reserve counts METRICS_MAX_CONNECTIONS once),
   // split so that each address has its own share.
   const share = Math.max(1, Math.floor(METRICS_MAX_CONNECTIONS / Math.max(1, addresses.length)));
+  const refusingShare = Math.max(1, Math.floor(METRICS_MAX_REFUSING / Math.max(1, addresses.length)));
   const timeoutMs = server.config.int('metrics-timeout');
   for (const address of addresses) {
     const connections = new Map<Socket, MetricsConnection>();
+    /** Connections taken only to be refused (refuseBusy). */
+    const refusing = new Map<Socket, MetricsConnection>();
     const listener = http.createServer({
       // A request's headers, and the whole request, within metrics-timeout of its first byte
       // (checked every connectionsCheckingInterval); idle between keep-alive requests as long.
@@ -280,6 +320,12 @@ export async function startMetrics(server: Server, addresses: string[], port: nu
       keepAliveTimeout: timeoutMs,
       connectionsCheckingInterval: Math.max(10, Math.min(1000, Math.floor(timeoutMs / 4))),
     }, (req, res) => {
+      const r = refusing.get(req.socket);
+      if (r !== undefined) {
+        r.answering = true;
+        refuseBusy(server, req, res);
+        return;
+      }
       const c = connections.get(req.socket);
       if (c !== undefined) {
         c.answering = true;
@@ -297,8 +343,41 @@ export async function startMetrics(server: Server, addresses: string[], port: nu
     // Not listener.maxConnections: Node would refuse the new connection (a prober's) and keep the
     // idle ones. The share is kept here, by eviction.
     listener.on('connection', (socket: Socket) => {
-      if (connections.size >= share) evictOne(connections);
-      connections.set(socket, { answering: false, waitingSinceMs: Date.now(), requests: 0 });
+      const nowMs = Date.now();
+      // Among the refusals: when they are full too, the one that waited longest for a request
+      // goes (closed), or, if every one is answering, this one.
+      const refuse = (s: Socket): void => {
+        if (refusing.size >= refusingShare) {
+          const old = oldestIdle(refusing);
+          refusedConnections++;
+          if (old === null) {
+            s.destroy();
+            return;
+          }
+          refusing.delete(old);
+          old.destroy();
+        }
+        refusing.set(s, { answering: false, waitingSinceMs: nowMs, requests: 0 });
+        s.once('close', () => refusing.delete(s));
+      };
+      if (connections.size >= share) {
+        // The served connection that waited longest for a request makes room. One kept alive after
+        // a response is closed (its client opens a new one for its next request, as after any idle
+        // close); one that has not sent a request yet joins the refusals (a request it sends, as a
+        // client of a burst that connected just before, is told 503, not reset). When every served
+        // one is answering, this one is refused instead.
+        const victim = oldestIdle(connections);
+        if (victim === null) {
+          refuse(socket);
+          return;
+        }
+        const served = connections.get(victim)!.requests > 0;
+        connections.delete(victim);
+        evictedConnections++;
+        if (served) victim.destroy();
+        else refuse(victim);
+      }
+      connections.set(socket, { answering: false, waitingSinceMs: nowMs, requests: 0 });
       socket.once('close', () => connections.delete(socket));
     });
     // A connection that sends nothing at all is closed by the socket timeout (headersTimeout only

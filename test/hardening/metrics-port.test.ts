@@ -65,11 +65,12 @@ describe('metrics port', () => {
       const pid = s.proc.pid!;
       const fdsBefore = readdirSync(`/proc/${pid}/fd`).length;
       for (let i = 0; i < 100; i++) idle.push(await RawConnection.open(metricsPort, { allowHalfOpen: true }));
-      // Those beyond the cap are closed by the server (this side never closes them).
-      await waitFor(() => idle.filter((c) => c.ended).length >= 100 - 16, 'the connections beyond the cap closed');
-      expect(idle.filter((c) => c.ended).length).toBeGreaterThanOrEqual(100 - 16);
-      await waitFor(() => readdirSync(`/proc/${pid}/fd`).length <= fdsBefore + 16, 'their descriptors released');
-      expect(readdirSync(`/proc/${pid}/fd`).length).toBeLessThanOrEqual(fdsBefore + 16);
+      // Those beyond the cap (16 served, 48 that would be answered 503) are closed by the server
+      // (this side never closes them).
+      await waitFor(() => idle.filter((c) => c.ended).length >= 100 - 64, 'the connections beyond the cap closed');
+      expect(idle.filter((c) => c.ended).length).toBeGreaterThanOrEqual(100 - 64);
+      await waitFor(() => readdirSync(`/proc/${pid}/fd`).length <= fdsBefore + 64, 'their descriptors released');
+      expect(readdirSync(`/proc/${pid}/fd`).length).toBeLessThanOrEqual(fdsBefore + 64);
       for (const c of idle) c.destroy();
       let status: number | string = 0;
       for (let i = 0; i < 100 && status !== 200; i++) {
@@ -163,8 +164,9 @@ describe('nobody can hold the metrics port', () => {
         `${statuses.filter((x) => x === 200).length}/${PROBES} /healthz probes answered 200`);
       expect(statuses).toEqual(Array(PROBES).fill(200));
       const evicted = await metric(metricsPort, 'cellgate_metrics_connections_evicted_total');
-      console.log(`[attack] metrics port: ${evicted} connections evicted to make room`);
-      expect(evicted).toBeGreaterThanOrEqual(27 - 16 + PROBES);
+      console.log(`[attack] metrics port: ${evicted} connections moved out of the served share to make room`);
+      // Those beyond the 16 served made room (they would be told 503 if they sent a request).
+      expect(evicted).toBeGreaterThanOrEqual(27 - 16);
     } finally {
       attacking = false;
       for (const c of idle) c.destroy();
