@@ -26,6 +26,7 @@ import type { CommandStat } from './stats.js';
 import { processMemory } from './memory.js';
 import { DURATION_BOUNDS_US } from './stats.js';
 import { streamExposition } from './metrics-stream.js';
+import { DEGRADED_MODES } from './degraded.js';
 
 /** Metrics-port connections served at once. */
 export const METRICS_MAX_CONNECTIONS = 16;
@@ -191,8 +192,16 @@ export function* metricsParts(server: Server): Generator<string> {
     ...journalFamilies(server),
     ...backendFamilies(server),
     family('cellgate_loading', 'gauge', 'Whether the snapshot is loading (INFO loading).', [[null, server.snapshots.loading ? 1 : 0]]),
+    degradedFamily(server),
   ];
   for (const x of metricsExtensions) yield* x.metricsParts();
+}
+
+/** Each degraded mode, 1 while in force (INFO degraded, src/server/degraded.ts). */
+function degradedFamily(server: Server): string {
+  const now = server.degraded.current();
+  return family('cellgate_degraded', 'gauge', 'Whether each degraded mode is in force: backend_unavailable (calls answered by backend-unavailable), rls_no_config, journal_not_writing, snapshot_failing.',
+    DEGRADED_MODES.map((mode) => [{ mode }, now.has(mode) ? 1 : 0]));
 }
 
 /** The append-only journal's figures (INFO persistence aof_*), named as INFO names them. */
@@ -286,8 +295,10 @@ function answer(server: Server, req: http.IncomingMessage, res: http.ServerRespo
   if (req.method === 'GET' && path === '/readyz') {
     const reason = notReadyReason(server);
     const backend = server.backend === null ? '' : ` (backend ${server.backend.state}, backend-unavailable ${server.backend.policy})`;
-    if (reason === null) res.writeHead(200, { 'content-type': 'text/plain' }).end(`ready${backend}\n`);
-    else res.writeHead(503, { 'content-type': 'text/plain' }).end(`not ready: ${reason}\n`);
+    const modes = server.degraded.list();
+    const degraded = modes === '' ? '' : ` (degraded: ${modes})`;
+    if (reason === null) res.writeHead(200, { 'content-type': 'text/plain' }).end(`ready${backend}${degraded}\n`);
+    else res.writeHead(503, { 'content-type': 'text/plain' }).end(`not ready: ${reason}${degraded}\n`);
     return;
   }
   for (const x of metricsExtensions) if (x.handleHttp(req, res)) return;
