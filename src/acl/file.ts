@@ -2,7 +2,7 @@
  * The ACL file (`aclfile`, ACL LOAD / ACL SAVE): one `user <name> <rules>` line per user, as Redis
  * reads and writes it.
  */
-import { FileReadError, readRegularFileSync } from '../files/regular-file.js';
+import { FileReadError, readRegularFile, readRegularFileSync } from '../files/regular-file.js';
 import { replaceFileSync } from '../persistence/exclusive-file.js';
 import { AclRuleError, validUserName } from './rule-syntax.js';
 import type { User } from './users.js';
@@ -36,6 +36,20 @@ export function parseAclFile(path: string, newUser: (name: string) => User): Map
   } catch (e) {
     throw new AclRuleError(`Error loading ACLs, opening file '${path}': ${readFailure(path, e)}`);
   }
+  return parseAclText(path, text, newUser);
+}
+
+/** The ACL file's text, read off the event loop (ACL LOAD), with the same bounds; rejects with AclRuleError. */
+export async function readAclFile(path: string): Promise<string> {
+  try {
+    return (await readRegularFile(path, { maxBytes: ACL_FILE_MAX_BYTES, what: 'aclfile' })).toString('latin1');
+  } catch (e) {
+    throw new AclRuleError(`Error loading ACLs, opening file '${path}': ${readFailure(path, e)}`);
+  }
+}
+
+/** Parses the text of the ACL file at `path` (named in errors), as parseAclFile. */
+export function parseAclText(path: string, text: string, newUser: (name: string) => User): Map<string, User> {
   const users = new Map<string, User>();
   const lines = text.split('\n');
   for (let n = 0; n < lines.length; n++) {

@@ -227,7 +227,15 @@ export class Server implements CommandServer {
    * of users that were replaced are closed. At start and on ACL LOAD.
    */
   loadAclFile(path: string, caller: Client | null): void {
-    const loaded = this.acl.parseFile(path);
+    this.replaceAclUsers(this.acl.parseFile(path), caller);
+  }
+
+  /** The same, from the file's text read already (ACL LOAD reads it off the event loop). */
+  loadAclText(path: string, text: string, caller: Client | null): void {
+    this.replaceAclUsers(this.acl.parseText(path, text), caller);
+  }
+
+  private replaceAclUsers(loaded: Map<string, User>, caller: Client | null): void {
     const gone = this.acl.replaceUsers(loaded);
     this.disconnectUsers(gone, caller);
   }

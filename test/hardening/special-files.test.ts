@@ -78,6 +78,28 @@ describe('aclfile', () => {
       await s.stop();
     }
   }, 40_000);
+
+  it('ACL LOAD read off the loop keeps replies in order; inside MULTI/EXEC it answers in its place', async () => {
+    const dir = newDir();
+    const acl = join(dir, 'users.acl');
+    writeFileSync(acl, 'user default on nopass ~* &* +@all\n');
+    const s = await startServer({ args: ['--aclfile', acl] });
+    const r = new Redis({ port: s.port, host: '127.0.0.1' });
+    try {
+      writeFileSync(acl, 'user default on nopass ~* &* +@all\nuser bob on >pw ~* +@all\n');
+      // Pipelined: the read's reply comes later, and the replies after it wait behind it.
+      const replies = await r.pipeline().call('ACL', 'LOAD').ping().call('ACL', 'USERS').exec();
+      expect(replies).toEqual([[null, 'OK'], [null, 'PONG'], [null, ['bob', 'default']]]);
+      unlinkSync(acl);
+      mkfifo(acl);
+      const exec = await r.multi().call('ACL', 'LOAD').ping().exec();
+      expect(String(exec![0][0])).toContain('it is a FIFO, only regular files are read');
+      expect(exec![1]).toEqual([null, 'PONG']);
+    } finally {
+      r.disconnect();
+      await s.stop();
+    }
+  }, 40_000);
 });
 
 describe('TLS files', () => {
