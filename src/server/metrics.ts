@@ -39,6 +39,8 @@ export const METRICS_MAX_CONNECTIONS = 16;
  */
 export const METRICS_MAX_REFUSING = 48;
 export const METRICS_MAX_DESCRIPTORS = METRICS_MAX_CONNECTIONS + METRICS_MAX_REFUSING;
+/** Bytes of a request's line and headers: beyond it the request is answered 431 and the connection closed. */
+export const METRICS_MAX_HEADER_BYTES = 16 * 1024;
 /** Seconds a refused client is told to wait (Retry-After). */
 const RETRY_AFTER_SECONDS = 1;
 /** Requests one keep-alive connection may make; the last is answered with `Connection: close`. */
@@ -327,6 +329,7 @@ export async function startMetrics(server: Server, addresses: string[], port: nu
       // A request's headers, and the whole request, within metrics-timeout of its first byte
       // (checked every connectionsCheckingInterval); idle between keep-alive requests as long.
       headersTimeout: timeoutMs,
+      maxHeaderSize: METRICS_MAX_HEADER_BYTES,
       requestTimeout: timeoutMs,
       keepAliveTimeout: timeoutMs,
       connectionsCheckingInterval: Math.max(10, Math.min(1000, Math.floor(timeoutMs / 4))),
@@ -394,7 +397,17 @@ export async function startMetrics(server: Server, addresses: string[], port: nu
     // A connection that sends nothing at all is closed by the socket timeout (headersTimeout only
     // starts with the first byte of a request).
     listener.setTimeout(timeoutMs, (socket) => socket.destroy());
-    listener.on('clientError', (_e, socket) => socket.destroy());
+    listener.on('clientError', (e: NodeJS.ErrnoException, socket) => {
+      // Headers over METRICS_MAX_HEADER_BYTES: said so, then closed; any other malformed request: closed.
+      if (socket.writableEnded) return; // answered 431 already: the parser reports the rest too
+      if (e.code !== 'HPE_HEADER_OVERFLOW' || !socket.writable) {
+        socket.destroy();
+        return;
+      }
+      socket.end('HTTP/1.1 431 Request Header Fields Too Large\r\nConnection: close\r\nContent-Length: 0\r\n\r\n');
+      // What the peer still sends is not read: the connection goes once the reply had a moment to leave.
+      setTimeout(() => socket.destroy(), 1000).unref();
+    });
     await new Promise<void>((resolve, reject) => {
       listener.once('error', reject);
       listener.listen({ host: address, port, ipv6Only: address.includes(':') }, () => {

@@ -118,6 +118,30 @@ async function keptAlive(port: number): Promise<RawConnection> {
   return conn;
 }
 
+describe('a request\'s headers are bounded', () => {
+  it('64 KiB of headers, and headers that never end: 431 and closed at 16 KiB, the port still answers', async () => {
+    const metricsPort = await freePort();
+    const s = await startServer({ args: ['--metrics-port', String(metricsPort), '--metrics-timeout', '60000'] });
+    try {
+      const big = await RawConnection.open(metricsPort, { allowHalfOpen: true });
+      await big.write(`GET /metrics HTTP/1.1\r\nHost: x\r\nX-Big: ${'b'.repeat(64 * 1024)}\r\n\r\n`);
+      await big.waitForEnd(10_000);
+      expect(big.text()).toMatch(/^HTTP\/1\.1 431 /);
+      // Never ending: header lines sent until the server closes (bounded here by a count).
+      const endless = await RawConnection.open(metricsPort, { allowHalfOpen: true });
+      await endless.write('GET /metrics HTTP/1.1\r\nHost: x\r\n');
+      for (let i = 0; i < 1000 && !endless.ended; i++) await endless.write(`X-Line-${i}: ${'v'.repeat(100)}\r\n`).catch(() => undefined);
+      await endless.waitForEnd(10_000);
+      expect(endless.text()).toMatch(/^HTTP\/1\.1 431 /);
+      expect(await scrape('127.0.0.1', metricsPort, '/healthz', 5000)).toBe(200);
+      big.destroy();
+      endless.destroy();
+    } finally {
+      await s.stop();
+    }
+  });
+});
+
 describe('nobody can hold the metrics port', () => {
   it('20 idle connections, 4 slow-loris senders and 3 kept-alive connections, re-opened as they are closed: every /healthz probe is answered 200', async () => {
     const metricsPort = await freePort();
