@@ -59,6 +59,7 @@ describe('detailed_metric labels', () => {
     await sendValues('big', 600, 7900, 120);
     await sendValues('mid', 1500, 900, 256);
     const text = await rls.metrics();
+    console.log(`[attack] detailed_metric: 600 values of 7.9 KB and 1,500 of 900 bytes: /metrics is ${text.length} bytes`);
     // Unbounded, these labels alone would be 5 families × (600 × 7.9 KB + 1,500 × 0.9 KB) ≈ 30 MB.
     // Bounded: 5 × (1 MiB of label text + some 100 bytes per series) whatever the requests carry.
     expect(text.length).toBeLessThan(12 * 1024 * 1024);
