@@ -6,7 +6,7 @@
  */
 import { afterAll, describe, expect, it } from 'vitest';
 import { spawn, spawnSync } from 'node:child_process';
-import { mkdtempSync, rmSync, symlinkSync, unlinkSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, symlinkSync, unlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
@@ -121,5 +121,17 @@ describe('TLS files', () => {
     expect(r.code).not.toBe(null);
     expect(r.code).not.toBe(0);
     expect(r.out).toContain("cannot read tls-key-file '/dev/zero': it is a character device, only regular files are read");
+  }, 40_000);
+
+  it('rls-tls: a FIFO as tls-cert-file for the rate limit service: the server exits naming it', async () => {
+    const dir = newDir();
+    const fifo = join(dir, 'server.crt');
+    mkfifo(fifo);
+    mkdirSync(join(dir, 'cfg'));
+    writeFileSync(join(dir, 'cfg', 'd.yaml'), 'domain: d\n');
+    const r = await refusedStart(['--rls-port', String(await freePort()), '--rls-config', join(dir, 'cfg'), '--rls-tls', 'yes', '--tls-cert-file', fifo, '--tls-key-file', '/dev/zero', '--tls-auth-clients', 'no']);
+    expect(r.code).not.toBe(null);
+    expect(r.code).not.toBe(0);
+    expect(r.out).toContain(`cannot read tls-cert-file '${fifo}': it is a FIFO, only regular files are read`);
   }, 40_000);
 });
