@@ -1,5 +1,5 @@
 /**
- * The ACL file and the TLS files are read only when they are regular files of a bounded size
+ * The ACL file, the TLS files, the config file and requirepass-file are read only when they are regular files of a bounded size
  * (src/files/regular-file.ts): a FIFO is refused at once (never waited on for a writer), a symlink to
  * /dev/zero is refused (never read), an oversized file is refused; at start the server exits with
  * the reason; at ACL LOAD or CONFIG SET the command fails with it and the server goes on serving.
@@ -133,5 +133,50 @@ describe('TLS files', () => {
     expect(r.code).not.toBe(null);
     expect(r.code).not.toBe(0);
     expect(r.out).toContain(`cannot read tls-cert-file '${fifo}': it is a FIFO, only regular files are read`);
+  }, 40_000);
+});
+
+describe('configuration files', () => {
+  it('a FIFO as the config file, and as requirepass-file: the server exits naming it', async () => {
+    const dir = newDir();
+    const fifo = join(dir, 'cellgate.conf');
+    mkfifo(fifo);
+    const conf = await new Promise<{ code: number | null; out: string }>((resolve) => {
+      const proc = spawn(process.execPath, [MAIN, fifo, '--port', '0', '--dir', newDir()], { stdio: ['ignore', 'pipe', 'pipe'] });
+      let out = '';
+      proc.stdout.on('data', (d: Buffer) => (out += d.toString()));
+      proc.stderr.on('data', (d: Buffer) => (out += d.toString()));
+      const timer = setTimeout(() => proc.kill('SIGKILL'), 30_000);
+      proc.on('close', (code) => {
+        clearTimeout(timer);
+        resolve({ code, out });
+      });
+    });
+    expect(conf.code).not.toBe(null);
+    expect(conf.code).not.toBe(0);
+    expect(conf.out).toContain(`cannot read config file '${fifo}': it is a FIFO, only regular files are read`);
+    const secret = join(dir, 'password');
+    mkfifo(secret);
+    const r = await refusedStart(['--requirepass-file', secret]);
+    expect(r.code).not.toBe(null);
+    expect(r.code).not.toBe(0);
+    expect(r.out).toContain(`cannot read requirepass-file '${secret}': it is a FIFO, only regular files are read`);
+  }, 70_000);
+
+  it('CONFIG REWRITE when the config file was replaced by a FIFO: an error, the server serving', async () => {
+    const dir = newDir();
+    const conf = join(dir, 'cellgate.conf');
+    writeFileSync(conf, 'hz 10\n');
+    const s = await startServer({ configFile: conf });
+    const r = new Redis({ port: s.port, host: '127.0.0.1' });
+    try {
+      unlinkSync(conf);
+      mkfifo(conf);
+      await expect(r.call('CONFIG', 'REWRITE')).rejects.toThrow(`cannot read the config file '${conf}': it is a FIFO, only regular files are read`);
+      expect(await r.ping()).toBe('PONG');
+    } finally {
+      r.disconnect();
+      await s.stop();
+    }
   }, 40_000);
 });
