@@ -65,10 +65,10 @@ describe('degraded modes', () => {
     try {
       await waitFor(async () => infoField(await r.info('degraded'), 'degraded') === 'backend_unavailable', 'INFO degraded:backend_unavailable');
       expect(await gauges(metricsPort)).toEqual(expected(['backend_unavailable']));
+      // Never reached since the start: not ready (whatever the policy), and the mode is shown too.
       const ready = await get(metricsPort, '/readyz');
-      // `local` keeps the server ready; the mode is still shown.
-      expect(ready.status).toBe(200);
-      expect(ready.body).toMatch(/^ready \(backend \w+, backend-unavailable local\) \(degraded: backend_unavailable\)\n$/);
+      expect(ready.status).toBe(503);
+      expect(ready.body).toMatch(/^not ready: .* \(degraded: backend_unavailable\)\n$/);
       await waitFor(() => logged(s, 'degraded mode entered: backend_unavailable: backend '), 'the log line');
     } finally {
       r.disconnect();
