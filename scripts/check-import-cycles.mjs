@@ -41,7 +41,7 @@ for (const file of files) {
  * top of src/ are the base (leaves everything may use) or main; the server's folder holds two rooms:
  * its parts, which the commands use (the stats, memory, TLS, MULTI state, slow log...), below the
  * commands, and the server proper (every other module there: server, listeners, dispatch, gates,
- * cron, watch-release, client, ordered-replies, metrics, warmup), above them. A module
+ * cron, watch-release, client, ordered-replies, metrics, metrics-stream, degraded, warmup), above them. A module
  * in no room (a new top-level file) is an error until it is given one here and in docs/development.md.
  */
 const RANKS = [

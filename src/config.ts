@@ -6,7 +6,7 @@
  * a name means one thing everywhere; config/values.ts validates values, config/file.ts reads the file
  * and rewrites it.
  */
-import { readFileSync } from 'node:fs';
+import { readRegularFileSync } from './files/regular-file.js';
 import { BY_NAME, DEFS, REFUSED, REFUSED_VALUES, type ConfigDef } from './config/params.js';
 import { canonical, canonicalDefault, canonicalOutputLimits, ConfigError, type OutputLimit } from './config/values.js';
 import { quoteValue, readConfigFile, rewriteConfigFile } from './config/file.js';
@@ -108,9 +108,10 @@ export class Config {
     if (this.get('requirepass') !== '') throw new ConfigError('requirepass and requirepass-file are both set: use one of them');
     let bytes: Buffer;
     try {
-      bytes = readFileSync(file);
+      // A mounted Secret: a regular file of at most 64 KiB (a FIFO or a device refused with the reason).
+      bytes = readRegularFileSync(file, { maxBytes: 64 * 1024, what: 'requirepass-file' });
     } catch (e) {
-      throw new ConfigError(`cannot read requirepass-file '${file}': ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);
+      throw new ConfigError((e as Error).message);
     }
     // The file's bytes as they are (a password need not be UTF-8), less one trailing newline.
     let end = bytes.length;

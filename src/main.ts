@@ -155,6 +155,7 @@ async function main(argv: string[]): Promise<void> {
   if (rlsRefusal !== null) fail(rlsRefusal);
 
   const server = new Server(config, log);
+  infoExtensions.push({ name: 'degraded', title: 'Degraded', rows: () => [['degraded', server.degraded.list()]] });
   for (const signal of ['SIGTERM', 'SIGINT'] as const) {
     process.on(signal, () => server.shutdown(`received ${signal}`));
   }
@@ -163,6 +164,7 @@ async function main(argv: string[]): Promise<void> {
   const rls = RlsRuntime.wanted(config) ? rlsRuntime(server) : null;
   if (rls !== null) {
     metricsExtensions.push(rls);
+    server.degraded.addSource(() => (rls.service.config === null ? ['rls_no_config', rls.notReadyReason() ?? 'no rate limit configuration loaded (rls-force-start serves without one)'] : null));
     infoExtensions.push({ name: 'rls', title: 'Rls', rows: () => rls.infoRows() });
     void rls.prepare();
   }

@@ -2,10 +2,13 @@
  * The ACL file (`aclfile`, ACL LOAD / ACL SAVE): one `user <name> <rules>` line per user, as Redis
  * reads and writes it.
  */
-import { readFileSync } from 'node:fs';
+import { FileReadError, readRegularFile, readRegularFileSync } from '../files/regular-file.js';
 import { replaceFileSync } from '../persistence/exclusive-file.js';
 import { AclRuleError, validUserName } from './rule-syntax.js';
 import type { User } from './users.js';
+
+/** The largest ACL file read: some 40,000 users of 200 bytes of rules each. */
+export const ACL_FILE_MAX_BYTES = 8 * 1024 * 1024;
 
 /** The ACL file's text for `users` (sorted by name): one `user <name> <rules>` line per user. */
 export function aclFileText(users: readonly User[]): string {
@@ -27,10 +30,26 @@ export function saveAclFile(path: string, users: readonly User[]): void {
 export function parseAclFile(path: string, newUser: (name: string) => User): Map<string, User> {
   let text: string;
   try {
-    text = readFileSync(path).toString('latin1');
+    // A regular file of at most ACL_FILE_MAX_BYTES: a FIFO is refused at once (never waited on),
+    // /dev/zero never read, whatever is put at the path.
+    text = readRegularFileSync(path, { maxBytes: ACL_FILE_MAX_BYTES, what: 'aclfile' }).toString('latin1');
   } catch (e) {
-    throw new AclRuleError(`Error loading ACLs, opening file '${path}': ${(e as NodeJS.ErrnoException).code === 'ENOENT' ? 'No such file or directory' : (e as Error).message}`);
+    throw new AclRuleError(`Error loading ACLs, opening file '${path}': ${readFailure(path, e)}`);
   }
+  return parseAclText(path, text, newUser);
+}
+
+/** The ACL file's text, read off the event loop (ACL LOAD), with the same bounds; rejects with AclRuleError. */
+export async function readAclFile(path: string): Promise<string> {
+  try {
+    return (await readRegularFile(path, { maxBytes: ACL_FILE_MAX_BYTES, what: 'aclfile' })).toString('latin1');
+  } catch (e) {
+    throw new AclRuleError(`Error loading ACLs, opening file '${path}': ${readFailure(path, e)}`);
+  }
+}
+
+/** Parses the text of the ACL file at `path` (named in errors), as parseAclFile. */
+export function parseAclText(path: string, text: string, newUser: (name: string) => User): Map<string, User> {
   const users = new Map<string, User>();
   const lines = text.split('\n');
   for (let n = 0; n < lines.length; n++) {
@@ -63,4 +82,13 @@ export function parseAclFile(path: string, newUser: (name: string) => User): Map
 /** A line of the ACL file without the spaces, tabs and CR/LF around it (Redis's sdstrim " \t\r\n"). */
 function trimFileLine(line: string): string {
   return line.replace(/^[ \t\r\n]+|[ \t\r\n]+$/g, '');
+}
+
+/** Why the ACL file was not read, in Redis's words for the usual errors (strerror), else the reader's. */
+function readFailure(path: string, e: unknown): string {
+  if (!(e instanceof FileReadError)) return (e as Error).message;
+  if (e.code === 'ENOENT') return 'No such file or directory';
+  if (e.code === 'EACCES') return 'Permission denied';
+  const prefix = `cannot read aclfile '${path}': `;
+  return e.message.startsWith(prefix) ? e.message.slice(prefix.length) : e.message;
 }

@@ -11,7 +11,7 @@
 import { createHash } from 'node:crypto';
 import type { CommandSpec } from '../commands/types.js';
 import { isCategory } from './categories.js';
-import { aclFileText, parseAclFile, saveAclFile } from './file.js';
+import { aclFileText, parseAclFile, parseAclText, saveAclFile } from './file.js';
 import { KEY_READ, KEY_WRITE, keyMatcher, keyRule, type KeyMatcher } from './key-patterns.js';
 import { addLogEntry, type AclLogEntry } from './log.js';
 import { compareDigests, sha256Hex, UNKNOWN_USER_DIGEST } from './passwords.js';
@@ -382,6 +382,11 @@ export class Acl {
    */
   parseFile(path: string): Map<string, User> {
     return parseAclFile(path, (name) => new User(name, this));
+  }
+
+  /** The same, for the file's text read already (ACL LOAD reads it off the event loop). */
+  parseText(path: string, text: string): Map<string, User> {
+    return parseAclText(path, text, (name) => new User(name, this));
   }
 
   /**

@@ -6,6 +6,7 @@
 import { randomBytes } from 'node:crypto';
 import type { CommandArgs } from '../protocol/command-args.js';
 import { CATEGORIES } from '../acl/categories.js';
+import { readAclFile } from '../acl/file.js';
 import { ACL_DENIED_CMD, ACL_OK, AclRuleError, aclCheck, deniedKeyIndex, validUserName, type User } from '../acl/users.js';
 import type { Client } from '../server/client.js';
 import { clientInfoLine } from './connection.js';
@@ -184,14 +185,35 @@ function load(ctx: CommandContext): void {
     ctx.reply.error(NO_ACL_FILE);
     return;
   }
-  try {
-    server.loadAclFile(path, ctx.client);
-  } catch (e) {
-    if (!(e instanceof AclRuleError)) throw e;
-    ctx.reply.error(`ERR ${e.message}`);
+  const client = ctx.client;
+  if (client.multi !== null) {
+    // Inside EXEC the reply is an element of the array written now: the file is read here, a
+    // regular file of bounded size (a FIFO or a device is refused at once, never waited on).
+    try {
+      server.loadAclFile(path, client);
+    } catch (e) {
+      if (!(e instanceof AclRuleError)) throw e;
+      ctx.reply.error(`ERR ${e.message}`);
+      return;
+    }
+    ctx.reply.ok();
     return;
   }
-  ctx.reply.ok();
+  // Off the event loop: this client's reply (and its later commands) wait for the read; others are
+  // served meanwhile, whatever the disk does.
+  const release = client.hold();
+  void readAclFile(path).then((text) => {
+    release((reply) => {
+      try {
+        server.loadAclText(path, text, client);
+      } catch (e) {
+        // Outside the dispatcher's guard (a later turn): any failure is this command's error.
+        reply.error(`ERR ${(e as Error).message}`);
+        return;
+      }
+      reply.ok();
+    });
+  }, (e: unknown) => release((reply) => reply.error(`ERR ${e instanceof AclRuleError ? e.message : (e as Error).message}`)));
 }
 
 function dryRun(ctx: CommandContext, argv: CommandArgs): void {

@@ -126,6 +126,7 @@ export interface AclAccess {
   /** Whether a new connection starts unauthenticated (the default user needs a password). */
   readonly authRequired: boolean;
   loadAclFile(path: string, caller: Client | null): void;
+  loadAclText(path: string, text: string, caller: Client | null): void;
   disconnectUsers(users: Set<User>, caller: Client | null): void;
 }
 

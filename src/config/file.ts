@@ -2,11 +2,18 @@
  * The config file: redis.conf syntax (`name value...` per line, `#` comments, Redis's quoting,
  * `include`), read at start, and rewritten in place by CONFIG REWRITE.
  */
-import { readFileSync, statSync } from 'node:fs';
+import { statSync } from 'node:fs';
+import { readRegularFileSync } from '../files/regular-file.js';
 import { dirname, isAbsolute, join } from 'node:path';
 import { replaceFileSync } from '../persistence/exclusive-file.js';
 import { splitInlineArgs } from '../protocol/inline.js';
 import { ConfigError } from './values.js';
+
+/**
+ * The largest configuration file (and included file) read: regular files only, so a FIFO or a
+ * device at the path is refused with the reason instead of stopping the start or CONFIG REWRITE.
+ */
+export const CONFIG_FILE_MAX_BYTES = 1024 * 1024;
 
 const SPACE = Buffer.from(' ');
 
@@ -90,9 +97,9 @@ export function quoteValue(bytes: Buffer): string {
 export function readConfigFile(path: string, apply: (name: string, value: Buffer) => void, depth = 0): void {
   let bytes: Buffer;
   try {
-    bytes = readFileSync(path);
+    bytes = readRegularFileSync(path, { maxBytes: CONFIG_FILE_MAX_BYTES, what: 'config file' });
   } catch (e) {
-    throw new ConfigError(`cannot read config file '${path}': ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);
+    throw new ConfigError((e as Error).message);
   }
   const lines = splitLines(bytes);
   for (let i = 0; i < lines.length; i++) {
@@ -125,9 +132,10 @@ export function readConfigFile(path: string, apply: (name: string, value: Buffer
 export function rewriteConfigFile(path: string, lineOf: (name: string) => string | null, appended: (written: ReadonlySet<string>) => string[]): void {
   let old: Buffer;
   try {
-    old = readFileSync(path);
+    // CONFIG REWRITE runs on the event loop: a FIFO put at the path must not stop it (refused at once).
+    old = readRegularFileSync(path, { maxBytes: CONFIG_FILE_MAX_BYTES, what: 'the config file' });
   } catch (e) {
-    throw new ConfigError(`cannot read the config file '${path}': ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);
+    throw new ConfigError((e as Error).message);
   }
   const done = new Set<string>();
   const out: string[] = [];

@@ -19,14 +19,14 @@ import { dirname, resolve } from 'node:path';
 import type { Config } from '../config.js';
 import { PathWatcher } from '../files/path-watcher.js';
 import type { Logger } from '../log.js';
-import { DURATION_BOUNDS_US } from '../server/stats.js';
 import { loadRlsConfigDir, RlsConfigLoadError, type RefusalReason } from './config-dir.js';
 import type { RlsDecider } from './decider.js';
 import { answerHealthHttp } from './health-http.js';
 import { RlsGrpcServer, type RlsAccounts } from './grpc.js';
-import { grpcInfoRows, grpcMetricsText } from './grpc-report.js';
+import { grpcInfoRows } from './grpc-report.js';
 import { RLS_TLS_SETTINGS } from './grpc-tls.js';
 import { JsonRequestError, parseJsonRequest, responseJson } from './json.js';
+import { rlsMetricsParts } from './metrics.js';
 import { RlsService } from './service.js';
 import { xdsRefusal, xdsWanted } from './xds/settings.js';
 import type { XdsSource } from './xds/source.js';
@@ -293,45 +293,14 @@ export class RlsRuntime {
     return true;
   }
 
-  /** The service's families in the Prometheus text format, named as envoyproxy/ratelimit's statsd-exporter mapping names them. */
-  metricsText(): string {
-    const s = this.service.stats;
-    const out: string[] = [];
-    const perKey = [...s.perKey];
-    const fam = (name: string, help: string, pick: (v: { totalHits: number; overLimit: number; nearLimit: number; withinLimit: number; shadowMode: number }) => number): void => {
-      out.push(`# HELP ${name} ${help}\n# TYPE ${name} counter\n`);
-      for (const [key, v] of perKey) out.push(`${name}${keyLabels(key)} ${pick(v)}\n`);
-    };
-    fam('ratelimit_service_rate_limit_total_hits', 'Hits counted against each limit (hits_addend summed).', (v) => v.totalHits);
-    fam('ratelimit_service_rate_limit_over_limit', 'Hits over each limit.', (v) => v.overLimit);
-    fam('ratelimit_service_rate_limit_near_limit', 'Hits above 80% of each limit.', (v) => v.nearLimit);
-    fam('ratelimit_service_rate_limit_within_limit', 'Hits within each limit.', (v) => v.withinLimit);
-    fam('ratelimit_service_rate_limit_shadow_mode', 'Hits over a shadow_mode limit, answered OK.', (v) => v.shadowMode);
-    const one = (name: string, help: string, value: number): void => {
-      out.push(`# HELP ${name} ${help}\n# TYPE ${name} counter\n${name} ${value}\n`);
-    };
-    one('ratelimit_service_config_load_success', 'Configurations loaded from rls-config.', s.configLoadSuccess);
-    one('ratelimit_service_config_load_error', 'Configuration loads refused (the previous one stayed).', s.configLoadError);
-    one('ratelimit_service_global_shadow_mode', 'Requests over a limit answered OK because of rls-shadow-mode.', s.globalShadowMode);
-    out.push('# HELP ratelimit_service_should_rate_limit_error ShouldRateLimit calls refused.\n# TYPE ratelimit_service_should_rate_limit_error counter\n');
-    out.push(`ratelimit_service_should_rate_limit_error{err_type="service_error"} ${s.serviceError}\n`);
-    out.push('# HELP ratelimit_service_rate_limit_domain_not_found Requests for a domain no file configures.\n# TYPE ratelimit_service_rate_limit_domain_not_found counter\n');
-    for (const [domain, n] of s.domainNotFound) out.push(`ratelimit_service_rate_limit_domain_not_found{domain="${escapeLabel(domain)}"} ${n}\n`);
-    // ShouldRateLimit latency, in the command histogram's buckets.
-    const h = 'cellgate_rls_request_duration_seconds';
-    out.push(`# HELP ${h} Time to answer a ShouldRateLimit call (gRPC or /json), decoding excluded.\n# TYPE ${h} histogram\n`);
-    let cumulative = 0;
-    for (let i = 0; i <= DURATION_BOUNDS_US.length; i++) {
-      cumulative += s.durationBuckets[i];
-      const le = i < DURATION_BOUNDS_US.length ? String(DURATION_BOUNDS_US[i] / 1e6) : '+Inf';
-      out.push(`${h}_bucket{le="${le}"} ${cumulative}\n`);
-    }
-    out.push(`${h}_sum ${s.durationSumUs / 1e6}\n${h}_count ${s.calls}\n`);
-    if (this.grpc !== null) out.push(grpcMetricsText(this.grpc));
-    if (this.xds !== null) out.push(this.xds.metricsText());
-    out.push(`# HELP cellgate_rls_config_loaded Whether a rate limit configuration is in force.\n# TYPE cellgate_rls_config_loaded gauge\ncellgate_rls_config_loaded ${this.service.config === null ? 0 : 1}\n`);
-    out.push(configLoadFamilies(this.loading !== null, this.lastLoadOk, this.refusals));
-    return out.join('');
+  /** The service's families in the Prometheus text format, in parts (metrics.ts). */
+  metricsParts(): Iterable<string> {
+    return rlsMetricsParts(this);
+  }
+
+  /** Whether a configuration load runs now. */
+  get isLoading(): boolean {
+    return this.loading !== null;
   }
 
   close(): void {
@@ -356,28 +325,4 @@ async function watchedPaths(dir: string): Promise<string[]> {
     }
   }
   return paths;
-}
-
-/** Whether a load runs, whether the last one succeeded, and the refused loads by reason (the old configuration stayed in force). */
-function configLoadFamilies(loading: boolean, lastLoadOk: boolean, refusals: Map<RefusalReason, number>): string {
-  let out = '# HELP cellgate_rls_config_loading Whether rls-config is being read now (the configuration in force answers meanwhile).\n# TYPE cellgate_rls_config_loading gauge\n';
-  out += `cellgate_rls_config_loading ${loading ? 1 : 0}\n`;
-  out += '# HELP cellgate_rls_config_last_load_ok Whether the last read of rls-config was loaded (0: refused, the configuration before it is in force).\n# TYPE cellgate_rls_config_last_load_ok gauge\n';
-  out += `cellgate_rls_config_last_load_ok ${lastLoadOk ? 1 : 0}\n`;
-  out += '# HELP cellgate_rls_config_refused_total Reads of rls-config refused, by reason (not_regular, too_big, too_many_files, unreadable, invalid).\n# TYPE cellgate_rls_config_refused_total counter\n';
-  for (const [reason, n] of refusals) out += `cellgate_rls_config_refused_total{reason="${reason}"} ${n}\n`;
-  return out;
-}
-
-function escapeLabel(value: string): string {
-  return value.replace(/\\/g, '\\\\').replace(/\n/g, '\\n').replace(/"/g, '\\"');
-}
-
-/** `domain.key1_v.key2...` as the labels domain, key1, key2 (the rest of the key), as the exporter's mapping. */
-function keyLabels(key: string): string {
-  const parts = key.split('.');
-  let labels = `domain="${escapeLabel(parts[0])}"`;
-  if (parts.length > 1) labels += `,key1="${escapeLabel(parts[1])}"`;
-  if (parts.length > 2) labels += `,key2="${escapeLabel(parts.slice(2).join('.'))}"`;
-  return `{${labels}}`;
 }

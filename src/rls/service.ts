@@ -51,8 +51,18 @@ const MAX_UINT32 = 4294967295;
 export const MAX_DESCRIPTORS = 256;
 export const MAX_ENTRIES = 64;
 export const MAX_KEY_BYTES = 8192;
-/** Distinct stats keys kept; later ones (detailed_metric over many values, say) count under OVERFLOW_STATS_KEY. */
+/**
+ * The stats keys become metric labels, so they are bounded in count and in bytes: at most
+ * MAX_STATS_KEYS distinct keys, none longer than MAX_STATS_KEY_BYTES, and all of them (with the
+ * unknown domains' names) at most MAX_STATS_TEXT_BYTES together. A key beyond any bound is not
+ * truncated (two values would then share one series under a name that looks real) but counted under
+ * the one OVERFLOW_STATS_KEY series (`domain="_overflow_"`), as OpenTelemetry's overflow attribute:
+ * every hit stays counted, and the overflow series says that labels were refused. An exposition then
+ * holds at most ~5 × (1 MiB + 10,000 × ~100 bytes) of these series, whatever the requests carry.
+ */
 export const MAX_STATS_KEYS = 10_000;
+export const MAX_STATS_KEY_BYTES = 1024;
+export const MAX_STATS_TEXT_BYTES = 1024 * 1024;
 export const OVERFLOW_STATS_KEY = '_overflow_';
 /** envoyproxy/ratelimit's NEAR_LIMIT_RATIO default. */
 const NEAR_LIMIT_RATIO = 0.8;
@@ -65,7 +75,7 @@ export interface LimitStats {
   shadowMode: number;
 }
 
-/** The service's counters, named as envoyproxy/ratelimit's stats (metrics port: src/rls/metrics.ts). */
+/** The service's counters, named as envoyproxy/ratelimit's stats (metrics port: metrics.ts). */
 export class RlsStats {
   readonly perKey = new Map<string, LimitStats>();
   configLoadSuccess = 0;
@@ -79,10 +89,19 @@ export class RlsStats {
   readonly durationBuckets = new Float64Array(DURATION_BOUNDS_US.length + 1);
   durationSumUs = 0;
 
-  of(key: string): LimitStats {
+  /** Bytes of the label text kept (stats keys and unknown domains), bounded by MAX_STATS_TEXT_BYTES. */
+  labelBytes = 0;
+  /** Descriptors and unknown-domain requests counted under the overflow series instead of their own. */
+  overflowedLabels = 0;
+
+  /** The stats of `key` (or of the overflow series); `hit`: this is the descriptor's first look-up, count an overflow. */
+  of(key: string, hit = false): LimitStats {
     let s = this.perKey.get(key);
     if (s === undefined) {
-      if (this.perKey.size >= MAX_STATS_KEYS) key = OVERFLOW_STATS_KEY;
+      if (!this.admit(key, this.perKey.size)) {
+        key = OVERFLOW_STATS_KEY;
+        if (hit) this.overflowedLabels++;
+      }
       s = this.perKey.get(key);
       if (s === undefined) {
         s = { totalHits: 0, overLimit: 0, nearLimit: 0, withinLimit: 0, shadowMode: 0 };
@@ -93,8 +112,21 @@ export class RlsStats {
   }
 
   notFound(domain: string): void {
-    if (!this.domainNotFound.has(domain) && this.domainNotFound.size >= MAX_STATS_KEYS) domain = OVERFLOW_STATS_KEY;
+    if (!this.domainNotFound.has(domain) && !this.admit(domain, this.domainNotFound.size)) {
+      domain = OVERFLOW_STATS_KEY;
+      this.overflowedLabels++;
+    }
     this.domainNotFound.set(domain, (this.domainNotFound.get(domain) ?? 0) + 1);
+  }
+
+  /** Whether a new label `text` gets a series of its own (then its bytes are counted), by the bounds above. */
+  private admit(text: string, series: number): boolean {
+    if (text === OVERFLOW_STATS_KEY) return true;
+    // UTF-16 length first: a key of more than MAX_STATS_KEY_BYTES code units is too long in any encoding.
+    const bytes = text.length > MAX_STATS_KEY_BYTES ? MAX_STATS_KEY_BYTES + 1 : Buffer.byteLength(text);
+    if (series >= MAX_STATS_KEYS || bytes > MAX_STATS_KEY_BYTES || this.labelBytes + bytes > MAX_STATS_TEXT_BYTES) return false;
+    this.labelBytes += bytes;
+    return true;
   }
 
   observe(us: number): void {
@@ -214,7 +246,7 @@ export class RlsService {
       if (key.length > MAX_KEY_BYTES) return finish(new RlsRequestError('INVALID_ARGUMENT', `a descriptor's cache key is longer than ${MAX_KEY_BYTES} bytes`), null);
       callOf[i] = calls.length;
       calls.push({ key, algorithm: m.limit.algorithm, limit: m.limit.requestsPerUnit, periodMs: m.limit.unitSeconds * 1000, burst: m.limit.burst, hits: hits[i], force: m.limit.allowDebt });
-      this.stats.of(m.statsKey).totalHits += hits[i];
+      this.stats.of(m.statsKey, true).totalHits += hits[i];
     }
     const outcomes: RlsOutcome[] = calls.map(newOutcome);
     this.decider.decide(calls, outcomes, nowUs, (error) => {

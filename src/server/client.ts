@@ -1,6 +1,6 @@
 /**
  * One client connection: it owns framing (bytes in → commands, replies out), its input and output
- * limits and backpressure, and the per-connection state Redis keeps (protocol version, name, auth,
+ * limits, and the per-connection state Redis keeps (protocol version, name, auth,
  * library info). Executing a command is the dispatcher's job (dispatch.ts); the connection only
  * hands it argument vectors, in order. Replies stay in command order two ways: a command whose reply
  * comes after an asynchronous step that must finish first (hold(): CONFIG SET port/bind) stops
@@ -18,14 +18,15 @@ import type { Transaction, Watching } from './transaction.js';
 import { OrderedReplies } from './ordered-replies.js';
 
 /**
- * Backpressure: once this many reply bytes wait to be sent to a client (it pipelines without reading
- * its replies), the server stops executing its commands and stops reading its socket, and continues
- * where it stopped when the socket drains. Nothing is lost (TCP flow control makes the client wait),
- * the client's memory on the server stays about this size plus one reply, and other clients are not
- * affected. `client-output-buffer-limit` (Redis's disconnect) applies on top, for single huge replies
- * and for clients that never read.
+ * Replies waiting for a client that is not reading them do not stop its input: as Redis, the server
+ * reads on and runs what arrives, and the replies wait in the client's output (counted in its memory,
+ * CLIENT LIST omem, maxmemory-clients) until `client-output-buffer-limit` closes it. Pausing the
+ * input instead deadlocks every client library whose pipeline writes all its commands before reading
+ * a reply (redis-py, go-redis, Jedis): the client blocks writing, the server waits for it to read.
+ * Only with no hard limit configured (`0`) does the server stop reading, at this many waiting bytes,
+ * so that nothing grows without bound, and it goes on when the socket drains.
  */
-export const OUTPUT_BACKPRESSURE_BYTES = 1024 * 1024;
+export const OUTPUT_PAUSE_WITHOUT_LIMIT_BYTES = 256 * 1024 * 1024;
 /**
  * Before authentication the query buffer may hold at most the largest request a client may send
  * then (10 arguments of 16 KiB, see request-parser.ts), not Redis 7.4's 1 MB: a thousand clients
@@ -35,14 +36,14 @@ export const UNAUTH_QUERY_BUFFER_BYTES = UNAUTH_MAX_REQUEST_BYTES;
 /**
  * Before authentication at most this many reply bytes may wait for a client (whatever
  * client-output-buffer-limit says): a client that sends junk without reading its -NOAUTH errors is
- * closed here instead of holding the 1 MiB of backpressure. Any pre-auth reply (AUTH, HELLO, PING)
+ * closed here instead of being read on up to the hard limit. Any pre-auth reply (AUTH, HELLO, PING)
  * is far smaller.
  */
 export const UNAUTH_OUTPUT_BYTES = 64 * 1024;
 
 /**
  * Replies a client may have waiting on the backend at once (pipelined limiter calls); beyond it its
- * later commands wait, as with backpressure, until half are answered.
+ * later commands wait (its socket paused) until half are answered.
  */
 export const MAX_DEFERRED_REPLIES = 1024;
 
@@ -70,7 +71,7 @@ export class Client implements AccountHolder {
   watchesFreeingBytes = 0;
   /** Set by QUIT, protocol errors and kills: no more commands run, the socket ends after the reply. */
   closing = false;
-  /** Reading and executing stopped until the socket drains (backpressure, see above). */
+  /** Reading and executing stopped until the socket drains (only without a hard output limit, see above). */
   private waitingForDrain = false;
   /** Since when (Date.now() ms) the unsent output has been above the soft limit; 0 = it is not. */
   private softLimitSinceMs = 0;
@@ -158,7 +159,7 @@ export class Client implements AccountHolder {
     return this.socket.writableLength + (this.pendingOut === null ? 0 : this.pendingOut.length) + this.ordered.queuedBytes;
   }
 
-  /** Whether reading is stopped for backpressure (CLIENT LIST events). */
+  /** Whether reading is stopped (CLIENT LIST events). */
   get readPaused(): boolean {
     return this.waitingForDrain;
   }
@@ -258,9 +259,8 @@ export class Client implements AccountHolder {
     let authenticated = this.authenticated;
     let hardBytes = outputHardLimit(this.server.outputLimit.hardBytes, authenticated);
     const queued = this.outputBytes;
-    // The replies of this batch stop at whichever comes first: the hard limit (disconnect) or the
-    // backpressure threshold (pause).
-    let stopAt = hardBytes > 0 ? Math.min(hardBytes, OUTPUT_BACKPRESSURE_BYTES) : OUTPUT_BACKPRESSURE_BYTES;
+    // The replies of this batch stop at the hard limit (disconnect), or without one at the pause.
+    let stopAt = readOnLimit(hardBytes);
     let backpressure = false;
     for (;;) {
       if (queued + writer.length > stopAt) {
@@ -268,7 +268,7 @@ export class Client implements AccountHolder {
           // AUTH succeeded earlier in this batch: the rest of it has the limits of an authenticated client.
           authenticated = true;
           hardBytes = outputHardLimit(this.server.outputLimit.hardBytes, true);
-          stopAt = hardBytes > 0 ? Math.min(hardBytes, OUTPUT_BACKPRESSURE_BYTES) : OUTPUT_BACKPRESSURE_BYTES;
+          stopAt = readOnLimit(hardBytes);
           continue;
         }
         if (hardBytes > 0 && queued + writer.length > hardBytes) {
@@ -315,7 +315,7 @@ export class Client implements AccountHolder {
     }
     if (this.socket.destroyed) return;
     if (!this.checkSoftOutputLimit(Date.now())) return;
-    if (backpressure || this.socket.writableLength > OUTPUT_BACKPRESSURE_BYTES) {
+    if (backpressure || (hardBytes === 0 && this.socket.writableLength > OUTPUT_PAUSE_WITHOUT_LIMIT_BYTES)) {
       this.waitingForDrain = true;
       this.socket.pause();
       // 'drain' comes only after a write the socket refused; if everything already left, go on now.
@@ -524,6 +524,11 @@ export class Client implements AccountHolder {
     }
     this.socket.destroySoon();
   }
+}
+
+/** Waiting reply bytes up to which a client's input is read on (see OUTPUT_PAUSE_WITHOUT_LIMIT_BYTES). */
+function readOnLimit(hardBytes: number): number {
+  return hardBytes > 0 ? hardBytes : OUTPUT_PAUSE_WITHOUT_LIMIT_BYTES;
 }
 
 /** The hard output limit of a batch: client-output-buffer-limit, and UNAUTH_OUTPUT_BYTES before AUTH. */

@@ -83,6 +83,7 @@ export class Cron {
     server.stats.sampleOps();
     server.runPart('snapshot cron', () => server.snapshots.cron(nowMs));
     server.runPart('journal cron', () => server.journal.cron(nowMs));
+    server.runPart('degraded modes', () => server.degraded.check());
     server.clock.resync();
     const now = Date.now();
     server.listeners.expireTlsHandshakes(now);

@@ -9,7 +9,7 @@ import { chmodSync, lstatSync, rmSync } from 'node:fs';
 import tls from 'node:tls';
 import type { Config } from '../config.js';
 import type { Logger } from '../log.js';
-import { METRICS_MAX_CONNECTIONS, startMetrics } from './metrics.js';
+import { METRICS_MAX_DESCRIPTORS, startMetrics } from './metrics.js';
 import type { Stats } from './stats.js';
 import { createTlsServer, tlsPeerRefused } from './tls.js';
 import { errorText, type Tasks } from './tasks.js';
@@ -106,7 +106,7 @@ export class Listeners {
     }
     if (this.tlsPort > 0) this.log.notice(`TLS on port ${this.tlsPort} (tls-auth-clients ${this.config.get('tls-auth-clients')})`, { tls_port: this.tlsPort });
     this.port = port;
-    this.capMaxclients(metricsPort > 0 ? METRICS_MAX_CONNECTIONS : 0);
+    this.capMaxclients(metricsPort > 0 ? METRICS_MAX_DESCRIPTORS : 0);
   }
 
   /** Stops accepting (shutdown). */

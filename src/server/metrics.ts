@@ -7,10 +7,13 @@
  * (`_total` counters, base units).
  *
  * Nobody can hold the port (README "Health and metrics"): at most METRICS_MAX_CONNECTIONS connections
- * are open at once, shared among the addresses, each address with its own share (so connections to
- * one address, a pod's say, never take the share of another, loopback); a new connection beyond its share closes the one
- * that has waited longest for a request of its own (idle, kept alive, or sending its headers slowly)
- * instead of being refused, so a prober's connection is always served. `metrics-timeout` closes
+ * are served at once, shared among the addresses, each address with its own share (so connections to
+ * one address, a pod's say, never take the share of another, loopback); a new connection beyond its
+ * share takes the place of the one that has waited longest for a request of its own (idle, kept
+ * alive, or sending its headers slowly) instead of being refused, so a prober's connection is always
+ * served. One answering a request never makes room; the connections beyond the share (at most
+ * METRICS_MAX_REFUSING) are answered `503` with `Retry-After` (the health endpoints as usual), so a
+ * burst gets a status, never silence. `metrics-timeout` closes
  * connections that send nothing, take longer over their headers or request, or stay idle between
  * keep-alive requests; a connection serves at most METRICS_MAX_REQUESTS_PER_CONNECTION requests.
  */
@@ -22,9 +25,24 @@ import { REDIS_VERSION, VERSION } from '../version.js';
 import type { CommandStat } from './stats.js';
 import { processMemory } from './memory.js';
 import { DURATION_BOUNDS_US } from './stats.js';
+import { streamExposition } from './metrics-stream.js';
+import { DEGRADED_MODES } from './degraded.js';
 
-/** Metrics scrapes that may be open at once; the server reserves them in its descriptor budget. */
+/** Metrics-port connections served at once. */
 export const METRICS_MAX_CONNECTIONS = 16;
+/**
+ * Connections beyond METRICS_MAX_CONNECTIONS: a new connection while every served one is answering
+ * a request, and served ones that waited for a request and were moved out to make room. Each is told
+ * `503` with `Retry-After` if it sends a request (`/healthz` and `/readyz` still answered) and closed,
+ * so that a burst of scrapes or `/json` calls gets a status instead of nothing; beyond these the one
+ * that waited longest for a request is closed. The server reserves both in its descriptor budget.
+ */
+export const METRICS_MAX_REFUSING = 48;
+export const METRICS_MAX_DESCRIPTORS = METRICS_MAX_CONNECTIONS + METRICS_MAX_REFUSING;
+/** Bytes of a request's line and headers: beyond it the request is answered 431 and the connection closed. */
+export const METRICS_MAX_HEADER_BYTES = 16 * 1024;
+/** Seconds a refused client is told to wait (Retry-After). */
+const RETRY_AFTER_SECONDS = 1;
 /** Requests one keep-alive connection may make; the last is answered with `Connection: close`. */
 export const METRICS_MAX_REQUESTS_PER_CONNECTION = 100;
 
@@ -33,7 +51,8 @@ export const METRICS_MAX_REQUESTS_PER_CONNECTION = 100;
  * its readiness, and the requests it answers itself (`POST /json`). main.ts registers it.
  */
 export interface MetricsExtension {
-  metricsText(): string;
+  /** Its families in the text format, in parts (a large family cut in several: sent in slices). */
+  metricsParts(): Iterable<string>;
   notReadyReason(): string | null;
   /** Answers the request (true) or leaves it to the metrics port (false). */
   handleHttp(req: http.IncomingMessage, res: http.ServerResponse): boolean;
@@ -43,6 +62,9 @@ export const metricsExtensions: MetricsExtension[] = [];
 
 /** Connections closed to make room for new ones (cellgate_metrics_connections_evicted_total). */
 let evictedConnections = 0;
+/** Requests answered 503 because every connection was answering, and connections closed at once beyond that. */
+let refusedRequests = 0;
+let refusedConnections = 0;
 
 /** What the eviction needs to know about one connection. */
 interface MetricsConnection {
@@ -117,8 +139,12 @@ function escapeLabel(value: string): string {
   return value.replace(/\\/g, '\\\\').replace(/\n/g, '\\n').replace(/"/g, '\\"');
 }
 
-/** The whole exposition, read from the server's counters at the time of the scrape. */
-export function metricsText(server: Server): string {
+/**
+ * The exposition in parts, each read when it is rendered: the server's own families, then the
+ * extensions' (sent in slices by metrics-stream.ts, so counters read in a later slice may have
+ * moved since an earlier one, as between two scrapes).
+ */
+export function* metricsParts(server: Server): Generator<string> {
   const s = server.stats;
   const ks = server.keyspace;
   const m = processMemory();
@@ -135,7 +161,7 @@ export function metricsText(server: Server): string {
     failed.push([{ command }, c.failedCalls + c.rejectedCalls]);
   }
   const keys: Sample[] = KEY_TYPES.map(([type, name]) => [{ type: name }, ks.countOfType(type)]);
-  return [
+  yield* [
     family('cellgate_info', 'gauge', 'Version information.', [[{ version: VERSION, redis_version: REDIS_VERSION }, 1]]),
     family('cellgate_uptime_seconds', 'gauge', 'Seconds since the server started.', [[null, Math.floor((Date.now() - server.startedMs) / 1000)]]),
     family('cellgate_connected_clients', 'gauge', 'Client connections open now.', [[null, server.clients.size]]),
@@ -160,15 +186,24 @@ export function metricsText(server: Server): string {
     family('cellgate_net_input_bytes_total', 'counter', 'Bytes received from clients.', [[null, s.netInputBytes]]),
     family('cellgate_net_output_bytes_total', 'counter', 'Bytes sent to clients.', [[null, s.netOutputBytes]]),
     family('cellgate_auth_failures_total', 'counter', 'Failed AUTH and HELLO AUTH attempts.', [[null, s.authFailures]]),
-    family('cellgate_metrics_connections_evicted_total', 'counter', 'Metrics-port connections closed to make room for a new one (the port was at its connection cap).', [[null, evictedConnections]]),
+    family('cellgate_metrics_connections_evicted_total', 'counter', 'Metrics-port connections that waited for a request moved out of the 16 served to make room for a new one (closed if kept alive after a response, else a request they send is answered 503).', [[null, evictedConnections]]),
+    family('cellgate_metrics_busy_refusals_total', 'counter', 'Metrics-port requests answered 503 (Retry-After) beyond the 16 served connections, and connections closed beyond the 48 refusals.', [[{ result: 'status_503' }, refusedRequests], [{ result: 'closed' }, refusedConnections]]),
     family('cellgate_snapshot_changes_since_last_save', 'gauge', 'Writes since the last snapshot.', [[null, server.snapshots.changesSinceLastSave]]),
     family('cellgate_snapshot_last_save_timestamp_seconds', 'gauge', 'When the last snapshot was saved (server clock).', [[null, Math.floor(server.snapshots.lastSaveMs / 1000)]]),
     family('cellgate_snapshot_last_bgsave_ok', 'gauge', 'Whether the last background save succeeded (INFO rdb_last_bgsave_status: 1 ok, 0 err).', [[null, server.snapshots.lastBgsaveSucceeded ? 1 : 0]]),
     ...journalFamilies(server),
     ...backendFamilies(server),
     family('cellgate_loading', 'gauge', 'Whether the snapshot is loading (INFO loading).', [[null, server.snapshots.loading ? 1 : 0]]),
-    ...metricsExtensions.map((x) => x.metricsText()),
-  ].join('');
+    degradedFamily(server),
+  ];
+  for (const x of metricsExtensions) yield* x.metricsParts();
+}
+
+/** Each degraded mode, 1 while in force (INFO degraded, src/server/degraded.ts). */
+function degradedFamily(server: Server): string {
+  const now = server.degraded.current();
+  return family('cellgate_degraded', 'gauge', 'Whether each degraded mode is in force: backend_unavailable (calls answered by backend-unavailable), rls_no_config, journal_not_writing, snapshot_failing.',
+    DEGRADED_MODES.map((mode) => [{ mode }, now.has(mode) ? 1 : 0]));
 }
 
 /** The append-only journal's figures (INFO persistence aof_*), named as INFO names them. */
@@ -212,23 +247,42 @@ function backendFamilies(server: Server): string[] {
 }
 
 /**
- * Makes room for a new connection in a full share: closes the one that has waited longest for a
- * request (a connection that sent nothing, one kept alive after its response, a slow sender of
- * headers), or, if every one is answering, the oldest of those.
+ * The connection of `connections` that has waited longest for a request (one that sent nothing,
+ * one kept alive after its response, a slow sender of headers), or null when every one is
+ * answering a request: one answering is never moved or closed to make room.
  */
-function evictOne(connections: Map<Socket, MetricsConnection>): void {
+function oldestIdle(connections: Map<Socket, MetricsConnection>): Socket | null {
   let victim: Socket | null = null;
   let best: MetricsConnection | null = null;
   for (const [socket, c] of connections) {
-    if (best === null || (best.answering && !c.answering) || (best.answering === c.answering && c.waitingSinceMs < best.waitingSinceMs)) {
+    if (c.answering) continue;
+    if (best === null || c.waitingSinceMs < best.waitingSinceMs) {
       victim = socket;
       best = c;
     }
   }
-  if (victim === null) return;
-  connections.delete(victim);
-  evictedConnections++;
-  victim.destroy();
+  return victim;
+}
+
+/**
+ * A request on a connection taken while every served one was answering: the health endpoints are
+ * answered (a probe must not fail because scrapes are busy), anything else gets 503 with
+ * Retry-After once its body is read (a response before the body is read would reach some clients
+ * as a reset); the connection closes after it.
+ */
+function refuseBusy(server: Server, req: http.IncomingMessage, res: http.ServerResponse): void {
+  res.shouldKeepAlive = false;
+  const path = (req.url ?? '').split('?', 1)[0];
+  if (req.method === 'GET' && (path === '/healthz' || path === '/readyz')) {
+    answer(server, req, res);
+    return;
+  }
+  refusedRequests++;
+  req.resume();
+  req.once('end', () => {
+    res.writeHead(503, { 'content-type': 'text/plain', 'retry-after': String(RETRY_AFTER_SECONDS), connection: 'close' })
+      .end(`busy: ${METRICS_MAX_CONNECTIONS} requests are being answered on this port; retry after ${RETRY_AFTER_SECONDS} s\n`);
+  });
 }
 
 /** The request handler: `/healthz` first, before any other work. */
@@ -243,8 +297,10 @@ function answer(server: Server, req: http.IncomingMessage, res: http.ServerRespo
   if (req.method === 'GET' && path === '/readyz') {
     const reason = notReadyReason(server);
     const backend = server.backend === null ? '' : ` (backend ${server.backend.state}, backend-unavailable ${server.backend.policy})`;
-    if (reason === null) res.writeHead(200, { 'content-type': 'text/plain' }).end(`ready${backend}\n`);
-    else res.writeHead(503, { 'content-type': 'text/plain' }).end(`not ready: ${reason}\n`);
+    const modes = server.degraded.list();
+    const degraded = modes === '' ? '' : ` (degraded: ${modes})`;
+    if (reason === null) res.writeHead(200, { 'content-type': 'text/plain' }).end(`ready${backend}${degraded}\n`);
+    else res.writeHead(503, { 'content-type': 'text/plain' }).end(`not ready: ${reason}${degraded}\n`);
     return;
   }
   for (const x of metricsExtensions) if (x.handleHttp(req, res)) return;
@@ -252,16 +308,9 @@ function answer(server: Server, req: http.IncomingMessage, res: http.ServerRespo
     res.writeHead(404, { 'content-type': 'text/plain' }).end('not found: try /metrics, /healthz or /readyz\n');
     return;
   }
-  let body: string;
-  try {
-    body = metricsText(server);
-  } catch (e) {
-    // Whatever fails while rendering (a bug, say): a 500, not a crash.
-    server.tasks.failed('metrics scrape', e);
-    res.writeHead(500, { 'content-type': 'text/plain' }).end('metrics unavailable\n');
-    return;
-  }
-  res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8' }).end(body);
+  // In slices, the loop given back between them; whatever fails while rendering (a bug, say) is a
+  // 500 or a broken connection, not a crash.
+  streamExposition(res, metricsParts(server), 'text/plain; version=0.0.4; charset=utf-8', (e) => server.tasks.failed('metrics scrape', e));
 }
 
 /** Listens for scrapes on `port` of every address given (`metrics-bind`). */
@@ -270,17 +319,27 @@ export async function startMetrics(server: Server, addresses: string[], port: nu
   // One budget for all the addresses (the descriptor reserve counts METRICS_MAX_CONNECTIONS once),
   // split so that each address has its own share.
   const share = Math.max(1, Math.floor(METRICS_MAX_CONNECTIONS / Math.max(1, addresses.length)));
+  const refusingShare = Math.max(1, Math.floor(METRICS_MAX_REFUSING / Math.max(1, addresses.length)));
   const timeoutMs = server.config.int('metrics-timeout');
   for (const address of addresses) {
     const connections = new Map<Socket, MetricsConnection>();
+    /** Connections taken only to be refused (refuseBusy). */
+    const refusing = new Map<Socket, MetricsConnection>();
     const listener = http.createServer({
       // A request's headers, and the whole request, within metrics-timeout of its first byte
       // (checked every connectionsCheckingInterval); idle between keep-alive requests as long.
       headersTimeout: timeoutMs,
+      maxHeaderSize: METRICS_MAX_HEADER_BYTES,
       requestTimeout: timeoutMs,
       keepAliveTimeout: timeoutMs,
       connectionsCheckingInterval: Math.max(10, Math.min(1000, Math.floor(timeoutMs / 4))),
     }, (req, res) => {
+      const r = refusing.get(req.socket);
+      if (r !== undefined) {
+        r.answering = true;
+        refuseBusy(server, req, res);
+        return;
+      }
       const c = connections.get(req.socket);
       if (c !== undefined) {
         c.answering = true;
@@ -298,14 +357,57 @@ export async function startMetrics(server: Server, addresses: string[], port: nu
     // Not listener.maxConnections: Node would refuse the new connection (a prober's) and keep the
     // idle ones. The share is kept here, by eviction.
     listener.on('connection', (socket: Socket) => {
-      if (connections.size >= share) evictOne(connections);
-      connections.set(socket, { answering: false, waitingSinceMs: Date.now(), requests: 0 });
+      const nowMs = Date.now();
+      // Among the refusals: when they are full too, the one that waited longest for a request
+      // goes (closed), or, if every one is answering, this one.
+      const refuse = (s: Socket): void => {
+        if (refusing.size >= refusingShare) {
+          const old = oldestIdle(refusing);
+          refusedConnections++;
+          if (old === null) {
+            s.destroy();
+            return;
+          }
+          refusing.delete(old);
+          old.destroy();
+        }
+        refusing.set(s, { answering: false, waitingSinceMs: nowMs, requests: 0 });
+        s.once('close', () => refusing.delete(s));
+      };
+      if (connections.size >= share) {
+        // The served connection that waited longest for a request makes room. One kept alive after
+        // a response is closed (its client opens a new one for its next request, as after any idle
+        // close); one that has not sent a request yet joins the refusals (a request it sends, as a
+        // client of a burst that connected just before, is told 503, not reset). When every served
+        // one is answering, this one is refused instead.
+        const victim = oldestIdle(connections);
+        if (victim === null) {
+          refuse(socket);
+          return;
+        }
+        const served = connections.get(victim)!.requests > 0;
+        connections.delete(victim);
+        evictedConnections++;
+        if (served) victim.destroy();
+        else refuse(victim);
+      }
+      connections.set(socket, { answering: false, waitingSinceMs: nowMs, requests: 0 });
       socket.once('close', () => connections.delete(socket));
     });
     // A connection that sends nothing at all is closed by the socket timeout (headersTimeout only
     // starts with the first byte of a request).
     listener.setTimeout(timeoutMs, (socket) => socket.destroy());
-    listener.on('clientError', (_e, socket) => socket.destroy());
+    listener.on('clientError', (e: NodeJS.ErrnoException, socket) => {
+      // Headers over METRICS_MAX_HEADER_BYTES: said so, then closed; any other malformed request: closed.
+      if (socket.writableEnded) return; // answered 431 already: the parser reports the rest too
+      if (e.code !== 'HPE_HEADER_OVERFLOW' || !socket.writable) {
+        socket.destroy();
+        return;
+      }
+      socket.end('HTTP/1.1 431 Request Header Fields Too Large\r\nConnection: close\r\nContent-Length: 0\r\n\r\n');
+      // What the peer still sends is not read: the connection goes once the reply had a moment to leave.
+      setTimeout(() => socket.destroy(), 1000).unref();
+    });
     await new Promise<void>((resolve, reject) => {
       listener.once('error', reject);
       listener.listen({ host: address, port, ipv6Only: address.includes(':') }, () => {

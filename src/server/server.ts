@@ -28,6 +28,7 @@ import { errorText, Tasks } from './tasks.js';
 import { Dispatcher } from './dispatch.js';
 import { Listeners } from './listeners.js';
 import { Cron } from './cron.js';
+import { DegradedModes } from './degraded.js';
 import { WatchRelease } from './watch-release.js';
 import { parseBackendUrl } from '../backend/backend-url.js';
 import { RedisBackend, type UnavailablePolicy } from '../backend/redis-backend.js';
@@ -92,6 +93,8 @@ export class Server implements CommandServer {
   readonly listeners: Listeners;
   /** The periodic task (src/server/cron.ts). */
   private readonly cron: Cron;
+  /** The degraded modes in force, shown in INFO, metrics, /readyz and the log (src/server/degraded.ts). */
+  readonly degraded = new DegradedModes(this);
   /** Ended WATCH sets leaving the keyspace's watch index in slices (src/server/watch-release.ts). */
   private readonly watchRelease: WatchRelease;
   /** Set once shutdown() has begun: nothing new is accepted, the periodic task stops expiring. */
@@ -224,7 +227,15 @@ export class Server implements CommandServer {
    * of users that were replaced are closed. At start and on ACL LOAD.
    */
   loadAclFile(path: string, caller: Client | null): void {
-    const loaded = this.acl.parseFile(path);
+    this.replaceAclUsers(this.acl.parseFile(path), caller);
+  }
+
+  /** The same, from the file's text read already (ACL LOAD reads it off the event loop). */
+  loadAclText(path: string, text: string, caller: Client | null): void {
+    this.replaceAclUsers(this.acl.parseText(path, text), caller);
+  }
+
+  private replaceAclUsers(loaded: Map<string, User>, caller: Client | null): void {
     const gone = this.acl.replaceUsers(loaded);
     this.disconnectUsers(gone, caller);
   }

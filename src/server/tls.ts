@@ -4,18 +4,23 @@
  * connection, once its handshake is done, is an ordinary Client: same parser, limits, auth and
  * protected mode as plain TCP.
  */
-import { readFileSync } from 'node:fs';
 import type tls from 'node:tls';
 import type { Config } from '../config.js';
+import { readRegularFileSync } from '../files/regular-file.js';
+
+/**
+ * The largest certificate, key or CA bundle read (a CA bundle of a few hundred certificates is
+ * ~500 KB): with it, and regular files only (a FIFO is refused at once, never waited on; /dev/zero
+ * never read), a file swapped under the server cannot stall or grow it. The files are small and
+ * read at start or on CONFIG SET of one of them.
+ */
+export const MAX_TLS_FILE_BYTES = 1024 * 1024;
 
 function readPem(config: Config, name: string): Buffer {
   const file = config.get(name);
   if (file === '') throw new Error(`tls-port is set but ${name} is not`);
-  try {
-    return readFileSync(file);
-  } catch (e) {
-    throw new Error(`cannot read ${name} '${file}': ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);
-  }
+  // FileReadError's message names the setting, the path and why (ENOENT, a FIFO, too big).
+  return readRegularFileSync(file, { maxBytes: MAX_TLS_FILE_BYTES, what: name });
 }
 
 /**

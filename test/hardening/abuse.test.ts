@@ -143,7 +143,8 @@ describe('abuse', () => {
         'peak omem of the client': mb(peakOmem), 'client bytes still unsent': mb(socket.writableLength),
       });
       expect(pings.count).toBeGreaterThan(0);
-      expect(peakOmem).toBeLessThan(2 * 1024 * 1024); // backpressure at 1 MiB (src/server/client.ts)
+      // Read on while its replies wait (as Redis), bounded by client-output-buffer-limit's 256 MB hard limit.
+      expect(peakOmem).toBeLessThanOrEqual(256 * 1024 * 1024);
       expect(peakUsed).toBeLessThan(before + 96 * 1024 * 1024);
       // Now read: every reply arrives, in order.
       socket.resume();

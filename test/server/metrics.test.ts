@@ -167,7 +167,7 @@ describe('metrics', () => {
       expect((await waitForBgsave(r)).rdb_last_bgsave_status).toBe('err');
       const failed = await get(metricsPort, '/readyz');
       expect(failed.status).toBe(503);
-      expect(failed.body).toBe('not ready: the last background save failed (INFO persistence rdb_last_bgsave_status:err)\n');
+      expect(failed.body).toBe('not ready: the last background save failed (INFO persistence rdb_last_bgsave_status:err) (degraded: snapshot_failing)\n');
       expect((await get(metricsPort, '/healthz')).status).toBe(200);
       await r.config('SET', 'dbfilename', 'cellgate.snap');
       expect(await r.bgsave()).toBe('Background saving started');
