@@ -1,6 +1,6 @@
 #!/bin/bash
 # Server CPU (clock ticks from /proc) per 2M pipelined CL.THROTTLE calls, as the default user and as
-# the README's app user (README.md "ACL users"), six alternating rounds. usage: bash bench/acl-cpu.sh dist/main.js PORT
+# the app user of docs/security.md ("ACL users"), six alternating rounds. usage: bash bench/acl-cpu.sh dist/main.js PORT
 MAIN=$1; PORT=$2
 node $MAIN --port $PORT --save '' --bind 127.0.0.1 >/dev/null 2>&1 &
 PID=$!; sleep 0.8

@@ -59,7 +59,7 @@ const WRITE = env.BENCH_WRITE !== '0';
 watchdog(Number(env.BENCH_TIMEOUT ?? 900));
 
 /**
- * The targets (README.md, "Performance"): at pipeline 16 over 1k and 10k keys CL.THROTTLE serves at
+ * The targets (docs/benchmarks.md): at pipeline 16 over 1k and 10k keys CL.THROTTLE serves at
  * least this share of INCR's requests/s at most this multiple of INCR's server CPU per op; at pipeline 1
  * at most this multiple of INCR's CPU per op; in the first seconds after a start, a max latency of at most this.
  */

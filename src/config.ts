@@ -1,8 +1,7 @@
 /**
  * Configuration: Redis-style names and values, from a redis.conf-syntax file, then environment
  * variables (`CELLGATE_PORT=6380`), then command-line flags (`--port 6380`), in rising precedence:
- * a flag always wins, as the most specific word of whoever starts the process (README
- * "Configuration"). The same table (config/params.ts) serves CONFIG GET/SET/REWRITE and `--help`, so
+ * a flag always wins, as the most specific word of whoever starts the process (docs/configuration.md). The same table (config/params.ts) serves CONFIG GET/SET/REWRITE and `--help`, so
  * a name means one thing everywhere; config/values.ts validates values, config/file.ts reads the file
  * and rewrites it.
  */
@@ -166,7 +165,7 @@ export class Config {
 
   /**
    * Applies `CELLGATE_<NAME>` variables (dashes become underscores). Returns the CELLGATE_* variables
-   * that name no option: the caller warns about them (see README "Configuration": unlike a flag, the
+   * that name no option: the caller warns about them (see docs/configuration.md: unlike a flag, the
    * environment is shared by a whole process tree, where test and benchmark tools keep their own
    * CELLGATE_* switches, so a stray one is reported, not fatal).
    */

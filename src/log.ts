@@ -48,7 +48,7 @@ export class Logger {
 
   /**
    * A line to `logfile`. A write that fails (the disk is full, the file was made unwritable) must
-   * not end the process, which on a full disk goes on serving (README "Persistence"): the line goes
+   * not end the process, which on a full disk goes on serving (docs/persistence.md): the line goes
    * to stderr instead, after a note saying why when the failure begins.
    */
   private append(line: string): void {

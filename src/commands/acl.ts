@@ -1,6 +1,6 @@
 /**
  * ACL users, as Redis 7.2: ACL SETUSER/GETUSER/DELUSER/LIST/USERS/WHOAMI/CAT/LOG/SAVE/LOAD/DRYRUN/
- * GENPASS/HELP. The users and their rules live in src/acl/users.ts; README.md "ACL users" shows
+ * GENPASS/HELP. The users and their rules live in src/acl/users.ts; docs/security.md "ACL users" shows
  * an application user that can only call the limiters.
  */
 import { randomBytes } from 'node:crypto';

@@ -151,7 +151,7 @@ const TLS_FILES = ['tls-cert-file', 'tls-key-file', 'tls-key-file-pass', 'tls-ca
 
 /** Options CONFIG SET refuses with a reason of their own. */
 const IMMUTABLE_WHY: Record<string, string> = {
-  dir: "can't set immutable config: the snapshot directory holds the server's lock file (.cellgate-lock) taken at start; change dir in the configuration and restart (README \"Configuration\")",
+  dir: "can't set immutable config: the snapshot directory holds the server's lock file (.cellgate-lock) taken at start; change dir in the configuration and restart (docs/configuration.md)",
 };
 
 /** CONFIG REWRITE: the running values into the file the server started with (Config.rewrite). */

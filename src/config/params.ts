@@ -65,10 +65,10 @@ export const DEFS: ConfigDef[] = [
   { name: 'tcp-keepalive', kind: { type: 'int', min: 0, max: 2_147_483_647 }, default: '300', mutable: true, help: 'TCP keepalive seconds' },
   { name: 'proto-max-bulk-len', kind: { type: 'memory', min: MIN_SIZE_LIMIT }, default: '536870912', mutable: true, help: 'largest bulk argument' },
   { name: 'client-query-buffer-limit', kind: { type: 'memory', min: MIN_SIZE_LIMIT }, default: '1073741824', mutable: true, help: 'largest unprocessed input per client' },
-  // Redis's default for normal clients is 0 0 0 (unlimited); see README "Security model" for ours.
+  // Redis's default for normal clients is 0 0 0 (unlimited); see docs/security.md for ours.
   { name: 'client-output-buffer-limit', kind: { type: 'output-limits' }, default: 'normal 268435456 67108864 60 slave 268435456 67108864 60 pubsub 33554432 8388608 60', mutable: true, help: 'disconnect clients whose unsent output exceeds <hard>, or <soft> for <soft-seconds>' },
   { name: 'maxmemory', kind: { type: 'memory' }, default: '0', mutable: true, help: 'memory limit (0 = none)' },
-  // Redis's default is 0 (off); a share of the V8 heap limit instead (README "Security model", client-memory.ts).
+  // Redis's default is 0 (off); a share of the V8 heap limit instead (docs/security.md, client-memory.ts).
   { name: 'maxmemory-clients', kind: { type: 'memory-or-percent' }, default: String(defaultClientsMemoryBytes()), mutable: true, help: 'close the biggest clients while all clients together hold more than this (bytes, or a percentage of maxmemory; 0 = off)' },
   { name: 'maxmemory-policy', kind: { type: 'enum', values: ['noeviction', 'volatile-ttl', 'allkeys-lru', 'allkeys-random'] }, default: 'volatile-ttl', mutable: true, help: 'what to do at maxmemory' },
   { name: 'maxmemory-samples', kind: { type: 'int', min: 1, max: 64 }, default: '5', mutable: true, help: 'keys sampled per eviction' },
@@ -91,7 +91,7 @@ export const DEFS: ConfigDef[] = [
   { name: 'dir', kind: { type: 'string' }, default: './data', mutable: false, help: 'snapshot directory' },
   { name: 'dbfilename', kind: { type: 'filename' }, default: 'cellgate.snap', mutable: true, help: 'snapshot file name' },
   { name: 'save', kind: { type: 'save' }, default: '3600 1 300 100 60 10000', mutable: true, help: 'snapshot after <seconds> if <changes>' },
-  // Redis's default is yes; for soft limiter state refusing every call is the worse outage (README).
+  // Redis's default is yes; for soft limiter state refusing every call is the worse outage (docs/persistence.md, "Write errors").
   { name: 'stop-writes-on-bgsave-error', kind: { type: 'bool' }, default: 'no', mutable: true, help: 'refuse writes (MISCONF) while the last background save failed' },
   { name: 'snapshot-corrupt-policy', kind: { type: 'enum', values: ['refuse', 'move-aside'] }, default: 'refuse', mutable: false, help: 'a snapshot that fails validation at start: refuse to start, or rename it to <file>.corrupt-<timestamp> and start empty' },
   { name: 'key-load-delay', kind: { type: 'int', min: 0, max: 1_000_000 }, default: '0', mutable: false, help: 'testing: busy-wait this many microseconds per key loaded (as Redis)' },

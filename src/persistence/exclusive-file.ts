@@ -5,7 +5,7 @@
  * can make cellgate open, truncate or chmod another file through a symlink planted at a name they
  * guessed. O_EXCL alone already refuses any existing name, a symlink included (dangling or not);
  * O_NOFOLLOW says the same thing twice, and the random part makes the name unguessable, so a planted
- * file cannot even make the operation fail (README "Persistence").
+ * file cannot even make the operation fail (docs/persistence.md).
  */
 import { randomBytes } from 'node:crypto';
 import { closeSync, constants, fsyncSync, openSync, renameSync, rmSync, writeSync } from 'node:fs';

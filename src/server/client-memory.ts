@@ -1,6 +1,6 @@
 /**
  * One memory account per client, as Redis's client_total_memory (getClientMemoryUsage, CLIENT LIST
- * tot-mem) and its client eviction (`maxmemory-clients`). README "Security model" and docs/commands.md
+ * tot-mem) and its client eviction (`maxmemory-clients`). docs/security.md and docs/commands.md
  * (CLIENT LIST) describe what users see.
  *
  * Each client owns one ClientMemory; every structure a client can grow reports its size there, at

@@ -1,5 +1,5 @@
 /**
- * `maxmemory`: what counts against the limit, and eviction when it is over (README "Security model").
+ * `maxmemory`: what counts against the limit, and eviction when it is over (docs/security.md).
  *
  * What is counted: the keys, not the process. maxmemory is compared with one figure, the one INFO
  * shows as used_memory (also used_memory_counted_for_evict, the same number):

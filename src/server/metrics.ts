@@ -1,12 +1,12 @@
 /**
  * Prometheus metrics: `GET /metrics` on `metrics-port` (off when 0), in the text exposition format,
- * and the health endpoints probes poll (README "Health and metrics"): `GET /healthz` answers 200
+ * and the health endpoints probes poll (docs/metrics.md): `GET /healthz` answers 200
  * while the process serves, `GET /readyz` 200 when the server can take traffic, else 503 with the
  * reason (see `notReadyReason`). All of it on the addresses of `metrics-bind` (loopback by default: the numbers tell who uses the server and
  * how, and the port has no password). The numbers are the ones INFO shows, named the Prometheus way
  * (`_total` counters, base units).
  *
- * Nobody can hold the port (README "Health and metrics"): at most METRICS_MAX_CONNECTIONS connections
+ * Nobody can hold the port (docs/metrics.md): at most METRICS_MAX_CONNECTIONS connections
  * are served at once, shared among the addresses, each address with its own share (so connections to
  * one address, a pod's say, never take the share of another, loopback); a new connection beyond its
  * share takes the place of the one that has waited longest for a request of its own (idle, kept

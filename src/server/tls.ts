@@ -1,5 +1,5 @@
 /**
- * TLS (README "Security model"), with Redis's configuration names: `tls-port`, `tls-cert-file`, `tls-key-file`
+ * TLS (docs/security.md), with Redis's configuration names: `tls-port`, `tls-cert-file`, `tls-key-file`
  * (`tls-key-file-pass`), `tls-ca-cert-file` and `tls-auth-clients` yes | no | optional. A TLS
  * connection, once its handshake is done, is an ordinary Client: same parser, limits, auth and
  * protected mode as plain TCP.

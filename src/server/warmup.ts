@@ -3,8 +3,7 @@
  * input handler, the request parser, dispatch, the limiters, the keyspace, the reply writer) on a
  * scratch server, so V8 has compiled and optimized that path before the first client arrives. Without
  * it the first seconds of load after a start saw a max latency of 100–250 ms (functions compiled,
- * optimized and deoptimized for missing type feedback while clients waited); see README.md,
- * "Performance".
+ * optimized and deoptimized for missing type feedback while clients waited); see docs/benchmarks.md.
  *
  * It leaves no trace on the real server: the scratch server has its own keyspace, stats, slow log,
  * latency histograms and reply writer, and the scratch client is never registered nor connected (its

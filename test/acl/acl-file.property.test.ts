@@ -1,6 +1,6 @@
 /**
  * ACL SAVE / ACL LOAD / restart keep every user as it was, whatever bytes its name, passwords and
- * patterns hold (README.md "ACL users"): a name or a key or channel pattern with a space, tab, CR,
+ * patterns hold (docs/security.md "ACL users"): a name or a key or channel pattern with a space, tab, CR,
  * LF, VT, FF or NUL is refused at SETUSER with Redis's error (so every rule is one word of the file);
  * anything else (quotes, backslashes, `#`, `~`, bytes 0x80-0xFF, 0xA0 included) round-trips. Before,
  * a pattern holding a newline wrote a second `user` line into the file (a passwordless +@all user

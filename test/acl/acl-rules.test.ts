@@ -1,5 +1,5 @@
 /**
- * ACL rules that cannot be walked around (README.md "ACL users"): a queued command is checked again
+ * ACL rules that cannot be walked around (docs/security.md "ACL users"): a queued command is checked again
  * at EXEC against the user's rules then (Redis 7's execCommand), CLIENT LIST/KILL and the other admin
  * subcommands carry Redis's categories, and AUTH does the same digest work for a user name that
  * does not exist as for one that does.

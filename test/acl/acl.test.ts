@@ -1,5 +1,5 @@
 /**
- * ACL users (README.md "ACL users"): SETUSER rules and their errors, LIST/GETUSER/USERS/DELUSER/
+ * ACL users (docs/security.md "ACL users"): SETUSER rules and their errors, LIST/GETUSER/USERS/DELUSER/
  * WHOAMI/CAT/LOG/DRYRUN/GENPASS/HELP, NOPERM for commands and keys, AUTH/HELLO as a user, as Redis 7.2
  * replies them. One server over raw sockets.
  */

@@ -1,5 +1,5 @@
 /**
- * What the server keeps about a client's doing stays bounded and keeps no secret (README.md "ACL
+ * What the server keeps about a client's doing stays bounded and keeps no secret (docs/security.md "ACL
  * users", docs/commands.md): ACL LOG entries and SLOWLOG entries hold cut copies of a client's name,
  * an unknown user name, a refused key; the arguments a command marks secret (AUTH, HELLO AUTH, ACL
  * SETUSER/GETUSER/DELUSER, CONFIG SET of a sensitive config) show as `(redacted)`.
@@ -56,7 +56,7 @@ describe('ACL LOG entries are bounded whatever the client sends', () => {
     const app = await Checker.open(server.port);
     expect(await app.call('AUTH', 'app', 'app-pass')).toBe('OK');
     const rssBefore = vmRss(pid);
-    // The name itself is capped (README's limits: 4,096 bytes): the huge one is refused, the
+    // The name itself is capped (docs/security.md's limits: 4,096 bytes): the huge one is refused, the
     // largest allowed one is what the log entries below must cut.
     expect(await app.call('CLIENT', 'SETNAME', 'n'.repeat(NAME_BYTES))).toEqual({ error: 'ERR Client names cannot be longer than 4096 bytes.' });
     expect(await app.call('CLIENT', 'SETNAME', 'n'.repeat(NAME_CAP_BYTES))).toBe('OK');

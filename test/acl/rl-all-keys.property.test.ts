@@ -1,5 +1,5 @@
 /**
- * RL.ALL's keys for the ACL are the keys its own parse finds, the ones it spends (README.md "ACL
+ * RL.ALL's keys for the ACL are the keys its own parse finds, the ones it spends (docs/security.md "ACL
  * users"): random argument vectors, valid and hostile (repeated BURST/COST, option names and
  * algorithm names as keys, case variants, junk spliced in), run on a real server:
  *

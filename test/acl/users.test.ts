@@ -1,5 +1,5 @@
 /**
- * ACL users with real clients and real server processes (README.md "ACL users"): the README's
+ * ACL users with real clients and real server processes (docs/security.md "ACL users"): its
  * limiter-only app user through ioredis and node-redis, requirepass as the default user's password,
  * disconnects on ACL DELUSER / SETUSER off / CLIENT KILL USER, pre-auth limits for a client whose AUTH
  * as a disabled user fails, the aclfile (loaded at start, SAVE/LOAD round trip), and hostile input:
@@ -15,7 +15,7 @@ import { startServer, type RunningServer } from '../helpers/server.js';
 import { Checker, RawConnection, mbulk, type Reply } from '../helpers/raw.js';
 
 const WRONGPASS = 'WRONGPASS invalid username-password pair or user is disabled.';
-/** The app user of README.md "ACL users". */
+/** The app user of docs/security.md "ACL users". */
 const APP_RULES = ['on', '>app-secret', '~*', '+@limiter', '+@connection', '-@admin', '+info'];
 
 let dir: string;
@@ -28,7 +28,7 @@ async function closed(conn: RawConnection): Promise<void> {
   await conn.waitFor(() => conn.ended, 5000, 'the connection closed');
 }
 
-describe('the README app user', () => {
+describe('the app user of docs/security.md', () => {
   let server: RunningServer;
   beforeAll(async () => {
     server = await startServer();

@@ -1,5 +1,5 @@
 /**
- * Abuse over loopback (README "Security model"): slow-loris connections, a client pipelining 200,000 commands without
+ * Abuse over loopback (docs/security.md): slow-loris connections, a client pipelining 200,000 commands without
  * reading, 10,000 idle connections, a client announcing a 500 MiB argument and trickling it. For each:
  * the server stays up, a separate connection's PING round trip stays short (measured the whole time,
  * printed as `[abuse] ...` lines), keys written before are intact, and live memory (used_memory_heap after

@@ -1,5 +1,5 @@
 /**
- * Authentication and protected mode (README "Security model"): requirepass from a file, the failed-auth counter,
+ * Authentication and protected mode (docs/security.md): requirepass from a file, the failed-auth counter,
  * CONFIG SET requirepass at run time, and protected mode seen from a real non-loopback address in a
  * network namespace this test creates (veth pair; skipped with a message where that is impossible).
  */

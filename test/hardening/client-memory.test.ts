@@ -1,5 +1,5 @@
 /**
- * One memory account per client (src/server/client-memory.ts, README "Limits"): MULTI queues counted
+ * One memory account per client (src/server/client-memory.ts, docs/security.md): MULTI queues counted
  * at their real size, maxmemory-clients closing the biggest clients, the WATCH cap, big watch sets
  * freed in slices, capped client names. Each finding of the adversarial round is reproduced here,
  * bounded in count and time; CELLGATE_SOAK=1 runs the larger variants. Peak RSS figures are printed

@@ -1,5 +1,5 @@
 /**
- * Client limits (README "Security model"): maxclients, idle timeout, client-query-buffer-limit, proto-max-bulk-len,
+ * Client limits (docs/security.md): maxclients, idle timeout, client-query-buffer-limit, proto-max-bulk-len,
  * the argument cap, client-output-buffer-limit (hard and soft), CLIENT KILL in all its forms and
  * CLIENT LIST's fields, over raw sockets against real servers.
  */

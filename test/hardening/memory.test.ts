@@ -1,5 +1,5 @@
 /**
- * maxmemory over TCP (README "Security model"): -OOM under noeviction, eviction by volatile-ttl (the
+ * maxmemory over TCP (docs/security.md): -OOM under noeviction, eviction by volatile-ttl (the
  * default), allkeys-lru and allkeys-random, INFO's memory fields and evicted_keys, eviction in
  * bounded steps, convergence at a lowered limit, and client buffers kept out of what is limited.
  *

@@ -1,5 +1,5 @@
 /**
- * Parsing before AUTH is bounded in CPU (README "Security model"), on a real server with a password,
+ * Parsing before AUTH is bounded in CPU (docs/security.md), on a real server with a password,
  * over raw sockets:
  * - inline lines have the multibulk limits: at most 10 arguments of at most 16 KiB and a 64 KiB line;
  *   beyond, the multibulk path's protocol error and a close. A flood of lines of 32,000 one-letter

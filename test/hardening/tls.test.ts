@@ -1,5 +1,5 @@
 /**
- * TLS (README "Security model"): certificates made by the test with openssl (a CA, a server certificate for
+ * TLS (docs/security.md): certificates made by the test with openssl (a CA, a server certificate for
  * 127.0.0.1/localhost, a client certificate, and a client certificate from a foreign CA), then
  * redis-cli --tls, ioredis with `tls: {...}` and raw node:tls sockets against `tls-port`, with
  * tls-auth-clients no / yes / optional. The TLS port speaks exactly what the TCP port speaks.
