@@ -199,6 +199,8 @@ async function main() {
   for (const t of targets) {
     t.conns = Array.from({ length: CONNECTIONS }, () => client(t.port));
     await Promise.all(t.conns.map((c) => c.connect()));
+    // Emptied first: throttle2 and local share a keyspace (a CL.THROTTLE key is WRONGTYPE to RL.ACQUIRE).
+    await command(t.port, ['FLUSHALL']);
     await drive(t.conns, t.pair, WARM_S); // JIT and connections warm
   }
 
