@@ -129,6 +129,29 @@ async function drive(conns, pair, seconds, pids = {}) {
   return { pairs: n, rate: n / elapsed, refused, errors, cpu };
 }
 
+/** INFO commandstats of a redis-server: command → { calls, usec }. */
+async function commandStats(port) {
+  const info = String(await command(port, ['INFO', 'commandstats']));
+  const out = new Map();
+  for (const m of info.matchAll(/^cmdstat_([^:]+):calls=(\d+),usec=(\d+)/gm)) out.set(m[1], { calls: Number(m[2]), usec: Number(m[3]) });
+  return out;
+}
+
+/**
+ * Where redis-server's time went over a window, per pair: each command's usec (INFO commandstats; a
+ * script's commands are counted on their own and inside evalsha's) ÷ pairs, the busiest first.
+ */
+function statsPerPair(before, after, pairs) {
+  const out = [];
+  for (const [cmd, a] of after) {
+    const b = before.get(cmd) ?? { calls: 0, usec: 0 };
+    if (a.calls === b.calls || cmd === 'info' || cmd === 'flushall') continue;
+    out.push({ cmd, calls: (a.calls - b.calls) / Math.max(1, pairs), usec: (a.usec - b.usec) / Math.max(1, pairs) });
+  }
+  return out.sort((x, y) => y.usec - x.usec);
+}
+const fmtStats = (xs) => xs.map((x) => `${x.cmd} ${x.usec.toFixed(2)}`).join(', ');
+
 /** The sidecar's batches so far (INFO backend): scripts sent and the calls they carried. */
 async function batchCounts(port) {
   const info = String(await command(port, ['INFO', 'backend']));
@@ -156,8 +179,8 @@ async function main() {
   const targets = [
     { id: 'throttle2', label: 'cellgate, 2 × CL.THROTTLE', port: local.port, pair: pairs.throttle2, pids: { server: local.child.pid } },
     { id: 'local', label: 'cellgate RL.ACQUIRE + RL.RELEASE', port: local.port, pair: pairs.rl, pids: { server: local.child.pid } },
-    { id: 'lua', label: 'redis Lua sorted-set semaphore + ZREM', port: redis.port, pair: pairs.lua(sha), pids: { server: redis.child.pid } },
-    { id: 'backend', label: 'sidecar --backend redis://, RL.ACQUIRE + RL.RELEASE', port: sidecar.port, pair: pairs.rl, pids: { server: redis.child.pid, sidecar: sidecar.child.pid } },
+    { id: 'lua', label: 'redis Lua sorted-set semaphore + ZREM', port: redis.port, pair: pairs.lua(sha), pids: { server: redis.child.pid }, redisPort: redis.port },
+    { id: 'backend', label: 'sidecar --backend redis://, RL.ACQUIRE + RL.RELEASE', port: sidecar.port, pair: pairs.rl, pids: { server: redis.child.pid, sidecar: sidecar.child.pid }, redisPort: redis.port },
   ].filter((t) => WANTED.has(t.id));
   // A build without the commands (or without leases on a backend) measures what it has.
   for (const t of [...targets]) {
@@ -176,6 +199,8 @@ async function main() {
   for (const t of targets) {
     t.conns = Array.from({ length: CONNECTIONS }, () => client(t.port));
     await Promise.all(t.conns.map((c) => c.connect()));
+    // Emptied first: throttle2 and local share a keyspace (a CL.THROTTLE key is WRONGTYPE to RL.ACQUIRE).
+    await command(t.port, ['FLUSHALL']);
     await drive(t.conns, t.pair, WARM_S); // JIT and connections warm
   }
 
@@ -186,14 +211,16 @@ async function main() {
       await command(t.port, ['FLUSHALL']);
       await drive(t.conns, t.pair, WARM_S);
       const before = t.id === 'backend' ? await batchCounts(t.port) : null;
+      const statsBefore = t.redisPort !== undefined ? await commandStats(t.redisPort) : null;
       const r = await drive(t.conns, t.pair, SECONDS, t.pids);
+      if (statsBefore !== null) r.commands = statsPerPair(statsBefore, await commandStats(t.redisPort), r.pairs);
       if (before !== null) {
         const after = await batchCounts(t.port);
         r.scriptsPerPair = (after.batches - before.batches) / Math.max(1, r.pairs);
         r.callsPerScript = (after.calls - before.calls) / Math.max(1, after.batches - before.batches);
       }
       runs.get(t.id).push(r);
-      say(`round ${round} ${t.id.padEnd(9)} ${fmtInt(r.rate).padStart(8)} pairs/s  server CPU ${r.cpu.server.toFixed(2)} µs/pair${r.cpu.sidecar !== undefined ? `  sidecar CPU ${r.cpu.sidecar.toFixed(2)} µs/pair, ${r.callsPerScript.toFixed(1)} calls per script` : ''}  refused ${r.refused}`);
+      say(`round ${round} ${t.id.padEnd(9)} ${fmtInt(r.rate).padStart(8)} pairs/s  server CPU ${r.cpu.server.toFixed(2)} µs/pair${r.cpu.sidecar !== undefined ? `  sidecar CPU ${r.cpu.sidecar.toFixed(2)} µs/pair, ${r.callsPerScript.toFixed(1)} calls per script` : ''}  refused ${r.refused}${r.commands ? `\n    redis µs/pair by command: ${fmtStats(r.commands)}` : ''}`);
     }
   }
   for (const t of targets) for (const c of t.conns) c.disconnect();

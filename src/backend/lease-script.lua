@@ -58,16 +58,35 @@ local function restore(key, v)
   end
 end
 
+-- What a batch's grants on absent keys share (their calls mostly carry the same limit and lease_ms and
+-- decide at the batch's one TIME): the value's header and PXAT of the last lease end, and the reply
+-- of the last limit and lease_ms, each made once rather than per call. A release's replies likewise.
+local fresh_at, fresh_len, fresh_head, fresh_px = nil, nil, nil, nil
+local grant_limit, grant_ms, grant_reply = nil, nil, nil
+local released, not_released = nil, nil
+
 local function lease(one, key)
-  local op, limit, leaseMs = struct.unpack('<c1dd', one, 10)
+  local op = string.byte(one, 10)
+  local limit, leaseMs = struct.unpack('<dd', one, 11)
   local id = string.sub(one, 27)
-  forget(key)
-  if op == 'A' then
+  -- Assigning nil to a key a table lacks inserts it: only a key written is forgotten.
+  if written ~= nil and written[key] ~= nil then written[key] = nil end
+  if op == 65 then
     local fresh = nowMs + leaseMs
+    if fresh ~= fresh_at or #id ~= fresh_len then
+      fresh_at, fresh_len = fresh, #id
+      fresh_head = struct.pack('<BBdddddB', MAGIC, LEASE_TYPE, fresh, 1, 0, 0, fresh, #id)
+      fresh_px = string.format('%.0f', fresh)
+    end
     -- An absent key: one SET NX writes the lease.
-    local set = redis.pcall('SET', key, struct.pack('<BBdddddB', MAGIC, LEASE_TYPE, fresh, 1, 0, 0, fresh, #id) .. id, 'PXAT', string.format('%.0f', fresh), 'NX')
+    local set = redis.pcall('SET', key, fresh_head .. id, 'PXAT', fresh_px, 'NX')
     if type(set) == 'table' then
-      if set.ok ~= nil then return reply(0, limit, limit - 1, -1, leaseMs) end
+      if set.ok ~= nil then
+        if limit ~= grant_limit or leaseMs ~= grant_ms or reply == as_table then
+          grant_limit, grant_ms, grant_reply = limit, leaseMs, reply(0, limit, limit - 1, -1, leaseMs)
+        end
+        return grant_reply
+      end
       return unread(elsewhere(set))
     end
     local v = redis.pcall('GET', key)
@@ -107,27 +126,28 @@ local function lease(one, key)
   end
   -- RELEASE: GETDEL, then the other leases written back; RENEW: GET, then the leases with its new end.
   local v
-  if op == 'R' then v = redis.pcall('GETDEL', key) else v = redis.pcall('GET', key) end
+  local release = op == 82
+  if release then v = redis.pcall('GETDEL', key) else v = redis.pcall('GET', key) end
   if type(v) == 'table' then return unread(elsewhere(v)) end
-  if not v then return reply(0) end
-  -- The common RELEASE: the key's only lease, this one (the GETDEL deleted it), read without tables.
-  if op == 'R' and #v == HEADER + 9 + #id and string.byte(v, 1) == MAGIC and string.byte(v, 2) == LEASE_TYPE
-    and string.sub(v, HEADER + 10) == id and string.byte(v, HEADER + 9) == #id then
-    local _, _, _, n, _, _, e = struct.unpack('<BBddddd', v)
-    if n == 1 then
-      if nowMs < e then return reply(1) end
-      return reply(0)
-    end
+  if released == nil or reply == as_table then released, not_released = reply(1), reply(0) end
+  if not v then return not_released end
+  -- The common RELEASE: the key's only lease, this one (the GETDEL deleted it), read without tables
+  -- (the id compared in place: no copy of it out of the value).
+  if release and #v == HEADER + 9 + #id and string.byte(v, 1) == MAGIC and string.byte(v, 2) == LEASE_TYPE
+    and string.byte(v, HEADER + 9) == #id and string.find(v, id, HEADER + 10, true) == HEADER + 10
+    and struct.unpack('<d', v, 11) == 1 then
+    if nowMs < struct.unpack('<d', v, HEADER + 1) then return released end
+    return not_released
   end
   local ends, ids, block = lease_parse(v)
   if not ends then
-    if op == 'R' then restore(key, v) end
-    if block then return reply(0) end
+    if release then restore(key, v) end
+    if block then return not_released end
     return redis.error_reply(WRONG)
   end
   local n, mine = #ends, nil
   for i = 1, n do if ids[i] == id then mine = i end end
-  if op == 'R' then
+  if release then
     if mine ~= nil then
       ends[mine] = ends[n]
       ids[mine] = ids[n]
@@ -139,6 +159,6 @@ local function lease(one, key)
     ends[mine] = nowMs + leaseMs
     lease_store(key, ends, ids)
   end
-  if mine == nil then return reply(0) end
-  return reply(1)
+  if mine == nil then return not_released end
+  return released
 end
