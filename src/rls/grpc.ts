@@ -38,7 +38,7 @@ import { ClientMemory, type AccountHolder } from '../server/client-memory.js';
 import { decodeRateLimitRequest, encodeRateLimitResponse } from './codec.js';
 import { MessageBudget, UnaryRequest } from './grpc-request.js';
 import { clientSanMatches, RlsTlsMaterial } from './grpc-tls.js';
-import { answerError, answerOk, decodeHealthCheckRequest, GrpcStatus, HEALTH_NOT_SERVING, HEALTH_SERVING, type GrpcCode } from './grpc-wire.js';
+import { answerError, answerOk, answerOkFramed, decodeHealthCheckRequest, GrpcStatus, HEALTH_NOT_SERVING, HEALTH_SERVING, MESSAGE_HEADER_BYTES, type GrpcCode } from './grpc-wire.js';
 import type { RlsRequestError, RlsService } from './service.js';
 
 export const RLS_SERVICE_NAME = 'envoy.service.ratelimit.v3.RateLimitService';
@@ -373,7 +373,7 @@ export class RlsGrpcServer {
     try {
       this.service.shouldRateLimit(request, (error, response) => {
         if (error !== null) answerError(stream, STATUS[error.code], error.message);
-        else if (response !== null) answerOk(stream, encodeRateLimitResponse(response));
+        else if (response !== null) answerOkFramed(stream, encodeRateLimitResponse(response, MESSAGE_HEADER_BYTES));
       });
     } catch (e) {
       // A bug, never the peer's doing: an INTERNAL answer, and the server goes on.
