@@ -6,6 +6,7 @@
  * on few cores) weighs on all alike; the medians and ranges over the rounds are printed.
  *
  *   npm run build && node bench/rls-rounds.mjs                       # RLS_BENCH_ROUNDS=5 RLS_BENCH_REQUESTS=10000
+ *   RLS_BENCH_PIN=0 node bench/rls-rounds.mjs                     # cellgate unpinned, as the floor
  *   RLS_BENCH_OTHER=/path/to/other/dist/main.js node bench/rls-rounds.mjs   # a second build in the same rounds
  */
 import { writeFileSync } from 'node:fs';
@@ -19,10 +20,20 @@ const ROUNDS = Number(process.env.RLS_BENCH_ROUNDS ?? 5);
 const REQUESTS = Number(process.env.RLS_BENCH_REQUESTS ?? 10_000);
 const INFLIGHT = Number(process.env.RLS_BENCH_INFLIGHT ?? 64);
 const KEYS = 1000;
+/**
+ * RLS_BENCH_PIN=0: cellgate not pinned to CPU 0 either (the harness pins it; the floor never is). On a
+ * loaded machine the pinned server waits for its CPU, runs at a fraction of the floor's rate and so
+ * reads more calls per wake-up less often: fewer calls share each socket read, write and timer, and
+ * its CPU per call rises for that alone.
+ */
+const PIN = process.env.RLS_BENCH_PIN !== '0';
 
 const def = protoLoader.loadSync(['envoy/service/ratelimit/v3/rls.proto'], { includeDirs: [join(ROOT, 'proto')], keepCase: true, longs: Number, enums: String, defaults: true });
 const Rls = grpc.loadPackageDefinition(def).envoy.service.ratelimit.v3.RateLimitService;
 const requests1 = Array.from({ length: KEYS }, (_, k) => [{ entries: [{ key: 'k0', value: `u${k}` }] }]);
+
+/** Calls per second of each measurement, in order (printed with the rounds). */
+const rates = [];
 
 /** Server CPU µs per call over `REQUESTS` calls on `port` (after a warm-up of 5,000). */
 async function cpuPerCall(port, pid) {
@@ -38,15 +49,17 @@ async function cpuPerCall(port, pid) {
   };
   await drive(5000);
   const cpu0 = cpuSeconds(pid);
+  const t0 = performance.now();
   await drive(REQUESTS);
   const us = ((cpuSeconds(pid) - cpu0) / REQUESTS) * 1e6;
+  rates.push(REQUESTS / ((performance.now() - t0) / 1000));
   client.close();
   return us;
 }
 
 async function cellgate(main, confDir) {
   const rlsPort = await freePort();
-  const server = await startCellgate(main, { args: ['--rls-port', String(rlsPort), '--rls-config', confDir] });
+  const server = await startCellgate(main, { pin: PIN, args: ['--rls-port', String(rlsPort), '--rls-config', confDir] });
   try {
     return await cpuPerCall(rlsPort, server.child.pid);
   } finally {
@@ -80,9 +93,9 @@ async function main() {
     for (let k = 0; k < runs.length; k++) results[k].push(await runs[k][1]());
     const f = results[runs.length - 1][r];
     for (let k = 0; k < runs.length; k++) ratios[k].push(results[k][r] / f);
-    process.stderr.write(`round ${r + 1}: ${results.map((x) => x[r].toFixed(1)).join(' / ')} µs\n`);
+    process.stderr.write(`round ${r + 1}: ${results.map((x) => x[r].toFixed(1)).join(' / ')} µs at ${rates.slice(-runs.length).map((x) => x.toFixed(0)).join(' / ')} calls/s\n`);
   }
-  process.stdout.write(`# ShouldRateLimit, 1 descriptor, local: server CPU µs per call, ${ROUNDS} interleaved rounds of ${REQUESTS} calls, ${INFLIGHT} in flight\n`);
+  process.stdout.write(`# ShouldRateLimit, 1 descriptor, local: server CPU µs per call, ${ROUNDS} interleaved rounds of ${REQUESTS} calls, ${INFLIGHT} in flight, cellgate ${PIN ? 'pinned to CPU 0' : 'unpinned'}\n`);
   process.stdout.write('| server | median µs | range µs | median ratio to the floor (per round) | range |\n|---|---:|---:|---:|---:|\n');
   for (let k = 0; k < runs.length; k++) {
     const xs = results[k];
