@@ -31,6 +31,14 @@ export class ReplyWriter {
     return this.len;
   }
 
+  /**
+   * The buffer the bytes written since the last take are at the start of (`length` of them), for a
+   * reader done with them before the next write (then discard()): take() without its copy.
+   */
+  bytes(): Buffer {
+    return this.buf;
+  }
+
   /** Returns the bytes written since the last take (a copy the socket may keep) and empties the writer. */
   take(): Buffer {
     const out = Buffer.allocUnsafe(this.len);

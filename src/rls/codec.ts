@@ -236,9 +236,14 @@ class Writer {
   }
 }
 
-/** RateLimitResponse: overall_code = 1, statuses = 2, response_headers_to_add = 3 (zero values left out, as protobuf does). */
-export function encodeRateLimitResponse(resp: RateLimitResponse): Buffer {
+/**
+ * RateLimitResponse: overall_code = 1, statuses = 2, response_headers_to_add = 3 (zero values left
+ * out, as protobuf does). `room`: bytes left free before the message (gRPC's length prefix, filled
+ * by the caller), so the answer is written once, never copied behind its prefix.
+ */
+export function encodeRateLimitResponse(resp: RateLimitResponse, room = 0): Buffer {
   const w = new Writer();
+  w.pos = room;
   const overall = CODE_NUMBER[resp.overall_code];
   if (overall !== 0) {
     w.tag(1, 0);

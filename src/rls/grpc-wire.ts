@@ -48,10 +48,25 @@ function open(stream: http2.ServerHttp2Stream): boolean {
 
 /** A successful unary answer: headers, the message, trailers with grpc-status 0. */
 export function answerOk(stream: http2.ServerHttp2Stream, payload: Buffer): void {
+  answerOkFramed(stream, framed(payload));
+}
+
+/**
+ * answerOk of a message written after MESSAGE_HEADER_BYTES of room (`frame`: room and message),
+ * its prefix filled here.
+ */
+export function answerOkFramed(stream: http2.ServerHttp2Stream, frame: Buffer): void {
   if (!open(stream)) return;
+  frame[0] = 0;
+  frame.writeUInt32BE(frame.length - MESSAGE_HEADER_BYTES, 1);
   stream.respond({ ':status': 200, 'content-type': 'application/grpc', 'grpc-accept-encoding': 'identity' }, { waitForTrailers: true });
-  stream.once('wantTrailers', () => stream.sendTrailers({ 'grpc-status': '0' }));
-  stream.end(framed(payload));
+  stream.on('wantTrailers', sendOkTrailers);
+  stream.end(frame);
+}
+
+/** 'wantTrailers' comes once per stream; `this` is the stream (one function for every call, no closure). */
+function sendOkTrailers(this: http2.ServerHttp2Stream): void {
+  this.sendTrailers({ 'grpc-status': '0' });
 }
 
 /**

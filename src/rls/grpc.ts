@@ -38,7 +38,7 @@ import { ClientMemory, type AccountHolder } from '../server/client-memory.js';
 import { decodeRateLimitRequest, encodeRateLimitResponse } from './codec.js';
 import { MessageBudget, UnaryRequest } from './grpc-request.js';
 import { clientSanMatches, RlsTlsMaterial } from './grpc-tls.js';
-import { answerError, answerOk, decodeHealthCheckRequest, GrpcStatus, HEALTH_NOT_SERVING, HEALTH_SERVING, type GrpcCode } from './grpc-wire.js';
+import { answerError, answerOk, answerOkFramed, decodeHealthCheckRequest, GrpcStatus, HEALTH_NOT_SERVING, HEALTH_SERVING, MESSAGE_HEADER_BYTES, type GrpcCode } from './grpc-wire.js';
 import type { RlsRequestError, RlsService } from './service.js';
 
 export const RLS_SERVICE_NAME = 'envoy.service.ratelimit.v3.RateLimitService';
@@ -82,6 +82,8 @@ export interface RlsListenerEvents {
   warning(message: string): void;
 }
 
+function ignore(): void {}
+
 /** `::ffff:10.0.0.1` and `10.0.0.1` are one peer. */
 function peerOf(address: string | undefined): string {
   if (address === undefined) return '?';
@@ -108,6 +110,11 @@ class Connection implements AccountHolder {
     private readonly server: RlsGrpcServer,
   ) {
     this.memory.total = GRPC_CONNECTION_BASE_BYTES;
+  }
+
+  /** One of its calls' streams closed. */
+  streamClosed(): void {
+    if (--this.streams === 0) this.idleSinceMs = performance.now();
   }
 
   get addr(): string {
@@ -325,13 +332,13 @@ export class RlsGrpcServer {
   }
 
   private onStream(conn: Connection, stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders): void {
-    stream.on('error', () => undefined);
+    // Listeners with `on`, not `once`: 'end' and 'close' come once per stream anyway, and each `once`
+    // wraps its listener in one more closure per call.
+    stream.on('error', ignore);
     conn.streams++;
-    stream.once('close', () => {
-      if (--conn.streams === 0) conn.idleSinceMs = performance.now();
-    });
     const contentType = headers['content-type'];
     if (headers[':method'] !== 'POST' || typeof contentType !== 'string' || !contentType.startsWith('application/grpc')) {
+      stream.on('close', () => conn.streamClosed());
       // Not gRPC: HTTP's answer, as grpc-go and grpc-js give it.
       if (!stream.destroyed) stream.respond({ ':status': 415 }, { endStream: true });
       stream.close();
@@ -342,13 +349,17 @@ export class RlsGrpcServer {
     if (path === SHOULD_RATE_LIMIT_PATH) handle = (message) => this.shouldRateLimit(stream, message);
     else if (path === HEALTH_CHECK_PATH) handle = (message) => this.healthCheck(stream, message);
     else {
+      stream.on('close', () => conn.streamClosed());
       answerError(stream, GrpcStatus.UNIMPLEMENTED, `unknown method ${String(path).slice(0, 256)}`, true);
       return;
     }
     const request = new UnaryRequest(stream, conn, this.budget, handle);
     stream.on('data', (chunk: Buffer) => request.push(chunk));
-    stream.once('end', () => request.end());
-    stream.once('close', () => request.closed());
+    stream.on('end', () => request.end());
+    stream.on('close', () => {
+      conn.streamClosed();
+      request.closed();
+    });
   }
 
   private shouldRateLimit(stream: http2.ServerHttp2Stream, message: Buffer): void {
@@ -362,7 +373,7 @@ export class RlsGrpcServer {
     try {
       this.service.shouldRateLimit(request, (error, response) => {
         if (error !== null) answerError(stream, STATUS[error.code], error.message);
-        else if (response !== null) answerOk(stream, encodeRateLimitResponse(response));
+        else if (response !== null) answerOkFramed(stream, encodeRateLimitResponse(response, MESSAGE_HEADER_BYTES));
       });
     } catch (e) {
       // A bug, never the peer's doing: an INTERNAL answer, and the server goes on.

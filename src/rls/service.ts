@@ -204,7 +204,8 @@ export class RlsService {
     const matched: (MatchedLimit | null)[] = new Array(n);
     const unlimited: boolean[] = new Array(n).fill(false);
     const hits: number[] = new Array(n);
-    const replacing = new Set<string>();
+    // Made only when a matched limit replaces others (most configurations have none).
+    let replacing: Set<string> | null = null;
     const domainKnown = config.domains.has(domain);
     if (!domainKnown) this.stats.notFound(domain);
     for (let i = 0; i < n; i++) {
@@ -214,7 +215,7 @@ export class RlsService {
       const override = d.limit !== null && d.limit !== undefined ? { requestsPerUnit: d.limit.requests_per_unit >>> 0, unit: String(d.limit.unit) } : null;
       let m = domainKnown ? config.getLimit(domain, entries, override) : null;
       if (m !== null) {
-        for (const r of m.limit.replaces) replacing.add(r);
+        for (const r of m.limit.replaces) (replacing ??= new Set()).add(r);
         if (m.limit.unlimited) {
           unlimited[i] = true;
           m = null;
@@ -233,7 +234,7 @@ export class RlsService {
     }
     for (let i = 0; i < n; i++) {
       const m = matched[i];
-      if (m !== null && m.limit.name !== '' && replacing.has(m.limit.name)) matched[i] = null;
+      if (m !== null && m.limit.name !== '' && replacing !== null && replacing.has(m.limit.name)) matched[i] = null;
     }
     const nowUs = this.nowUs();
     const nowSec = Math.floor(nowUs / 1e6);
@@ -376,5 +377,8 @@ function cacheKey(prefix: string, domain: string, entries: RequestEntry[], m: Ma
     const div = m.limit.unitSeconds;
     key += String(Math.floor(nowSec / div) * div);
   }
-  return Buffer.from(key, 'utf8').toString('latin1');
+  // ASCII (the usual key) is its own binary string: the round trip through a Buffer only for the rest.
+  return NOT_ASCII.test(key) ? Buffer.from(key, 'utf8').toString('latin1') : key;
 }
+
+const NOT_ASCII = /[^\x00-\x7f]/;

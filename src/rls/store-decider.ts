@@ -16,11 +16,10 @@
  * A limit with `allow_debt` goes with FORCE in every algorithm: hits charged after the fact (a
  * gateway's token count at the end of a response) are recorded beyond the limit, as debt.
  */
-import { CommandArgs } from '../protocol/command-args.js';
 import { ReplyWriter } from '../protocol/reply-writer.js';
 import type { Algorithm } from '../limiters/algorithm.js';
 import { MAX_SCALED } from '../limiters/rate-decision.js';
-import { newLimit, newLimiterCall, type LimiterCall } from '../store/limiter-call.js';
+import { newLimit, newLimiterCall } from '../store/limiter-call.js';
 import type { LimiterStore, StoreSink } from '../store/store.js';
 import { LimiterCounter } from '../server/stats.js';
 import { ALGORITHMS, rlsAlgorithm, type RlsAlgorithm } from './config.js';
@@ -38,16 +37,35 @@ class NotCounted extends LimiterCounter {
 }
 const COUNTER = new NotCounted('rls');
 
-/** Reads `*6\r\n:a\r\n...` (RESP2) into `out`; an error reply gives its text. */
-function readSix(bytes: Buffer, out: number[]): string | null {
+/**
+ * Reads `*6\r\n:a\r\n...` (RESP2) from `bytes`[0, len) into `out`, digit by digit (no string per
+ * integer: this ran once per limit of every request); an error reply gives its text.
+ */
+function readSix(bytes: Buffer, len: number, out: number[]): string | null {
   if (bytes[0] === 0x2d) return bytes.toString('utf8', 1, bytes.indexOf(0x0d));
   let at = bytes.indexOf(0x0a) + 1;
   for (let i = 0; i < 6; i++) {
-    const end = bytes.indexOf(0x0d, at);
-    out[i] = Number(bytes.toString('latin1', at + 1, end));
-    at = end + 2;
+    at++; // ':'
+    let negative = false;
+    if (bytes[at] === 0x2d) {
+      negative = true;
+      at++;
+    }
+    let v = 0;
+    while (at < len && bytes[at] !== 0x0d) v = v * 10 + (bytes[at++] - 0x30);
+    out[i] = negative ? -v : v;
+    at += 2;
   }
   return null;
+}
+
+/** The decisions of one request: its calls, their outcomes, how many are still to come. */
+interface Batch {
+  calls: readonly RlsCall[];
+  out: RlsOutcome[];
+  pending: number;
+  failed: Error | null;
+  done: (error: Error | null) => void;
 }
 
 export class StoreDecider implements RlsDecider {
@@ -58,16 +76,47 @@ export class StoreDecider implements RlsDecider {
    */
   private readonly now = new ReplyWriter();
   private readonly later = new ReplyWriter();
+  private readonly six: number[] = [0, 0, 0, 0, 0, 0];
+  /**
+   * One limiter call, its limit, its arguments and its sink, refilled for each limit: the store
+   * takes what it keeps from them before decide returns (a deferred call is detached, as the RESP
+   * commands' own reused call is), so they need not be made per request.
+   */
+  private readonly limit = newLimit(ALGO.fixed_window);
+  private readonly call = newLimiterCall('rl', [this.limit]);
+  private readonly sink: StoreSink;
+  /** The batch and call being handed to the store now (read by defer, which the store calls synchronously). */
+  private batch: Batch | null = null;
+  private index = 0;
+  private deferred = false;
 
-  constructor(private readonly store: () => LimiterStore) {}
+  constructor(private readonly store: () => LimiterStore) {
+    this.call.count = 1;
+    this.call.counter = COUNTER;
+    this.sink = {
+      reply: this.now,
+      nowUs: 0,
+      nowMs: 0,
+      client: {
+        defer: () => {
+          const batch = this.batch as Batch;
+          const i = this.index;
+          this.deferred = true;
+          return (write) => {
+            write(this.later);
+            this.finish(batch, i, this.later);
+          };
+        },
+      },
+    };
+  }
 
   decide(calls: readonly RlsCall[], out: RlsOutcome[], nowUs: number, done: (error: Error | null) => void): void {
-    let pending = calls.length;
-    let failed: Error | null = null;
-    if (pending === 0) {
+    if (calls.length === 0) {
       done(null);
       return;
     }
+    const batch: Batch = { calls, out, pending: calls.length, failed: null, done };
     const store = this.store();
     // One limit is a plain call: on the backend it rides in the turn's batch with every other call
     // of the turn, RESP or gRPC. Several go to the store as one unit where any keys may (this
@@ -77,34 +126,53 @@ export class StoreDecider implements RlsDecider {
     // keys must share a slot, each goes alone (in its node's batch).
     const unit = calls.length > 1 && store.unitKeys() === null;
     if (unit) store.beginUnit();
+    this.sink.nowUs = nowUs;
+    this.sink.nowMs = Math.floor(nowUs / 1000);
     for (let i = 0; i < calls.length; i++) {
-      const c = calls[i];
-      const finish = (writer: ReplyWriter): void => {
-        const six: number[] = [0, 0, 0, 0, 0, 0];
-        const error = readSix(writer.take(), six);
-        if (error !== null) failed ??= new Error(error);
-        else read(c, six, out[i]);
-        if (--pending === 0) done(failed);
-      };
-      let deferred = false;
-      const sink: StoreSink = {
-        reply: this.now,
-        nowUs,
-        nowMs: Math.floor(nowUs / 1000),
-        client: {
-          defer: () => {
-            deferred = true;
-            return (write) => {
-              write(this.later);
-              finish(this.later);
-            };
-          },
-        },
-      };
-      store.decide(limiterCall(c), sink);
-      if (!deferred) finish(this.now);
+      this.fill(calls[i]);
+      this.batch = batch;
+      this.index = i;
+      this.deferred = false;
+      store.decide(this.call, this.sink);
+      this.batch = null;
+      if (!this.deferred) this.finish(batch, i, this.now);
     }
     if (unit) store.endUnit();
+  }
+
+  /** Reads call `i`'s answer from `writer` (and empties it); the batch's last answer ends it. */
+  private finish(batch: Batch, i: number, writer: ReplyWriter): void {
+    const error = readSix(writer.bytes(), writer.length, this.six);
+    writer.discard();
+    if (error !== null) batch.failed ??= new Error(error);
+    else read(batch.calls[i], this.six, batch.out[i]);
+    if (--batch.pending === 0) batch.done(batch.failed);
+  }
+
+  /** The limiter call for `c`, in the reused call. */
+  private fill(c: RlsCall): void {
+    const l = this.limit;
+    const call = this.call;
+    const key = Buffer.from(c.key, 'latin1');
+    const argv = call.argv;
+    argv.reset();
+    argv.push(key, 0, 0);
+    argv.push(key, 0, key.length);
+    l.algo = ALGO[c.algorithm];
+    l.keyArg = 1;
+    l.periodMs = c.periodMs;
+    if (c.algorithm === 'fixed_window') {
+      l.limit = COUNT_ALL;
+      l.burst = COUNT_ALL;
+    } else {
+      l.limit = c.limit;
+      l.burst = c.burst;
+      // Checked when the configuration loaded; this derives RL.GCRA's intervals.
+      l.algo.checkParams(c.limit, c.periodMs, c.burst, l.gcra);
+    }
+    l.force = c.force || c.algorithm === 'fixed_window';
+    l.slot = -1;
+    call.cost = c.hits;
   }
 }
 
@@ -114,31 +182,6 @@ export class StoreDecider implements RlsDecider {
  * on limit x period_ms does not apply to it), so every call is allowed and counted.
  */
 const COUNT_ALL = MAX_SCALED;
-
-function limiterCall(c: RlsCall): LimiterCall {
-  const l = newLimit(ALGO[c.algorithm]);
-  const call = newLimiterCall('rl', [l]);
-  const key = Buffer.from(c.key, 'latin1');
-  call.argv = new CommandArgs();
-  call.argv.push(key, 0, 0);
-  call.argv.push(key, 0, key.length);
-  l.keyArg = 1;
-  l.periodMs = c.periodMs;
-  if (c.algorithm === 'fixed_window') {
-    l.limit = COUNT_ALL;
-    l.burst = COUNT_ALL;
-  } else {
-    l.limit = c.limit;
-    l.burst = c.burst;
-    // Checked when the configuration loaded; this derives RL.GCRA's intervals.
-    l.algo.checkParams(c.limit, c.periodMs, c.burst, l.gcra);
-  }
-  l.force = c.force || c.algorithm === 'fixed_window';
-  call.count = 1;
-  call.cost = c.hits;
-  call.counter = COUNTER;
-  return call;
-}
 
 /** `limited, limit, remaining, retry_after_ms, reset_after_ms, delay_ms` into an outcome. */
 function read(c: RlsCall, six: number[], o: RlsOutcome): void {
