@@ -24,7 +24,7 @@ import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import { Redis } from 'ioredis';
 import { spawn } from 'node:child_process';
-import { command, cpuSeconds, freePort, ROOT, run, startCellgate, startRedis, tempDir, track } from './harness.mjs';
+import { command, cpuSeconds, freePort, pinned, ROOT, run, startCellgate, startRedis, tempDir, track } from './harness.mjs';
 
 const REQUESTS = Number(process.env.RLS_BENCH_REQUESTS ?? 40_000);
 const INFLIGHT = Number(process.env.RLS_BENCH_INFLIGHT ?? 64);
@@ -83,7 +83,11 @@ async function measure(name, port, pid, redisPid, decisionsPerRequest, fn) {
 /** The bare node:http2 server (bench/rls-http2-floor.mjs) under the same client and load. */
 async function measureFloor(Rls, requests1) {
   const port = await freePort();
-  const child = track(spawn(process.execPath, [join(ROOT, 'bench/rls-http2-floor.mjs'), String(port)], { stdio: ['ignore', 'pipe', 'inherit'] }));
+  // Pinned as cellgate is (startCellgate: CPU 0 when the harness pins): a floor left free runs at
+  // several times the call rate of a pinned server on a busy machine, and the ratio would then
+  // measure the pinning, not the door.
+  const [cmd, args] = pinned(0, process.execPath, [join(ROOT, 'bench/rls-http2-floor.mjs'), String(port)]);
+  const child = track(spawn(cmd, args, { stdio: ['ignore', 'pipe', 'inherit'] }));
   await new Promise((resolve, reject) => {
     child.stdout.once('data', resolve);
     child.once('exit', () => reject(new Error('rls-http2-floor.mjs exited')));
