@@ -14,15 +14,15 @@ import { join } from 'node:path';
 import { spawn } from 'node:child_process';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
-import { cpuSeconds, freePort, median, ROOT, run, startCellgate, stop, tempDir, track } from './harness.mjs';
+import { cpuSeconds, freePort, median, pinned, ROOT, run, startCellgate, stop, tempDir, track } from './harness.mjs';
 
 const ROUNDS = Number(process.env.RLS_BENCH_ROUNDS ?? 5);
 const REQUESTS = Number(process.env.RLS_BENCH_REQUESTS ?? 10_000);
 const INFLIGHT = Number(process.env.RLS_BENCH_INFLIGHT ?? 64);
 const KEYS = 1000;
 /**
- * RLS_BENCH_PIN=0: cellgate not pinned to CPU 0 either (the harness pins it; the floor never is). On a
- * loaded machine the pinned server waits for its CPU, runs at a fraction of the floor's rate and so
+ * RLS_BENCH_PIN=0: neither cellgate nor the floor pinned to CPU 0 (by default both are). Never one
+ * without the other: on a loaded machine a pinned server waits for its CPU, runs at a fraction of a free one's rate and so
  * reads more calls per wake-up less often: fewer calls share each socket read, write and timer, and
  * its CPU per call rises for that alone.
  */
@@ -69,7 +69,9 @@ async function cellgate(main, confDir) {
 
 async function floor() {
   const port = await freePort();
-  const child = track(spawn(process.execPath, [join(ROOT, 'bench/rls-http2-floor.mjs'), String(port)], { stdio: ['ignore', 'pipe', 'inherit'] }));
+  // Pinned exactly when cellgate is, so both run under the same CPU placement.
+  const [cmd, args] = PIN ? pinned(0, process.execPath, [join(ROOT, 'bench/rls-http2-floor.mjs'), String(port)]) : [process.execPath, [join(ROOT, 'bench/rls-http2-floor.mjs'), String(port)]];
+  const child = track(spawn(cmd, args, { stdio: ['ignore', 'pipe', 'inherit'] }));
   await new Promise((resolve, reject) => {
     child.stdout.once('data', resolve);
     child.once('exit', () => reject(new Error('rls-http2-floor.mjs exited')));
@@ -95,7 +97,7 @@ async function main() {
     for (let k = 0; k < runs.length; k++) ratios[k].push(results[k][r] / f);
     process.stderr.write(`round ${r + 1}: ${results.map((x) => x[r].toFixed(1)).join(' / ')} µs at ${rates.slice(-runs.length).map((x) => x.toFixed(0)).join(' / ')} calls/s\n`);
   }
-  process.stdout.write(`# ShouldRateLimit, 1 descriptor, local: server CPU µs per call, ${ROUNDS} interleaved rounds of ${REQUESTS} calls, ${INFLIGHT} in flight, cellgate ${PIN ? 'pinned to CPU 0' : 'unpinned'}\n`);
+  process.stdout.write(`# ShouldRateLimit, 1 descriptor, local: server CPU µs per call, ${ROUNDS} interleaved rounds of ${REQUESTS} calls, ${INFLIGHT} in flight, cellgate and the floor ${PIN ? 'pinned to CPU 0' : 'unpinned'}\n`);
   process.stdout.write('| server | median µs | range µs | median ratio to the floor (per round) | range |\n|---|---:|---:|---:|---:|\n');
   for (let k = 0; k < runs.length; k++) {
     const xs = results[k];
