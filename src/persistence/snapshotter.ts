@@ -7,7 +7,7 @@
  * decisions do), so `DEBUG CLOCK ADVANCE` drives the policy deterministically in tests. In real mode
  * the server clock is the wall clock made monotonic, so this matches Redis's elapsed seconds.
  */
-import { readdirSync, rmSync } from 'node:fs';
+import { readdirSync, rmSync, statSync } from 'node:fs';
 import { readWholeRegularFile } from '../files/regular-file.js';
 import { SNAPSHOT_FILE } from './persisted-file.js';
 import { join } from 'node:path';
@@ -87,6 +87,11 @@ export class Snapshotter {
   gated = true;
   /** The load in progress, for INFO's loading_* fields. */
   private current: { load: SnapshotLoad; startedMs: number } | null = null;
+  /**
+   * The file being read into memory before its load starts (an off-loop read in pieces): INFO's
+   * loading_* fields show its size then, as Redis shows them from the start of a load.
+   */
+  private reading: { startedMs: number; size: number } | null = null;
 
   constructor(private readonly server: Server) {
     this.lastSaveMs = server.clock.nowMs();
@@ -171,6 +176,7 @@ export class Snapshotter {
       try {
         // Off the event loop (the port answers LOADING meanwhile), and only a regular file: a FIFO or
         // a symlink to /dev/zero in its place is refused, never waited on or read without end.
+        this.reading = { startedMs: Date.now(), size: regularFileSize(file) };
         buf = await readWholeRegularFile(file, SNAPSHOT_FILE);
       } catch (e) {
         if ((e as NodeJS.ErrnoException).code === 'ENOENT') return null;
@@ -193,6 +199,7 @@ export class Snapshotter {
       }
     } finally {
       this.current = null;
+      this.reading = null;
       if (finish) this.endLoading();
     }
   }
@@ -347,7 +354,15 @@ export class Snapshotter {
   infoRows(): [string, string | number][] {
     const bg = this.background;
     const load = this.current;
-    const loadingRows: [string, string | number][] = load === null ? [] : [
+    const reading = this.reading;
+    const loadingRows: [string, string | number][] = load === null ? (reading === null ? [] : [
+      ['loading_start_time', Math.floor(reading.startedMs / 1000)],
+      ['loading_total_bytes', reading.size],
+      ['loading_loaded_bytes', 0],
+      ['loading_loaded_perc', '0.00'],
+      ['loading_eta_seconds', etaSeconds(Date.now() - reading.startedMs, 0, reading.size)],
+      ['loading_loaded_keys', 0],
+    ]) : [
       ['loading_start_time', Math.floor(load.startedMs / 1000)],
       ['loading_total_bytes', load.load.parser.size],
       ['loading_loaded_bytes', load.load.parser.offset],
@@ -379,6 +394,16 @@ export class Snapshotter {
 }
 
 /** Seconds left at the rate so far, as Redis's loading_eta_seconds (1 until there is a rate). */
+/** The size of `file` if it is a regular file (a stat, which never opens nor waits on it), else 0. */
+function regularFileSize(file: string): number {
+  try {
+    const st = statSync(file);
+    return st.isFile() ? st.size : 0;
+  } catch {
+    return 0;
+  }
+}
+
 function etaSeconds(elapsedMs: number, doneBytes: number, leftBytes: number): number {
   return doneBytes > 0 ? Math.ceil((elapsedMs * leftBytes) / doneBytes / 1000) : 1;
 }
