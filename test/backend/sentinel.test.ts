@@ -11,11 +11,9 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import * as grpc from '@grpc/grpc-js';
 import { freePort } from '../helpers/server.js';
 import { SentinelSet } from '../helpers/sentinel.js';
-import { RateLimitServiceClient } from '../rls/helpers.js';
-import { eventually, httpGet, runMode, type ModeProcess } from '../rls/ratelimit-helpers.js';
+import { eventually, httpGet, plainUserCall as call, runMode, type ModeProcess } from '../rls/ratelimit-helpers.js';
 import { backendInfo, freezeClocks, frozenInstant, limited, pollUntil, startSidecars, stopSidecars, waitBackendState, type Sidecar } from './helpers.js';
 
 const PASSWORD = 's3nt-pass';
@@ -97,18 +95,6 @@ describe('cellgate-server ratelimit with REDIS_TYPE=sentinel', () => {
     for (const m of running) await m.destroy();
     rmSync(root, { recursive: true, force: true });
   });
-
-  function call(port: number, value: string): Promise<string> {
-    const client = new RateLimitServiceClient(`127.0.0.1:${port}`, grpc.credentials.createInsecure());
-    return new Promise((resolve, reject) => {
-      // eslint-disable-next-line @typescript-eslint/no-explicit-any
-      (client as any).ShouldRateLimit({ domain: 'edge', descriptors: [{ entries: [{ key: 'user', value }] }] }, { deadline: Date.now() + 20_000 }, (e: Error | null, r: { overall_code: string }) => {
-        client.close();
-        if (e) reject(e);
-        else resolve(r.overall_code);
-      });
-    });
-  }
 
   it('REDIS_URL <master name>,<sentinels>, REDIS_SENTINEL_AUTH: two instances share one limit on the master', async () => {
     mkdirSync(join(root, 'ratelimit', 'config'), { recursive: true });

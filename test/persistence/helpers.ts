@@ -99,3 +99,20 @@ export function blockDir(dir: string): { away: string; restore(): void } {
     },
   };
 }
+
+/** The cellgate_aof_* gauges of the metrics port on `port`. */
+export async function aofMetrics(port: number): Promise<Map<string, number>> {
+  const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+  const out = new Map<string, number>();
+  for (const line of text.split('\n')) {
+    const m = /^(cellgate_aof_[a-z_]+) (\S+)$/.exec(line);
+    if (m !== null) out.set(m[1], Number(m[2]));
+  }
+  return out;
+}
+
+/** /readyz of the metrics port on `port`: its status and body. */
+export async function readyz(port: number): Promise<{ status: number; body: string }> {
+  const res = await fetch(`http://127.0.0.1:${port}/readyz`);
+  return { status: res.status, body: await res.text() };
+}

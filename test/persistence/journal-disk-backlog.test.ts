@@ -11,7 +11,7 @@ import { spawnSync } from 'node:child_process';
 import { rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
-import { info, runToExit, startOn, T0_AHEAD_MS, tempDirsForFile, waitFor } from './helpers.js';
+import { aofMetrics, info, readyz, runToExit, startOn, T0_AHEAD_MS, tempDirsForFile, waitFor } from './helpers.js';
 import { freePort, type RunningServer } from '../helpers/server.js';
 import { WAIT_LIMIT_MS } from '../helpers/wait.js';
 
@@ -32,21 +32,6 @@ const CAN_MOUNT = process.getuid?.() === 0 && (() => {
 function fileSizeLimit(pid: number, bytes: number | 'unlimited'): void {
   const r = spawnSync('prlimit', ['--pid', String(pid), `--fsize=${bytes}:unlimited`], { encoding: 'utf8' });
   if (r.status !== 0) throw new Error(`prlimit failed: ${r.stderr}${r.error?.message ?? ''}`);
-}
-
-async function aofMetrics(port: number): Promise<Map<string, number>> {
-  const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
-  const out = new Map<string, number>();
-  for (const line of text.split('\n')) {
-    const m = /^(cellgate_aof_[a-z_]+) (\S+)$/.exec(line);
-    if (m !== null) out.set(m[1], Number(m[2]));
-  }
-  return out;
-}
-
-async function readyz(port: number): Promise<{ status: number; body: string }> {
-  const res = await fetch(`http://127.0.0.1:${port}/readyz`);
-  return { status: res.status, body: await res.text() };
 }
 
 /** SPENDS_PER_KEY decisions on each of KEYS keys `<prefix><n>`, pipelined; the last answer of each key. */

@@ -11,7 +11,7 @@ import { spawnSync } from 'node:child_process';
 import { chmodSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
-import { fillKeys, info, runToExit, startOn, T0_AHEAD_MS, tempDirsForFile, waitFor } from './helpers.js';
+import { aofMetrics, fillKeys, info, readyz, runToExit, startOn, T0_AHEAD_MS, tempDirsForFile, waitFor } from './helpers.js';
 import { freePort, startServer, type RunningServer } from '../helpers/server.js';
 import { WAIT_LIMIT_MS } from '../helpers/wait.js';
 
@@ -39,21 +39,6 @@ const CAN_MOUNT = (() => {
   if (ok) sh('umount', [probe]);
   return ok;
 })();
-
-async function metrics(port: number): Promise<Map<string, number>> {
-  const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
-  const out = new Map<string, number>();
-  for (const line of text.split('\n')) {
-    const m = /^(cellgate_aof_[a-z_]+) (\S+)$/.exec(line);
-    if (m !== null) out.set(m[1], Number(m[2]));
-  }
-  return out;
-}
-
-async function readyz(port: number): Promise<{ status: number; body: string }> {
-  const res = await fetch(`http://127.0.0.1:${port}/readyz`);
-  return { status: res.status, body: await res.text() };
-}
 
 async function waitRewriteDone(r: Redis): Promise<Record<string, string>> {
   let last: Record<string, string> = {};
@@ -105,7 +90,7 @@ describe('journal: rewrites on a full disk', () => {
       for (let i = 0; i < 20; i++) await r.call('CL.THROTTLE', 'k:7', 100, 1, 3600, 1);
       expect((await info(r)).aof_last_write_status).toBe('ok');
       expect((await readyz(metricsPort)).status).toBe(200);
-      const m = await metrics(metricsPort);
+      const m = await aofMetrics(metricsPort);
       expect(m.get('cellgate_aof_last_bgrewrite_ok')).toBe(0);
       expect(m.get('cellgate_aof_rewrites_consecutive_failures')).toBe(1);
       expect(m.get('cellgate_aof_rewrites_total')).toBe(1);
@@ -115,7 +100,7 @@ describe('journal: rewrites on a full disk', () => {
       const ok = await waitRewriteDone(r);
       expect(ok.aof_last_bgrewrite_status).toBe('ok');
       expect(ok.aof_rewrites_consecutive_failures).toBe('0');
-      expect((await metrics(metricsPort)).get('cellgate_aof_rewrites_total')).toBe(2);
+      expect((await aofMetrics(metricsPort)).get('cellgate_aof_rewrites_total')).toBe(2);
       for (let i = 0; i < 5; i++) await r.call('CL.THROTTLE', 'k:8', 100, 1, 3600, 1);
       const untouched = await remaining(r, 'k:6');
       const before = [untouched, await remaining(r, 'k:7'), await remaining(r, 'k:8'), await remaining(r, 'k:2999')];
@@ -222,7 +207,7 @@ describe('journal: writes on a full disk, and recovery', () => {
         const ready = await readyz(metricsPort);
         expect(ready.status).toBe(503);
         expect(ready.body).toContain(`the journal cannot be written (INFO persistence aof_last_write_status:err: ${disk.code}`);
-        const m = await metrics(metricsPort);
+        const m = await aofMetrics(metricsPort);
         expect(m.get('cellgate_aof_last_write_ok')).toBe(0);
         expect(m.get('cellgate_aof_write_errors_total')).toBeGreaterThan(0);
         expect(m.get('cellgate_aof_buffer_bytes')).toBeGreaterThan(0);
@@ -235,7 +220,7 @@ describe('journal: writes on a full disk, and recovery', () => {
         expect(Number((await info(r)).aof_buffer_length)).toBe(0);
         expect(s.logs.some((l) => l.includes('AOF write error looks solved'))).toBe(true);
         expect((await readyz(metricsPort)).status).toBe(200);
-        expect((await metrics(metricsPort)).get('cellgate_aof_last_write_ok')).toBe(1);
+        expect((await aofMetrics(metricsPort)).get('cellgate_aof_last_write_ok')).toBe(1);
         await r.call('DEBUG', 'SLEEP', '0.002');
         r.disconnect();
         restarted = await killAndRestart(s, dir);
@@ -291,7 +276,7 @@ describe('journal: a read-only journal folder', () => {
       for (let i = 0; i < 10; i++) await r.call('CL.THROTTLE', 'k:1', 100, 1, 3600, 1);
       expect((await info(r)).aof_last_write_status).toBe('ok');
       expect((await readyz(metricsPort)).status).toBe(200);
-      expect((await metrics(metricsPort)).get('cellgate_aof_last_bgrewrite_ok')).toBe(0);
+      expect((await aofMetrics(metricsPort)).get('cellgate_aof_last_bgrewrite_ok')).toBe(0);
 
       makeWritable();
       expect(await r.bgrewriteaof()).toMatch(/started/);
@@ -331,7 +316,7 @@ describe('journal: a slow disk', () => {
       for (let i = 0; i < 10; i++) expect(((await r.call('CL.THROTTLE', 'slow', 100, 1, 3600, 1)) as number[])[0]).toBe(0);
       await waitFor('the delayed fsync to be counted', async () => Number((await info(r)).aof_delayed_fsync) >= 1, WAIT_LIMIT_MS);
       expect(s.logs.some((l) => l.includes('Asynchronous AOF fsync is taking too long'))).toBe(true);
-      expect((await metrics(metricsPort)).get('cellgate_aof_delayed_fsync_total')).toBeGreaterThanOrEqual(1);
+      expect((await aofMetrics(metricsPort)).get('cellgate_aof_delayed_fsync_total')).toBeGreaterThanOrEqual(1);
       await r.call('DEBUG', 'JOURNAL-FSYNC-DELAY', '0');
       await waitFor('the fsync to end', async () => (await info(r)).aof_pending_bio_fsync === '0', WAIT_LIMIT_MS);
       expect((await info(r)).aof_last_write_status).toBe('ok');

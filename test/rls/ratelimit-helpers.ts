@@ -9,7 +9,9 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parse } from 'yaml';
+import * as grpc from '@grpc/grpc-js';
 import { MAIN } from '../helpers/server.js';
+import { RateLimitServiceClient } from './helpers.js';
 
 /** A Deployment fixture's environment, as the container sees it. */
 export function deploymentEnv(path: string): Record<string, string> {
@@ -91,4 +93,17 @@ export function makeCerts(dir: string): void {
   openssl(['req', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'tls.key', '-out', 'tls.csr', '-subj', '/CN=envoy-ratelimit']);
   spawnSync('sh', ['-c', "printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\n' > tls.ext"], { cwd: dir });
   openssl(['x509', '-req', '-in', 'tls.csr', '-CA', 'ca.crt', '-CAkey', 'ca.key', '-CAcreateserial', '-out', 'tls.crt', '-days', '2', '-extfile', 'tls.ext']);
+}
+
+/** ShouldRateLimit over plaintext gRPC for domain `edge`, descriptor `user=value`: the overall code. */
+export function plainUserCall(port: number, value: string): Promise<string> {
+  const client = new RateLimitServiceClient(`127.0.0.1:${port}`, grpc.credentials.createInsecure());
+  return new Promise((resolve, reject) => {
+    // eslint-disable-next-line @typescript-eslint/no-explicit-any
+    (client as any).ShouldRateLimit({ domain: 'edge', descriptors: [{ entries: [{ key: 'user', value }] }] }, { deadline: Date.now() + 20_000 }, (e: Error | null, r: { overall_code: string }) => {
+      client.close();
+      if (e) reject(e);
+      else resolve(r.overall_code);
+    });
+  });
 }

@@ -7,11 +7,9 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import * as grpc from '@grpc/grpc-js';
 import { freePort } from '../helpers/server.js';
 import { useCluster } from '../helpers/redis.js';
-import { RateLimitServiceClient } from './helpers.js';
-import { eventually, httpGet, runMode, type ModeProcess } from './ratelimit-helpers.js';
+import { eventually, httpGet, plainUserCall as call, runMode, type ModeProcess } from './ratelimit-helpers.js';
 
 const fixture = useCluster();
 const root = mkdtempSync(join(tmpdir(), 'cellgate-ratelimit-cluster-'));
@@ -20,18 +18,6 @@ afterAll(async () => {
   for (const m of running) await m.destroy();
   rmSync(root, { recursive: true, force: true });
 });
-
-function call(port: number, value: string): Promise<string> {
-  const client = new RateLimitServiceClient(`127.0.0.1:${port}`, grpc.credentials.createInsecure());
-  return new Promise((resolve, reject) => {
-    // eslint-disable-next-line @typescript-eslint/no-explicit-any
-    (client as any).ShouldRateLimit({ domain: 'edge', descriptors: [{ entries: [{ key: 'user', value }] }] }, { deadline: Date.now() + 20_000 }, (e: Error | null, r: { overall_code: string }) => {
-      client.close();
-      if (e) reject(e);
-      else resolve(r.overall_code);
-    });
-  });
-}
 
 describe('the ratelimit mode on a Redis Cluster', () => {
   it('REDIS_TYPE=cluster with the seed nodes in REDIS_URL: two instances share one limit', async () => {
